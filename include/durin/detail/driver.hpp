@@ -1,0 +1,62 @@
+// The seam between flow code (templates in the public headers) and the run
+// engine that drives it. A flow's awaitables call these methods on the engine
+// of the run they belong to; all calls happen on that run's actor thread.
+// Not for users: the public face of this is durin::context.
+#pragma once
+
+#include <coroutine>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "durin/json.hpp"
+#include "durin/step.hpp"
+
+namespace durin::detail {
+
+// What a durable call delivers to the flow that awaited it.
+struct call_outcome {
+  bool failed = false;
+  json value;               // the result, when !failed
+  std::string error_code;   // when failed, e.g. "step-failed"
+  std::string error_message;
+  std::uint32_t attempts = 0;
+};
+
+// A step call as the flow makes it. `body` is empty for a step registered by
+// name, whose JSON `args` the engine passes to the registered function.
+struct step_call {
+  step_options options;
+  std::function<json()> body;
+  json args;
+};
+
+enum class value_kind : std::uint8_t { now = 1, random = 2, side_effect = 3 };
+
+class driver {
+ public:
+  virtual ~driver() = default;
+
+  // Starts a step, or replays it. True when `out` holds the outcome already
+  // (recorded in history); false when the flow must park until it is durable.
+  virtual bool begin_step(step_call call, call_outcome* out) = 0;
+
+  // Starts a durable timer due `duration_ms` after the recorded current time,
+  // or at `absolute_ms` when that is >= 0. Same return as begin_step.
+  virtual bool begin_sleep(std::int64_t duration_ms, std::int64_t absolute_ms,
+                           call_outcome* out) = 0;
+
+  // Parks the innermost coroutine of the flow until the outcome of the call
+  // begun last is durable.
+  virtual void park(std::coroutine_handle<> handle) = 0;
+
+  // Returns the recorded value on replay; live, the value of `produce()`,
+  // which is recorded before anything that depends on it becomes visible.
+  virtual json record_value(value_kind kind, std::string_view name,
+                            const std::function<json()>& produce) = 0;
+
+  virtual const std::string& run_id() const = 0;
+};
+
+}  // namespace durin::detail

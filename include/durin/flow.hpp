@@ -1,0 +1,282 @@
+// Flows are C++20 coroutines returning durin::flow<T>. A flow's progress is
+// durable: every call through its durin::context is recorded once, and after
+// a restart the coroutine is replayed from that history to where it stopped.
+// Flow code must be deterministic: it reads time, randomness and other outside
+// state only through ctx.now(), ctx.random() and ctx.side_effect(). A flow may
+// co_await other flow<T> coroutines (sub-flows) that take the same context.
+//
+//   durin::flow<json> review(durin::context& ctx, json input) {
+//     auto score = co_await ctx.step("score", score_order, input["orderId"]);
+//     co_await ctx.sleep(std::chrono::hours(1));
+//     co_return json{{"score", score}};
+//   }
+#pragma once
+
+#include <chrono>
+#include <concepts>
+#include <coroutine>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+#include "durin/detail/driver.hpp"
+#include "durin/json.hpp"
+#include "durin/step.hpp"
+
+namespace durin {
+
+template <class T = json>
+class flow;
+
+namespace detail {
+
+template <class T>
+struct flow_promise_base {
+  std::coroutine_handle<> continuation;
+  std::exception_ptr exception;
+
+  std::suspend_always initial_suspend() noexcept { return {}; }
+
+  struct final_awaiter {
+    bool await_ready() noexcept { return false; }
+    template <class Promise>
+    std::coroutine_handle<> await_suspend(
+        std::coroutine_handle<Promise> self) noexcept {
+      auto next = self.promise().continuation;
+      return next ? next : std::noop_coroutine();
+    }
+    void await_resume() noexcept {}
+  };
+  final_awaiter final_suspend() noexcept { return {}; }
+  void unhandled_exception() noexcept { exception = std::current_exception(); }
+};
+
+template <class T>
+struct flow_promise : flow_promise_base<T> {
+  std::optional<T> value;
+  flow<T> get_return_object() noexcept;
+  template <class U>
+    requires std::convertible_to<U&&, T>
+  void return_value(U&& result) {
+    value.emplace(std::forward<U>(result));
+  }
+};
+
+template <>
+struct flow_promise<void> : flow_promise_base<void> {
+  flow<void> get_return_object() noexcept;
+  void return_void() noexcept {}
+};
+
+}  // namespace detail
+
+// A lazily started coroutine. Awaiting it runs it to completion (through any
+// number of durable suspensions) and yields its value or rethrows.
+template <class T>
+class [[nodiscard]] flow {
+ public:
+  using promise_type = detail::flow_promise<T>;
+  using handle_type = std::coroutine_handle<promise_type>;
+
+  explicit flow(handle_type handle) noexcept : handle_(handle) {}
+  flow(flow&& other) noexcept : handle_(std::exchange(other.handle_, {})) {}
+  flow& operator=(flow&& other) noexcept {
+    if (this != &other) {
+      destroy();
+      handle_ = std::exchange(other.handle_, {});
+    }
+    return *this;
+  }
+  flow(const flow&) = delete;
+  flow& operator=(const flow&) = delete;
+  ~flow() { destroy(); }
+
+  bool await_ready() const noexcept { return false; }
+  std::coroutine_handle<> await_suspend(std::coroutine_handle<> caller) {
+    handle_.promise().continuation = caller;
+    return handle_;
+  }
+  T await_resume() {
+    auto& promise = handle_.promise();
+    if (promise.exception) {
+      std::rethrow_exception(promise.exception);
+    }
+    if constexpr (!std::is_void_v<T>) {
+      return std::move(*promise.value);
+    }
+  }
+
+  // For the engine that drives a top-level flow.
+  handle_type handle() const noexcept { return handle_; }
+
+ private:
+  void destroy() noexcept {
+    if (handle_) {
+      handle_.destroy();
+      handle_ = {};
+    }
+  }
+  handle_type handle_;
+};
+
+namespace detail {
+template <class T>
+flow<T> flow_promise<T>::get_return_object() noexcept {
+  return flow<T>{std::coroutine_handle<flow_promise<T>>::from_promise(*this)};
+}
+inline flow<void> flow_promise<void>::get_return_object() noexcept {
+  return flow<void>{
+      std::coroutine_handle<flow_promise<void>>::from_promise(*this)};
+}
+
+[[noreturn]] inline void raise_step_failure(const std::string& step_name,
+                                            const call_outcome& outcome) {
+  throw step_failed_error(step_name, outcome.error_code,
+                          outcome.error_message, outcome.attempts);
+}
+
+template <class R>
+R convert_result(const json& value) {
+  if constexpr (std::is_void_v<R>) {
+    return;
+  } else if constexpr (std::is_same_v<R, json>) {
+    return value;
+  } else {
+    return value.get<R>();
+  }
+}
+}  // namespace detail
+
+// Awaiting a step yields its result (R) or raises step_failed_error.
+template <class R>
+class [[nodiscard]] step_awaitable {
+ public:
+  step_awaitable(detail::driver& driver, detail::step_call call)
+      : driver_(&driver), call_(std::move(call)) {}
+
+  bool await_ready() {
+    name_ = call_.options.name;
+    return driver_->begin_step(std::move(call_), &outcome_);
+  }
+  void await_suspend(std::coroutine_handle<> handle) { driver_->park(handle); }
+  R await_resume() {
+    if (outcome_.failed) {
+      detail::raise_step_failure(name_, outcome_);
+    }
+    return detail::convert_result<R>(outcome_.value);
+  }
+
+ private:
+  detail::driver* driver_;
+  detail::step_call call_;
+  std::string name_;
+  detail::call_outcome outcome_;
+};
+
+// Awaiting a sleep returns once the durable timer has fired.
+class [[nodiscard]] sleep_awaitable {
+ public:
+  sleep_awaitable(detail::driver& driver, std::int64_t duration_ms,
+                  std::int64_t absolute_ms)
+      : driver_(&driver), duration_ms_(duration_ms), absolute_ms_(absolute_ms) {}
+
+  bool await_ready() {
+    return driver_->begin_sleep(duration_ms_, absolute_ms_, &outcome_);
+  }
+  void await_suspend(std::coroutine_handle<> handle) { driver_->park(handle); }
+  void await_resume() const noexcept {}
+
+ private:
+  detail::driver* driver_;
+  std::int64_t duration_ms_;
+  std::int64_t absolute_ms_;
+  detail::call_outcome outcome_;
+};
+
+// The flow's handle on its run. Every method records what it returns, so a
+// replay sees the same values. Valid only inside the flow it was passed to.
+class context {
+ public:
+  explicit context(detail::driver& driver) noexcept : driver_(&driver) {}
+
+  const std::string& run_id() const { return driver_->run_id(); }
+
+  // Runs `fn(args...)` as a step on the step executor (args are copied) and
+  // yields its result, recorded. `fn` may throw fatal_error or
+  // retryable_error to steer retries.
+  template <class F, class... Args>
+    requires std::invocable<std::decay_t<F>&, std::decay_t<Args>&...>
+  auto step(step_options options, F&& fn, Args&&... args) {
+    using R = std::invoke_result_t<std::decay_t<F>&, std::decay_t<Args>&...>;
+    detail::step_call call{std::move(options), {}, json()};
+    call.body = [fn = std::forward<F>(fn),
+                 ... args = std::forward<Args>(args)]() mutable -> json {
+      if constexpr (std::is_void_v<R>) {
+        std::invoke(fn, args...);
+        return json();
+      } else {
+        return json(std::invoke(fn, args...));
+      }
+    };
+    return step_awaitable<R>(*driver_, std::move(call));
+  }
+
+  // Runs the step registered under `options.name` with JSON-converted args.
+  template <class R = json, class... Args>
+  step_awaitable<R> step(step_options options, Args&&... args)
+    requires(sizeof...(Args) == 0 ||
+             !std::invocable<std::decay_t<
+                 std::tuple_element_t<0, std::tuple<Args...>>>&>)
+  {
+    json packed = json::array();
+    (packed.push_back(json(std::forward<Args>(args))), ...);
+    return step_awaitable<R>(*driver_,
+                             detail::step_call{std::move(options), {},
+                                               std::move(packed)});
+  }
+
+  sleep_awaitable sleep(std::chrono::milliseconds duration) {
+    return sleep_awaitable(*driver_, duration.count(), -1);
+  }
+  sleep_awaitable sleep_until(std::chrono::system_clock::time_point when) {
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  when.time_since_epoch())
+                  .count();
+    return sleep_awaitable(*driver_, 0, ms);
+  }
+
+  // The run's clock, recorded.
+  std::chrono::system_clock::time_point now() {
+    auto ms = driver_->record_value(detail::value_kind::now, "now", nullptr)
+                  .get<std::int64_t>();
+    return std::chrono::system_clock::time_point(std::chrono::milliseconds(ms));
+  }
+
+  // 64 random bits, recorded.
+  std::uint64_t random() {
+    return driver_->record_value(detail::value_kind::random, "random", nullptr)
+        .get<std::uint64_t>();
+  }
+
+  // Runs `fn()` once, on the flow's thread, and records its result; replays
+  // return the record. For quick non-deterministic reads (ids, config), not
+  // for effects on other systems: use a step for those.
+  template <class F>
+  auto side_effect(std::string_view name, F&& fn) {
+    using R = std::invoke_result_t<F&>;
+    static_assert(!std::is_void_v<R>, "a side effect must return a value");
+    std::function<json()> produce = [&fn]() { return json(fn()); };
+    return detail::convert_result<R>(driver_->record_value(
+        detail::value_kind::side_effect, name, produce));
+  }
+
+ private:
+  detail::driver* driver_;
+};
+
+}  // namespace durin

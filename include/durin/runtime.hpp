@@ -1,0 +1,111 @@
+// durin::runtime is one durin node embedded in a process: a RocksDB store in
+// `data_dir`, a CAF actor system (its own, or the embedding application's),
+// the flows and steps of a registry, and the actors that run them.
+//
+// Thread-safety: every method may be called from any thread, concurrently.
+// Blocking methods (start, wait, cancel) must not be called from inside an
+// actor of the same actor system; actors use start_async / notify_on_finish.
+// Durability: a method that changes state returns only after the change is
+// fsync'd. Errors are values (durin::result); a bad request never affects
+// another run.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <caf/fwd.hpp>
+
+#include "durin/clock.hpp"
+#include "durin/error.hpp"
+#include "durin/json.hpp"
+#include "durin/registry.hpp"
+#include "durin/run.hpp"
+
+namespace durin {
+
+struct runtime_options {
+  std::string data_dir;  // created when missing
+  // Threads running step bodies; bounds how many steps run at once.
+  std::size_t step_threads = 8;
+  // Steps queued beyond this are refused to the run as retryable overload.
+  std::size_t step_queue_max = 100'000;
+  // Scheduler threads when the runtime creates its own actor system.
+  std::size_t actor_threads = 0;  // 0: CAF's default, max(cores, 4)
+  // A run waiting on a timer due later than this stops its actor (it is
+  // re-activated from storage when the timer fires).
+  std::chrono::milliseconds passivate_after{2000};
+  // Time source; null means the system clock.
+  std::shared_ptr<durin::clock> clock;
+};
+
+struct start_options {
+  // Run ids are generated ("run_" + 26 time-sortable characters).
+};
+
+class runtime_impl;
+
+class runtime {
+ public:
+  // Opens `options.data_dir` (creating it), recovers every unfinished run,
+  // and starts serving. The runtime creates and owns its actor system.
+  static result<std::unique_ptr<runtime>> open(runtime_options options,
+                                               registry flows);
+  // The same on the embedding application's actor system, which must outlive
+  // the runtime.
+  static result<std::unique_ptr<runtime>> open(runtime_options options,
+                                               registry flows,
+                                               caf::actor_system& system);
+
+  // Stops admitting work, lets in-flight commits finish, stops the actors.
+  // Runs resume from their history at the next open.
+  ~runtime();
+
+  runtime(const runtime&) = delete;
+  runtime& operator=(const runtime&) = delete;
+
+  // Admits a run of `flow` with `input`: returns once the admission is
+  // durable (status pending). flow-not-found, invalid-input otherwise.
+  result<run_info> start(std::string_view flow, json input,
+                         const start_options& options = {});
+
+  // The same without blocking: `done` runs on an internal thread once the
+  // admission is durable or refused. It must not block.
+  void start_async(std::string_view flow, json input,
+                   const start_options& options,
+                   std::function<void(result<run_info>)> done);
+
+  // The run now: the durable record, or `blocked` while held for replay.
+  result<run_info> get(std::string_view run_id) const;
+
+  // Waits until the run ends (completed, failed, cancelled); timeout when it
+  // has not within `timeout` (the run goes on).
+  result<run_info> wait(std::string_view run_id,
+                        std::chrono::milliseconds timeout) const;
+
+  result<run_page> list(const run_filter& filter) const;
+
+  // The recorded events of the run, in order.
+  result<std::vector<history_event>> history(std::string_view run_id) const;
+
+  // Cancels the run: it ends as cancelled, its pending step results and
+  // timers are ignored. run-finished when it had already ended.
+  result<run_info> cancel(std::string_view run_id, std::string reason = {});
+
+  // Sends `listener` a message (durin::run_finished_atom, durin::run_info)
+  // when the run ends, or at once if it has. See durin/caf.hpp.
+  void notify_on_finish(std::string_view run_id, const caf::actor& listener);
+
+  caf::actor_system& system();
+  std::int64_t now_ms() const;
+
+ private:
+  explicit runtime(std::unique_ptr<runtime_impl> impl);
+  std::unique_ptr<runtime_impl> impl_;
+};
+
+}  // namespace durin

@@ -1,0 +1,83 @@
+// The group-commit writer. Any thread hands it write batches; one dedicated
+// thread merges everything pending into a single RocksDB write with
+// sync=true, then calls each batch's callback with the outcome. Nothing is
+// reported durable before the fsync returned. Callbacks run on the committer
+// thread in submission order and must not block (actors send a message).
+//
+// A failed write is indefinite (storage-error): it may or may not have
+// landed, so callers re-read the truth before acting on it.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "durin/error.hpp"
+#include "persistence/store.hpp"
+
+namespace durin::persistence {
+
+class committer {
+ public:
+  using callback = std::function<void(const status&)>;
+
+  struct options {
+    // A group write holds at most this many bytes; the rest waits its turn.
+    std::size_t group_bytes_max = 8 << 20;
+  };
+
+  // What a fault injector decides for one group write (tests only).
+  enum class fault : std::uint8_t {
+    none,
+    fail_before_write,  // nothing is written, callbacks get storage-error
+    fail_after_write,   // written and synced, callbacks still get storage-error
+  };
+
+  struct stats {
+    std::uint64_t group_writes = 0;  // fsync'd RocksDB writes
+    std::uint64_t batches = 0;       // batches committed
+    std::uint64_t operations = 0;    // puts and deletes committed
+  };
+
+  committer(store& target, options opts);
+  explicit committer(store& target) : committer(target, options{}) {}
+  ~committer();  // stop()
+
+  committer(const committer&) = delete;
+  committer& operator=(const committer&) = delete;
+
+  // Queues `batch`; `done` runs once it is durable or failed. After stop(),
+  // `done` runs at once (on the caller's thread) with shutting-down.
+  void submit(write_batch batch, callback done);
+
+  // Writes everything already queued, then ends the thread. Idempotent.
+  void stop();
+
+  stats statistics() const;
+
+  // Consulted before each group write; for tests that inject storage faults.
+  void set_fault_injector(std::function<fault()> injector);
+
+ private:
+  void run();
+
+  struct pending {
+    write_batch batch;
+    callback done;
+  };
+
+  store& store_;
+  options options_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<pending> queue_;
+  bool stopping_ = false;
+  std::function<fault()> injector_;
+  stats stats_;
+  std::thread thread_;
+};
+
+}  // namespace durin::persistence

@@ -1,0 +1,124 @@
+// The node's RocksDB: one database with the column families of DESIGN.md
+// (`runs`, `history`, `timers`, `active`, `meta`; later issues add `tokens`,
+// `inbox`, `requests`). Only persistence/ touches RocksDB; the rest of durin
+// reads through `store` and writes `write_batch`es through the committer.
+//
+// Thread-safety: all const methods may run concurrently from any thread.
+// Reads see only durable data (every write is synced before it is answered).
+// Errors are values: a failed read is storage-error, a record that fails its
+// checksum or decoding is corrupt-record naming the key's family and run.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "durin/error.hpp"
+#include "persistence/records.hpp"
+
+namespace rocksdb {
+class DB;
+class ColumnFamilyHandle;
+class WriteBatch;
+}  // namespace rocksdb
+
+namespace durin::persistence {
+
+class write_batch;
+
+enum class family : std::uint8_t { runs = 0, history, timers, active, meta };
+inline constexpr std::size_t family_count = 5;
+
+class store {
+ public:
+  // Opens or creates the database under `dir` (creating `dir`), checks the
+  // schema version in `meta` (writing it on first open). A database written
+  // by another schema version is refused with invalid-argument.
+  static result<std::unique_ptr<store>> open(const std::string& dir);
+  ~store();
+
+  store(const store&) = delete;
+  store& operator=(const store&) = delete;
+
+  // nullopt when there is no such run.
+  result<std::optional<run_record>> get_run(std::string_view run_id) const;
+
+  // The run's events in sequence order, starting at 1 with no gaps; a gap or
+  // an undecodable event is corrupt-record.
+  result<std::vector<event_record>> load_history(std::string_view run_id) const;
+
+  // Ids of runs not yet ended (pending, running, waiting), in id order.
+  result<std::vector<std::string>> active_runs() const;
+
+  // Timers due at or before `until_ms`, in due order, at most `max`.
+  result<std::vector<timer_record>> timers_until(std::int64_t until_ms,
+                                                 std::size_t max) const;
+
+  // Runs newest first (ids sort by creation time), strictly older than
+  // `before_id` when it is non-empty, that pass the filter; at most `max`
+  // results and at most `scan_max` records examined. The second value is
+  // the id to continue from, empty when the scan reached the oldest run.
+  struct run_scan {
+    std::vector<run_record> runs;
+    std::string next_before_id;
+  };
+  result<run_scan> scan_runs(std::string_view before_id,
+                             std::optional<run_status> status,
+                             std::optional<std::string> flow, std::size_t max,
+                             std::size_t scan_max = 100'000) const;
+
+  // Writes `batch` with sync=true, on the calling thread. The committer uses
+  // this; others go through the committer.
+  status write(write_batch& batch);
+
+  // Reads or writes one `meta` value directly (sync).
+  result<std::optional<std::string>> get_meta(std::string_view name) const;
+  status put_meta(std::string_view name, std::string_view value);
+
+  write_batch batch();
+
+  // For benchmarks and tests only: the raw database and its families.
+  rocksdb::DB& raw_db() const { return *db_; }
+  rocksdb::ColumnFamilyHandle* handle(family which) const;
+  const std::string& dir() const { return dir_; }
+
+ private:
+  store() = default;
+  std::string dir_;
+  std::unique_ptr<rocksdb::DB> db_;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;  // indexed by family
+};
+
+// A set of writes applied atomically: all of them or none.
+class write_batch {
+ public:
+  write_batch(write_batch&&) noexcept;
+  write_batch& operator=(write_batch&&) noexcept;
+  ~write_batch();
+
+  void put_run(const run_record& record);
+  void put_event(std::string_view run_id, std::uint64_t sequence,
+                 const event_record& event);
+  void put_timer(const timer_record& timer);
+  void delete_timer(const timer_record& timer);
+  void put_active(std::string_view run_id);
+  void delete_active(std::string_view run_id);
+
+  std::size_t count() const;       // operations in the batch
+  std::size_t size_bytes() const;  // bytes of the batch's representation
+  bool empty() const { return count() == 0; }
+
+  rocksdb::WriteBatch& raw() { return *batch_; }
+
+ private:
+  friend class store;
+  explicit write_batch(const store& owner);
+  const store* store_;
+  std::unique_ptr<rocksdb::WriteBatch> batch_;
+};
+
+}  // namespace durin::persistence
