@@ -1,1 +1,239 @@
-// placeholder
+#include "actors/run_actor.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <cstdio>
+
+#include "actors/run_engine.hpp"
+
+namespace durin::actors {
+
+namespace {
+
+struct run_actor_state {
+  node* services = nullptr;
+  std::string run_id;
+  std::unique_ptr<run_engine> engine;
+  bool reloading = false;
+  std::int64_t reload_backoff_ms = 50;
+  bool blocked_reported = false;
+  static inline const char* name = "durin.run";
+};
+
+using self_pointer = run_actor::stateful_pointer<run_actor_state>;
+
+constexpr std::int64_t reload_backoff_ms_max = 5000;
+
+// Leaves the directory and stops when nothing more can happen without a
+// message from outside: the run ended, could not load, or sleeps long.
+void maybe_leave(self_pointer self) {
+  auto& st = self->state;
+  bool idle = !st.reloading && (!st.engine || st.engine->finished() ||
+                                st.engine->can_passivate());
+  if (!idle) {
+    return;
+  }
+  auto* actor = self;
+  if (st.services->runs->try_passivate(st.run_id, self->address(), [actor] {
+        return actor->mailbox().empty();
+      })) {
+    self->quit();
+  }
+}
+
+void submit_commit(self_pointer self, commit_plan plan) {
+  auto& st = self->state;
+  auto batch = st.services->store->batch();
+  for (auto& [sequence, event] : plan.events) {
+    batch.put_event(st.run_id, sequence, event);
+  }
+  if (plan.run) {
+    batch.put_run(*plan.run);
+  }
+  for (auto& timer : plan.timer_puts) {
+    batch.put_timer(timer);
+  }
+  for (auto& timer : plan.timer_deletes) {
+    batch.delete_timer(timer);
+  }
+  if (plan.delete_active) {
+    batch.delete_active(st.run_id);
+  }
+  auto handle = caf::actor_cast<caf::actor>(self);
+  st.services->committer->submit(
+      std::move(batch), [handle](const status& outcome) {
+        caf::anon_send(handle, committed_atom::value, outcome);
+      });
+}
+
+void dispatch_step(self_pointer self, step_dispatch dispatch) {
+  auto& st = self->state;
+  auto handle = caf::actor_cast<caf::actor>(self);
+  auto call = dispatch.call;
+  auto attempt_id = dispatch.info.attempt_id;
+  step_task task{std::move(dispatch.info), std::move(dispatch.body),
+                 [handle, call, attempt_id](step_outcome outcome) {
+                   caf::anon_send(handle, step_done_atom::value,
+                                  step_report{call, attempt_id,
+                                              std::move(outcome)});
+                 }};
+  if (!st.services->executor->submit(std::move(task))) {
+    step_outcome overloaded;
+    overloaded.result = step_outcome::kind::retryable;
+    overloaded.message = "the step executor's queue is full";
+    caf::anon_send(handle, step_done_atom::value,
+                   step_report{call, attempt_id, std::move(overloaded)});
+  }
+}
+
+// Carries out what the engine asked for, then looks whether to stop.
+void drain(self_pointer self) {
+  auto& st = self->state;
+  if (!st.engine) {
+    maybe_leave(self);
+    return;
+  }
+  if (st.engine->storage_failed()) {
+    // The failed write may or may not have landed: reload the truth.
+    std::fprintf(stderr, "durin: run %s: write failed, reloading in %lld ms\n",
+                 st.run_id.c_str(),
+                 static_cast<long long>(st.reload_backoff_ms));
+    st.engine.reset();
+    st.reloading = true;
+    self->delayed_send(self, std::chrono::milliseconds(st.reload_backoff_ms),
+                       reload_atom::value);
+    st.reload_backoff_ms =
+        std::min(st.reload_backoff_ms * 2, reload_backoff_ms_max);
+    return;
+  }
+  auto out = st.engine->take_output();
+  for (auto& reply : out.replies) {
+    reply();
+  }
+  if (out.commit) {
+    submit_commit(self, std::move(*out.commit));
+  }
+  for (auto& dispatch : out.dispatches) {
+    dispatch_step(self, std::move(dispatch));
+  }
+  for (auto& timer : out.timers) {
+    st.services->timers->schedule(timer);
+  }
+  if (st.engine->blocked() != st.blocked_reported) {
+    st.blocked_reported = st.engine->blocked();
+    if (st.blocked_reported) {
+      std::fprintf(stderr, "durin: run %s is blocked: %s\n", st.run_id.c_str(),
+                   st.engine->blocked_reason().c_str());
+      st.services->runs->set_blocked(st.run_id, st.engine->blocked_reason());
+    } else {
+      st.services->runs->clear_blocked(st.run_id);
+    }
+  }
+  if (out.finished) {
+    st.services->finished.notify(st.engine->info());
+  }
+  maybe_leave(self);
+}
+
+void activate(self_pointer self, std::optional<persistence::run_record> fresh) {
+  auto& st = self->state;
+  st.reloading = false;
+  persistence::run_record record;
+  std::vector<persistence::event_record> history;
+  if (fresh) {
+    record = std::move(*fresh);
+  } else {
+    auto loaded = st.services->store->get_run(st.run_id);
+    if (!loaded) {
+      std::fprintf(stderr, "durin: run %s cannot be activated: %s\n",
+                   st.run_id.c_str(), loaded.error().to_string().c_str());
+      drain(self);
+      return;
+    }
+    if (!*loaded) {
+      drain(self);  // a stray message for a run that does not exist
+      return;
+    }
+    record = std::move(**loaded);
+    if (!is_terminal(record.status)) {
+      auto events = st.services->store->load_history(st.run_id);
+      if (!events) {
+        std::fprintf(stderr, "durin: run %s cannot be replayed: %s\n",
+                     st.run_id.c_str(), events.error().to_string().c_str());
+        drain(self);
+        return;
+      }
+      history = std::move(*events);
+    }
+  }
+  engine_environment env{&st.services->flows, st.services->clock.get(),
+                         st.services->options.passivate_after};
+  st.engine = std::make_unique<run_engine>(env, std::move(record),
+                                           std::move(history));
+  st.engine->start();
+  // A timer that fired while no engine listened would be lost otherwise;
+  // firing twice is harmless.
+  if (auto timer = st.engine->waiting_timer()) {
+    st.services->timers->schedule(*timer);
+  }
+  drain(self);
+}
+
+run_actor::behavior_type run_actor_behavior(self_pointer self,
+                                            node* services,
+                                            std::string run_id) {
+  self->state.services = services;
+  self->state.run_id = std::move(run_id);
+  return {
+      [self](activate_atom) { activate(self, std::nullopt); },
+      [self](activate_atom, const fresh_run& run) {
+        activate(self, run.record);
+      },
+      [self](committed_atom, const status& outcome) {
+        if (self->state.engine) {
+          self->state.engine->on_committed(outcome);
+        }
+        drain(self);
+      },
+      [self](step_done_atom, const step_report& report) {
+        if (self->state.engine) {
+          self->state.engine->on_step_outcome(report.call, report.attempt_id,
+                                              report.outcome);
+        }
+        drain(self);
+      },
+      [self](timer_atom, const persistence::timer_record& timer) {
+        if (self->state.engine) {
+          self->state.engine->on_timer(timer);
+        }
+        drain(self);
+      },
+      [self](cancel_atom, const cancel_request& request) {
+        if (self->state.engine) {
+          self->state.engine->cancel(request.reason, request.reply);
+        } else {
+          request.reply(make_error(
+              errc::storage_error,
+              "run " + self->state.run_id +
+                  " cannot be loaded right now; retry the cancel"));
+        }
+        drain(self);
+      },
+      [self](reload_atom) {
+        if (self->state.reloading) {
+          activate(self, std::nullopt);
+        }
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_run_actor(caf::actor_system& system, node& services,
+                           const std::string& run_id) {
+  return caf::actor_cast<caf::actor>(
+      system.spawn(run_actor_behavior, &services, run_id));
+}
+
+}  // namespace durin::actors

@@ -1,1 +1,111 @@
-// placeholder
+// Conversions of the public run and step value types.
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+
+#include "durin/run.hpp"
+#include "durin/step.hpp"
+
+namespace durin {
+
+std::string_view to_string(run_status status) noexcept {
+  switch (status) {
+    case run_status::pending:
+      return "pending";
+    case run_status::running:
+      return "running";
+    case run_status::waiting:
+      return "waiting";
+    case run_status::completed:
+      return "completed";
+    case run_status::failed:
+      return "failed";
+    case run_status::cancelled:
+      return "cancelled";
+    case run_status::blocked:
+      return "blocked";
+  }
+  return "unknown";
+}
+
+std::optional<run_status> parse_run_status(std::string_view text) noexcept {
+  for (auto status : {run_status::pending, run_status::running,
+                      run_status::waiting, run_status::completed,
+                      run_status::failed, run_status::cancelled,
+                      run_status::blocked}) {
+    if (to_string(status) == text) {
+      return status;
+    }
+  }
+  return std::nullopt;
+}
+
+bool is_terminal(run_status status) noexcept {
+  return status == run_status::completed || status == run_status::failed ||
+         status == run_status::cancelled;
+}
+
+namespace {
+
+// RFC 3339 in UTC with milliseconds, e.g. 2026-11-29T19:21:18.042Z.
+json timestamp(std::int64_t ms) {
+  if (ms <= 0) {
+    return nullptr;
+  }
+  std::time_t seconds = static_cast<std::time_t>(ms / 1000);
+  std::tm parts{};
+  gmtime_r(&seconds, &parts);
+  char text[40];
+  std::snprintf(text, sizeof(text), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
+                parts.tm_year + 1900, parts.tm_mon + 1, parts.tm_mday,
+                parts.tm_hour, parts.tm_min, parts.tm_sec,
+                static_cast<int>(ms % 1000));
+  return text;
+}
+
+}  // namespace
+
+json run_info::to_json() const {
+  json out = {{"id", id},
+              {"flow", flow},
+              {"status", std::string(to_string(status))},
+              {"input", input},
+              {"output", output},
+              {"error", nullptr},
+              {"createdAt", timestamp(created_at_ms)},
+              {"startedAt", timestamp(started_at_ms)},
+              {"completedAt", timestamp(completed_at_ms)}};
+  if (error) {
+    out["error"] = {{"code", error->code}, {"message", error->message}};
+  }
+  if (!blocked_reason.empty()) {
+    out["blockedReason"] = blocked_reason;
+  }
+  return out;
+}
+
+json history_event::to_json() const {
+  json out = {{"sequence", sequence}, {"kind", kind}, {"at", timestamp(at_ms)}};
+  for (auto& [key, value] : detail.items()) {
+    out[key] = value;
+  }
+  return out;
+}
+
+std::chrono::milliseconds retry_policy::backoff(std::uint32_t next_attempt,
+                                                double unit) const {
+  double base = static_cast<double>(initial_backoff.count());
+  for (std::uint32_t i = 2; i < next_attempt; ++i) {
+    base *= backoff_multiplier;
+    if (base >= static_cast<double>(max_backoff.count())) {
+      break;
+    }
+  }
+  base = std::min(base, static_cast<double>(max_backoff.count()));
+  double spread = std::clamp(jitter, 0.0, 1.0) * base;
+  double delay = base - spread + 2.0 * spread * std::clamp(unit, 0.0, 1.0);
+  return std::chrono::milliseconds(
+      static_cast<std::int64_t>(std::max(0.0, std::round(delay))));
+}
+
+}  // namespace durin

@@ -1,1 +1,427 @@
-// placeholder
+// durin::runtime: wiring of the node's services, admission of runs, and the
+// blocking convenience calls on top of the actors.
+#include "durin/runtime.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/send.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <future>
+#include <random>
+
+#include "actors/node.hpp"
+#include "actors/run_actor.hpp"
+#include "actors/run_engine.hpp"
+#include "durin/caf.hpp"
+
+namespace durin {
+
+namespace {
+
+constexpr std::size_t input_bytes_max = 1 << 20;
+constexpr std::size_t run_id_bytes_max = 128;
+constexpr std::size_t flow_name_bytes_max = 128;
+constexpr auto cancel_answer_timeout = std::chrono::seconds(30);
+
+status check_run_id(std::string_view run_id) {
+  if (run_id.empty() || run_id.size() > run_id_bytes_max) {
+    return make_error(errc::invalid_argument,
+                      "a run id is 1 to 128 bytes; got " +
+                          std::to_string(run_id.size()));
+  }
+  return {};
+}
+
+}  // namespace
+
+class runtime_impl {
+ public:
+  actors::node services;
+  std::unique_ptr<caf::actor_system_config> own_config;
+  std::unique_ptr<caf::actor_system> own_system;
+  caf::actor_system* system = nullptr;
+  std::atomic<bool> closing{false};
+  std::mutex ids_mutex;
+  std::mt19937_64 ids{std::random_device{}()};
+
+  ~runtime_impl() { close(); }
+
+  void close() {
+    if (closing.exchange(true)) {
+      return;
+    }
+    if (services.timers) {
+      services.timers->stop();
+    }
+    if (services.runs) {
+      services.runs->close();
+    }
+    if (services.executor) {
+      services.executor->stop();
+    }
+    if (services.committer) {
+      services.committer->stop();
+    }
+    services.finished.clear();
+    own_system.reset();
+  }
+
+  // "run_" + 10 characters of milliseconds + 16 of randomness (Crockford
+  // base32), so ids sort by creation time.
+  std::string new_run_id() {
+    static constexpr char digits[] = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+    auto ms = static_cast<std::uint64_t>(services.clock->now_ms());
+    std::uint64_t high;
+    std::uint64_t low;
+    {
+      std::lock_guard<std::mutex> lock(ids_mutex);
+      high = ids();
+      low = ids();
+    }
+    std::string id = "run_";
+    for (int i = 9; i >= 0; --i) {
+      id += digits[(ms >> (i * 5)) & 31];
+    }
+    for (int i = 0; i < 12; ++i) {
+      id += digits[(high >> (i * 5)) & 31];
+    }
+    for (int i = 0; i < 4; ++i) {
+      id += digits[(low >> (i * 5)) & 31];
+    }
+    return id;
+  }
+
+  status recover() {
+    auto active = services.store->active_runs();
+    if (!active) {
+      return active.error();
+    }
+    for (auto& run_id : *active) {
+      auto record = services.store->get_run(run_id);
+      // A run waiting on a timer is activated by the timer; the others
+      // (and any whose record is unreadable, to report it) start now.
+      if (record && *record && (*record)->status == run_status::waiting) {
+        continue;
+      }
+      services.runs->deliver(run_id, actors::activate_atom::value);
+    }
+    return {};
+  }
+
+  result<run_info> get(std::string_view run_id) const {
+    if (auto checked = check_run_id(run_id); !checked) {
+      return checked.error();
+    }
+    auto record = services.store->get_run(run_id);
+    if (!record) {
+      return record.error();
+    }
+    if (!*record) {
+      return make_error(errc::run_not_found,
+                        "no run with id '" + std::string(run_id) + "'");
+    }
+    auto info = actors::describe_run(**record);
+    if (!is_terminal(info.status)) {
+      if (auto reason = services.runs->blocked(info.id)) {
+        info.status = run_status::blocked;
+        info.blocked_reason = *reason;
+      }
+    }
+    return info;
+  }
+};
+
+runtime::runtime(std::unique_ptr<runtime_impl> impl) : impl_(std::move(impl)) {}
+
+runtime::~runtime() = default;
+
+result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
+                                               registry flows) {
+  auto config = std::make_unique<caf::actor_system_config>();
+  if (options.actor_threads > 0) {
+    config->set("scheduler.max-threads", options.actor_threads);
+  }
+  auto system = std::make_unique<caf::actor_system>(*config);
+  auto opened = open(std::move(options), std::move(flows), *system);
+  if (!opened) {
+    return opened.error();
+  }
+  auto& impl = *(*opened)->impl_;
+  impl.own_config = std::move(config);
+  impl.own_system = std::move(system);
+  return opened;
+}
+
+result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
+                                               registry flows,
+                                               caf::actor_system& system) {
+  if (options.data_dir.empty()) {
+    return make_error(errc::invalid_argument, "data_dir must not be empty");
+  }
+  if (options.step_threads == 0 || options.step_threads > 1024) {
+    return make_error(errc::invalid_argument,
+                      "step_threads must be 1 to 1024");
+  }
+  if (options.step_queue_max == 0) {
+    return make_error(errc::invalid_argument,
+                      "step_queue_max must be at least 1");
+  }
+  auto impl = std::make_unique<runtime_impl>();
+  auto& services = impl->services;
+  impl->system = &system;
+  services.clock = options.clock ? options.clock
+                                 : std::make_shared<durin::system_clock>();
+  services.options = options;
+  services.flows = std::move(flows);
+  auto store = persistence::store::open(options.data_dir);
+  if (!store) {
+    return store.error();
+  }
+  services.store = std::move(*store);
+  services.committer = std::make_unique<persistence::committer>(*services.store);
+  services.executor = std::make_unique<actors::step_executor>(
+      options.step_threads, options.step_queue_max);
+  auto* node = &services;
+  services.runs = std::make_unique<actors::directory>(
+      [&system, node](const std::string& run_id) {
+        return actors::spawn_run_actor(system, *node, run_id);
+      });
+  services.timers = std::make_unique<actors::timer_service>(
+      *services.store, *services.clock,
+      [node](const persistence::timer_record& timer) {
+        node->runs->deliver(timer.run_id, actors::timer_atom::value, timer);
+      });
+  if (auto recovered = impl->recover(); !recovered) {
+    return recovered.error();
+  }
+  services.timers->start();
+  return std::unique_ptr<runtime>(new runtime(std::move(impl)));
+}
+
+void runtime::start_async(std::string_view flow, json input,
+                          const start_options& options,
+                          std::function<void(result<run_info>)> done) {
+  (void)options;
+  auto& services = impl_->services;
+  if (impl_->closing) {
+    done(make_error(errc::shutting_down, "the runtime is closing"));
+    return;
+  }
+  if (flow.empty() || flow.size() > flow_name_bytes_max) {
+    done(make_error(errc::invalid_argument,
+                    "a flow name is 1 to 128 bytes; got " +
+                        std::to_string(flow.size())));
+    return;
+  }
+  const auto* entry = services.flows.find_flow(flow);
+  if (entry == nullptr) {
+    done(make_error(errc::flow_not_found,
+                    "no flow registered under '" + std::string(flow) + "'"));
+    return;
+  }
+  try {
+    entry->check_input(input);
+  } catch (const json::exception& e) {
+    done(make_error(errc::invalid_input, "input for flow '" +
+                                             std::string(flow) +
+                                             "' does not convert: " + e.what()));
+    return;
+  }
+  persistence::run_record record;
+  record.id = impl_->new_run_id();
+  record.flow = std::string(flow);
+  record.status = run_status::pending;
+  record.input = actors::encode_payload(input);
+  if (record.input.size() > input_bytes_max) {
+    done(make_error(errc::invalid_argument,
+                    "input is " + std::to_string(record.input.size()) +
+                        " bytes encoded; the limit is " +
+                        std::to_string(input_bytes_max)));
+    return;
+  }
+  record.created_at_ms = services.clock->now_ms();
+  auto batch = services.store->batch();
+  batch.put_run(record);
+  batch.put_active(record.id);
+  auto info = actors::describe_run(record);
+  info.input = std::move(input);
+  auto* node = &services;
+  services.committer->submit(
+      std::move(batch),
+      [node, record = std::move(record), info = std::move(info),
+       done = std::move(done)](const status& outcome) mutable {
+        if (!outcome) {
+          done(make_error(errc::storage_error,
+                          "the admission of run " + record.id +
+                              " may or may not be durable: " +
+                              outcome.error().message));
+          return;
+        }
+        node->runs->activate_fresh(std::move(record));
+        done(std::move(info));
+      });
+}
+
+result<run_info> runtime::start(std::string_view flow, json input,
+                                const start_options& options) {
+  std::promise<result<run_info>> answer;
+  auto future = answer.get_future();
+  start_async(flow, std::move(input), options,
+              [&answer](result<run_info> outcome) {
+                answer.set_value(std::move(outcome));
+              });
+  return future.get();
+}
+
+result<run_info> runtime::get(std::string_view run_id) const {
+  return impl_->get(run_id);
+}
+
+result<run_info> runtime::wait(std::string_view run_id,
+                               std::chrono::milliseconds timeout) const {
+  struct waiter {
+    std::mutex mutex;
+    std::condition_variable done;
+    std::optional<run_info> info;
+  };
+  auto state = std::make_shared<waiter>();
+  std::string id(run_id);
+  auto& listeners = impl_->services.finished;
+  auto token = listeners.add(id, [state](const run_info& info) {
+    std::lock_guard<std::mutex> lock(state->mutex);
+    state->info = info;
+    state->done.notify_all();
+  });
+  auto now = get(run_id);
+  if (!now || is_terminal(now->status)) {
+    listeners.remove(id, token);
+    return now;
+  }
+  std::unique_lock<std::mutex> lock(state->mutex);
+  bool ended = state->done.wait_for(lock, timeout,
+                                    [&] { return state->info.has_value(); });
+  lock.unlock();
+  listeners.remove(id, token);
+  if (ended) {
+    return *state->info;
+  }
+  return make_error(errc::timeout, "run " + id + " did not end within " +
+                                       std::to_string(timeout.count()) +
+                                       " ms; it goes on");
+}
+
+result<run_page> runtime::list(const run_filter& filter) const {
+  if (filter.limit == 0 || filter.limit > 1000) {
+    return make_error(errc::invalid_argument,
+                      "limit must be 1 to 1000; got " +
+                          std::to_string(filter.limit));
+  }
+  if (filter.cursor.size() > run_id_bytes_max) {
+    return make_error(errc::invalid_argument, "cursor is not valid");
+  }
+  std::optional<run_status> stored_status = filter.status;
+  if (stored_status == run_status::blocked) {
+    stored_status.reset();  // not stored: filtered below
+  }
+  auto scan = impl_->services.store->scan_runs(filter.cursor, stored_status,
+                                               filter.flow, filter.limit);
+  if (!scan) {
+    return scan.error();
+  }
+  run_page page;
+  for (auto& record : scan->runs) {
+    auto info = actors::describe_run(record);
+    if (!is_terminal(info.status)) {
+      if (auto reason = impl_->services.runs->blocked(info.id)) {
+        info.status = run_status::blocked;
+        info.blocked_reason = *reason;
+      }
+    }
+    if (filter.status == run_status::blocked &&
+        info.status != run_status::blocked) {
+      continue;
+    }
+    page.runs.push_back(std::move(info));
+  }
+  page.next_cursor = scan->next_before_id;
+  return page;
+}
+
+result<std::vector<history_event>> runtime::history(
+    std::string_view run_id) const {
+  auto info = get(run_id);
+  if (!info) {
+    return info.error();
+  }
+  auto events = impl_->services.store->load_history(run_id);
+  if (!events) {
+    return events.error();
+  }
+  std::vector<history_event> out;
+  out.reserve(events->size());
+  std::string id(run_id);
+  for (std::size_t i = 0; i < events->size(); ++i) {
+    out.push_back(actors::describe_event(id, i + 1, (*events)[i]));
+  }
+  return out;
+}
+
+result<run_info> runtime::cancel(std::string_view run_id, std::string reason) {
+  auto now = get(run_id);
+  if (!now) {
+    return now.error();
+  }
+  if (is_terminal(now->status)) {
+    return make_error(errc::run_finished,
+                      "run " + now->id + " has already ended as " +
+                          std::string(to_string(now->status)));
+  }
+  auto answer = std::make_shared<std::promise<result<run_info>>>();
+  auto future = answer->get_future();
+  actors::cancel_request request{
+      std::move(reason),
+      [answer](result<run_info> outcome) {
+        answer->set_value(std::move(outcome));
+      }};
+  if (!impl_->services.runs->deliver(now->id, actors::cancel_atom::value,
+                                     std::move(request))) {
+    return make_error(errc::shutting_down, "the runtime is closing");
+  }
+  if (future.wait_for(cancel_answer_timeout) != std::future_status::ready) {
+    return make_error(errc::timeout,
+                      "the cancel of run " + now->id +
+                          " was not confirmed in time; it may still apply");
+  }
+  return future.get();
+}
+
+void runtime::notify_on_finish(std::string_view run_id,
+                               const caf::actor& listener) {
+  auto sent = std::make_shared<std::atomic<bool>>(false);
+  auto send_once = [sent, listener](const run_info& info) {
+    if (!sent->exchange(true)) {
+      caf::anon_send(listener, run_finished_atom::value, info);
+    }
+  };
+  std::string id(run_id);
+  auto token = impl_->services.finished.add(id, send_once);
+  auto now = get(run_id);
+  if (now && is_terminal(now->status)) {
+    impl_->services.finished.remove(id, token);
+    send_once(*now);
+  }
+}
+
+std::size_t runtime::active_run_actors() const {
+  return impl_->services.runs->active();
+}
+
+caf::actor_system& runtime::system() { return *impl_->system; }
+
+std::int64_t runtime::now_ms() const {
+  return impl_->services.clock->now_ms();
+}
+
+}  // namespace durin

@@ -1,1 +1,122 @@
-// placeholder
+#include "actors/step_executor.hpp"
+
+#include <chrono>
+#include <stdexcept>
+
+namespace durin {
+
+namespace {
+thread_local const step_info* current_step = nullptr;
+}  // namespace
+
+const step_info& step_metadata() {
+  if (current_step == nullptr) {
+    throw std::logic_error(
+        "durin::step_metadata() called outside of a step body");
+  }
+  return *current_step;
+}
+
+}  // namespace durin
+
+namespace durin::actors {
+
+namespace {
+
+std::int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Runs one attempt and classifies how it ended. Never throws.
+step_outcome run_body(step_task& task) {
+  step_outcome outcome;
+  task.info.started_at_ms = wall_ms();
+  current_step = &task.info;
+  try {
+    outcome.value = task.body();
+  } catch (const fatal_error& e) {
+    outcome.result = step_outcome::kind::fatal;
+    outcome.message = e.what();
+  } catch (const retryable_error& e) {
+    outcome.result = step_outcome::kind::retryable;
+    outcome.message = e.what();
+    outcome.retry_after_ms = e.retry_after().count();
+  } catch (const json::exception& e) {
+    // Arguments or a result that do not convert will not convert next time.
+    outcome.result = step_outcome::kind::fatal;
+    outcome.message = std::string("JSON conversion failed: ") + e.what();
+  } catch (const std::exception& e) {
+    outcome.result = step_outcome::kind::retryable;
+    outcome.message = e.what();
+  } catch (...) {
+    outcome.result = step_outcome::kind::retryable;
+    outcome.message = "the step threw a non-standard exception";
+  }
+  current_step = nullptr;
+  return outcome;
+}
+
+}  // namespace
+
+step_executor::step_executor(std::size_t threads, std::size_t queue_max)
+    : queue_max_(queue_max) {
+  threads_.reserve(threads);
+  for (std::size_t i = 0; i < std::max<std::size_t>(threads, 1); ++i) {
+    threads_.emplace_back([this] { work(); });
+  }
+}
+
+step_executor::~step_executor() { stop(); }
+
+bool step_executor::submit(step_task task) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_ || queue_.size() >= queue_max_) {
+      return false;
+    }
+    queue_.push_back(std::move(task));
+  }
+  wake_.notify_one();
+  return true;
+}
+
+void step_executor::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_ && threads_.empty()) {
+      return;
+    }
+    stopping_ = true;
+    queue_.clear();
+  }
+  wake_.notify_all();
+  for (auto& thread : threads_) {
+    if (thread.joinable()) {
+      thread.join();
+    }
+  }
+  threads_.clear();
+}
+
+void step_executor::work() {
+  for (;;) {
+    step_task task;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (stopping_) {
+        return;
+      }
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    auto outcome = run_body(task);
+    if (task.done) {
+      task.done(std::move(outcome));
+    }
+  }
+}
+
+}  // namespace durin::actors

@@ -47,7 +47,7 @@ template <class T>
 class [[nodiscard]] result {
  public:
   result(T value) : data_(std::in_place_index<0>, std::move(value)) {}
-  result(error err) : data_(std::in_place_index<1>, std::move(err)) {}
+  result(durin::error err) : data_(std::in_place_index<1>, std::move(err)) {}
 
   bool ok() const noexcept { return data_.index() == 0; }
   explicit operator bool() const noexcept { return ok(); }
@@ -84,7 +84,7 @@ template <>
 class [[nodiscard]] result<void> {
  public:
   result() = default;
-  result(error err) : error_(std::move(err)), failed_(true) {}
+  result(durin::error err) : error_(std::move(err)), failed_(true) {}
 
   bool ok() const noexcept { return !failed_; }
   explicit operator bool() const noexcept { return ok(); }

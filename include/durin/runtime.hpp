@@ -100,6 +100,9 @@ class runtime {
   // when the run ends, or at once if it has. See durin/caf.hpp.
   void notify_on_finish(std::string_view run_id, const caf::actor& listener);
 
+  // Run actors alive now (runs passivated on a far timer have none).
+  std::size_t active_run_actors() const;
+
   caf::actor_system& system();
   std::int64_t now_ms() const;
 

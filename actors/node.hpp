@@ -1,0 +1,57 @@
+// The services of one durin node, shared by its run actors. Owned by the
+// runtime; every member outlives every run actor (the runtime closes the
+// directory, which waits for all run actors, before tearing down the rest).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "actors/directory.hpp"
+#include "actors/step_executor.hpp"
+#include "actors/timer_service.hpp"
+#include "durin/clock.hpp"
+#include "durin/registry.hpp"
+#include "durin/runtime.hpp"
+#include "persistence/committer.hpp"
+#include "persistence/store.hpp"
+
+namespace durin::actors {
+
+// Who is waiting for which run to end. A run actor calls notify() once the
+// run's end is durable.
+class finish_listeners {
+ public:
+  using listener = std::function<void(const run_info&)>;
+
+  std::uint64_t add(const std::string& run_id, listener fn);
+  void remove(const std::string& run_id, std::uint64_t token);
+  void notify(const run_info& info);
+  // Tells every listener the node is closing (an info with no status change
+  // is not sent: listeners get nothing more and their waits time out).
+  void clear();
+
+ private:
+  std::mutex mutex_;
+  std::uint64_t next_token_ = 1;
+  std::unordered_map<std::string,
+                     std::vector<std::pair<std::uint64_t, listener>>>
+      listeners_;
+};
+
+struct node {
+  runtime_options options;
+  registry flows;
+  std::shared_ptr<durin::clock> clock;
+  std::unique_ptr<persistence::store> store;
+  std::unique_ptr<persistence::committer> committer;
+  std::unique_ptr<step_executor> executor;
+  std::unique_ptr<timer_service> timers;
+  std::unique_ptr<directory> runs;
+  finish_listeners finished;
+};
+
+}  // namespace durin::actors

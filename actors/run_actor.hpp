@@ -1,0 +1,37 @@
+// The run actor owns one active run: its engine (and so the flow coroutine).
+// It activates from storage on its first message, replays, and then turns the
+// engine's requests into effects: writes through the committer, steps on the
+// executor, timers in the timer service. It answers nobody before the write
+// an answer depends on is durable, and passivates when idle on a far timer.
+//
+// Protocol (all one-way; replies travel in the messages' callbacks):
+#pragma once
+
+#include <caf/typed_actor.hpp>
+
+#include "actors/messages.hpp"
+#include "actors/node.hpp"
+
+namespace durin::actors {
+
+using run_actor = caf::typed_actor<
+    // Loads the run and its history from storage and replays it.
+    caf::reacts_to<activate_atom>,
+    // Starts a run admitted just now (no storage read).
+    caf::reacts_to<activate_atom, fresh_run>,
+    // The write handed to the committer last is durable (or failed).
+    caf::reacts_to<committed_atom, status>,
+    // A step attempt ended.
+    caf::reacts_to<step_done_atom, step_report>,
+    // A durable timer fired.
+    caf::reacts_to<timer_atom, persistence::timer_record>,
+    // Cancels the run.
+    caf::reacts_to<cancel_atom, cancel_request>,
+    // Discards the engine and activates again (after a failed write).
+    caf::reacts_to<reload_atom>>;
+
+// Spawns the actor of `run_id` on `system`. `services` must outlive it.
+caf::actor spawn_run_actor(caf::actor_system& system, node& services,
+                           const std::string& run_id);
+
+}  // namespace durin::actors

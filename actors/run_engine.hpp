@@ -1,0 +1,214 @@
+// The run engine drives one run's flow coroutine against its history. It is
+// plain state with no I/O and no actor: the run actor feeds it inputs (commit
+// outcomes, step outcomes, timers, cancel) and carries out what it asks for in
+// `engine_output` (one durable write at a time, steps to dispatch, timers to
+// hand to the timer service). That keeps every rule testable on its own.
+//
+// Replay: the flow's N-th durable call consumes the events recorded for call
+// N. A call whose kind or name differs from the record, or a flow that ends
+// before the recorded calls do, blocks the run: the engine writes nothing more
+// and reports why; the run continues when code that matches runs it again.
+//
+// Durability: a call's outcome reaches the flow only after the events that
+// record it are durable. Values (now, random, side effects) are staged and go
+// to disk with the next write, which always precedes any effect depending on
+// them (a step is dispatched only once everything before it is durable).
+//
+// Invariants: at most one write in flight; at most one outcome recorded per
+// call and attempt; nothing is staged or written once the run is finished,
+// cancelled or blocked (cancellation itself excepted).
+#pragma once
+
+#include <chrono>
+#include <coroutine>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "actors/step_executor.hpp"
+#include "durin/clock.hpp"
+#include "durin/error.hpp"
+#include "durin/flow.hpp"
+#include "durin/registry.hpp"
+#include "durin/run.hpp"
+#include "persistence/records.hpp"
+
+namespace durin::actors {
+
+// One durable write the engine asks for.
+struct commit_plan {
+  std::vector<std::pair<std::uint64_t, persistence::event_record>> events;
+  std::optional<persistence::run_record> run;
+  std::vector<persistence::timer_record> timer_puts;
+  std::vector<persistence::timer_record> timer_deletes;
+  bool delete_active = false;
+
+  bool empty() const {
+    return events.empty() && !run && timer_puts.empty() &&
+           timer_deletes.empty() && !delete_active;
+  }
+};
+
+// A step attempt to run on the executor.
+struct step_dispatch {
+  std::uint64_t call = 0;
+  step_info info;
+  std::function<json()> body;
+};
+
+// What the run actor must do after an engine call.
+struct engine_output {
+  std::optional<commit_plan> commit;           // submit; report on_committed
+  std::vector<step_dispatch> dispatches;       // run; report on_step_outcome
+  std::vector<persistence::timer_record> timers;  // durable: schedule them
+  std::vector<std::function<void()>> replies;  // answers to send now
+  bool finished = false;                       // the run ended, durably
+};
+
+struct engine_environment {
+  const registry* flows = nullptr;
+  durin::clock* clock = nullptr;
+  std::chrono::milliseconds passivate_after{2000};
+};
+
+class run_engine final : public detail::driver {
+ public:
+  // REQUIRES: `history` is the run's complete history, in order.
+  run_engine(engine_environment env, persistence::run_record record,
+             std::vector<persistence::event_record> history);
+  ~run_engine() override;
+
+  run_engine(const run_engine&) = delete;
+  run_engine& operator=(const run_engine&) = delete;
+
+  // Replays the flow from its history, then goes on live.
+  void start();
+
+  // The write asked for last is durable (or failed: indefinite).
+  void on_committed(const status& outcome);
+
+  // A step attempt ended. Ignored unless the run still waits on exactly this
+  // attempt (late and duplicate reports change nothing).
+  void on_step_outcome(std::uint64_t call, const std::string& attempt_id,
+                       step_outcome outcome);
+
+  // A timer fired. Ignored unless the run waits on it.
+  void on_timer(const persistence::timer_record& timer);
+
+  // Ends the run as cancelled; `reply` gets the final state once durable,
+  // or run-finished when the run had ended already.
+  void cancel(std::string reason,
+              std::function<void(result<run_info>)> reply);
+
+  engine_output take_output();
+
+  run_info info() const;
+  bool finished() const { return finished_; }
+  bool blocked() const { return !blocked_reason_.empty(); }
+  const std::string& blocked_reason() const { return blocked_reason_; }
+  // True when a write failed: the actor must reload the run from storage.
+  bool storage_failed() const { return storage_failed_; }
+  // True while idle on a timer due later than the passivation threshold.
+  bool can_passivate() const;
+  // The durable timer the run waits on, if any.
+  std::optional<persistence::timer_record> waiting_timer() const;
+
+  // detail::driver, called by the flow's awaitables.
+  bool begin_step(detail::step_call call,
+                  detail::call_outcome* out) override;
+  bool begin_sleep(std::int64_t duration_ms, std::int64_t absolute_ms,
+                   detail::call_outcome* out) override;
+  void park(std::coroutine_handle<> handle) override;
+  json record_value(detail::value_kind kind, std::string_view name,
+                    const std::function<json()>& produce) override;
+  const std::string& run_id() const override { return record_.id; }
+
+ private:
+  enum class call_kind : std::uint8_t { none, step, sleep, value };
+
+  struct pending_call {
+    call_kind kind = call_kind::none;
+    std::uint64_t call = 0;
+    detail::call_outcome* out = nullptr;
+    // step
+    std::string name;
+    retry_policy retry;
+    std::function<json()> body;
+    std::uint32_t attempt = 0;
+    std::string attempt_id;
+    bool dispatched = false;
+    bool waiting_retry = false;
+    // sleep, or the retry timer of a step
+    std::int64_t due_ms = 0;
+  };
+
+  // Recorded events of one call, for replay.
+  struct recorded_call {
+    std::vector<const persistence::event_record*> events;
+    std::uint64_t first_sequence = 0;
+  };
+
+  std::int64_t now() const { return env_.clock->now_ms(); }
+  const recorded_call* recorded(std::uint64_t call) const;
+  bool check_replay(std::uint64_t call, call_kind kind,
+                    std::string_view name);
+  void block(std::string reason);
+  bool stopped() const { return finished_ || cancelled_ || blocked(); }
+
+  void stage(persistence::event_record event);
+  void stage_status(run_status status);
+  void flush_then(std::function<void()> continuation);
+  void emit_commit();
+
+  void dispatch_step();
+  void dispatch_when_durable();
+  void resume_parked();
+  void after_resume();
+  void complete();
+  void finish();
+
+  engine_environment env_;
+  persistence::run_record record_;
+  std::vector<persistence::event_record> history_;
+  std::vector<recorded_call> calls_;  // index: call number
+  std::uint64_t recorded_calls_max_ = 0;
+  bool has_run_started_ = false;
+
+  std::optional<context> context_;
+  std::optional<durin::flow<json>> flow_;
+  std::coroutine_handle<> parked_;
+  pending_call pending_;
+  std::uint64_t next_call_ = 1;
+  std::uint64_t next_sequence_ = 1;
+
+  commit_plan staged_;
+  bool run_dirty_ = false;
+  std::vector<std::function<void()>> staged_after_;
+  std::vector<std::function<void()>> in_flight_after_;
+  bool in_flight_ = false;
+
+  engine_output output_;
+  std::string blocked_reason_;
+  bool finished_ = false;
+  bool cancelled_ = false;
+  bool storage_failed_ = false;
+  std::mt19937_64 random_;
+};
+
+// The user-facing form of a recorded event (history API, CLI).
+history_event describe_event(const std::string& run_id, std::uint64_t sequence,
+                             const persistence::event_record& event);
+
+// The user-facing form of a run record.
+run_info describe_run(const persistence::run_record& record);
+
+// MessagePack helpers. decode_payload returns null for empty bytes and
+// throws json::exception for bytes that are not MessagePack.
+std::string encode_payload(const json& value);
+json decode_payload(const std::string& bytes);
+
+}  // namespace durin::actors

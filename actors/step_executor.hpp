@@ -1,0 +1,61 @@
+// The step executor runs step bodies, blocking user code, on a fixed pool of
+// threads so that no actor thread ever waits on a step. Each task runs once
+// per submission; retries are the run engine's decision, not the executor's.
+// The outcome goes back through the task's `done` callback, on the worker
+// thread (it sends a message to the run actor; it must not block).
+//
+// Thread-safety: submit() may be called from any thread. stop() finishes the
+// tasks already running, drops the queued ones (they have no durable outcome,
+// so they run again after the next activation) and joins the threads.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "durin/json.hpp"
+#include "durin/step.hpp"
+
+namespace durin::actors {
+
+// How one attempt ended.
+struct step_outcome {
+  enum class kind : std::uint8_t { succeeded, retryable, fatal };
+  kind result = kind::succeeded;
+  json value;                        // when succeeded
+  std::string message;               // when failed
+  std::int64_t retry_after_ms = -1;  // retryable: the body's own delay, or -1
+};
+
+struct step_task {
+  step_info info;
+  std::function<json()> body;
+  std::function<void(step_outcome)> done;
+};
+
+class step_executor {
+ public:
+  step_executor(std::size_t threads, std::size_t queue_max);
+  ~step_executor();  // stop()
+
+  // False when the queue is full or the executor stopped; `task` is dropped.
+  bool submit(step_task task);
+  void stop();
+
+ private:
+  void work();
+
+  std::size_t queue_max_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<step_task> queue_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace durin::actors

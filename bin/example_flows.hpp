@@ -1,0 +1,17 @@
+// The example flows every durin node registers: they show new users the
+// model, and end-to-end tests rely on their exact behaviour.
+//
+// | flow               | input          | output                          |
+// | acme.review-order  | {"orderId"}    | {"orderId","decision","score"}  |
+// | acme.sleep         | {"ms"}         | {"sleptMs"}                     |
+// | acme.flaky         | {"failures"}   | {"attempts","stepId"}           |
+#pragma once
+
+#include "durin/registry.hpp"
+
+namespace durin::examples {
+
+// Adds the example flows and their steps to `flows`.
+void register_examples(registry& flows);
+
+}  // namespace durin::examples
