@@ -77,8 +77,7 @@ void directory::clear_blocked(const std::string& run_id) {
   blocked_.erase(run_id);
 }
 
-std::optional<std::string> directory::blocked(
-    const std::string& run_id) const {
+std::optional<std::string> directory::blocked(const std::string& run_id) const {
   std::lock_guard<std::mutex> lock(blocked_mutex_);
   auto it = blocked_.find(run_id);
   if (it == blocked_.end()) {

@@ -15,7 +15,8 @@ void finish_listeners::remove(const std::string& run_id, std::uint64_t token) {
   if (it == listeners_.end()) {
     return;
   }
-  std::erase_if(it->second, [token](auto& entry) { return entry.first == token; });
+  std::erase_if(it->second,
+                [token](auto& entry) { return entry.first == token; });
   if (it->second.empty()) {
     listeners_.erase(it);
   }

@@ -74,9 +74,9 @@ void dispatch_step(self_pointer self, step_dispatch dispatch) {
   auto attempt_id = dispatch.info.attempt_id;
   step_task task{std::move(dispatch.info), std::move(dispatch.body),
                  [handle, call, attempt_id](step_outcome outcome) {
-                   caf::anon_send(handle, step_done_atom::value,
-                                  step_report{call, attempt_id,
-                                              std::move(outcome)});
+                   caf::anon_send(
+                       handle, step_done_atom::value,
+                       step_report{call, attempt_id, std::move(outcome)});
                  }};
   if (!st.services->executor->submit(std::move(task))) {
     step_outcome overloaded;
@@ -169,8 +169,8 @@ void activate(self_pointer self, std::optional<persistence::run_record> fresh) {
   }
   engine_environment env{&st.services->flows, st.services->clock.get(),
                          st.services->options.passivate_after};
-  st.engine = std::make_unique<run_engine>(env, std::move(record),
-                                           std::move(history));
+  st.engine =
+      std::make_unique<run_engine>(env, std::move(record), std::move(history));
   st.engine->start();
   // A timer that fired while no engine listened would be lost otherwise;
   // firing twice is harmless.
@@ -180,8 +180,7 @@ void activate(self_pointer self, std::optional<persistence::run_record> fresh) {
   drain(self);
 }
 
-run_actor::behavior_type run_actor_behavior(self_pointer self,
-                                            node* services,
+run_actor::behavior_type run_actor_behavior(self_pointer self, node* services,
                                             std::string run_id) {
   self->state.services = services;
   self->state.run_id = std::move(run_id);
@@ -213,10 +212,10 @@ run_actor::behavior_type run_actor_behavior(self_pointer self,
         if (self->state.engine) {
           self->state.engine->cancel(request.reason, request.reply);
         } else {
-          request.reply(make_error(
-              errc::storage_error,
-              "run " + self->state.run_id +
-                  " cannot be loaded right now; retry the cancel"));
+          request.reply(
+              make_error(errc::storage_error,
+                         "run " + self->state.run_id +
+                             " cannot be loaded right now; retry the cancel"));
         }
         drain(self);
       },

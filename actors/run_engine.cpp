@@ -279,14 +279,14 @@ bool run_engine::begin_step(detail::step_call call, detail::call_outcome* out) {
     const auto* entry = env_.flows->find_step(pending_.name);
     if (entry == nullptr) {
       // Deterministic: the same code calls the same unknown name again.
-      event_record failed{.kind = event_kind::step_failed,
-                          .call = number,
-                          .at_ms = now(),
-                          .name = pending_.name,
-                          .attempt = 0,
-                          .error_code = "step-not-found",
-                          .error_message = "no step registered under '" +
-                                           pending_.name + "'"};
+      event_record failed{
+          .kind = event_kind::step_failed,
+          .call = number,
+          .at_ms = now(),
+          .name = pending_.name,
+          .attempt = 0,
+          .error_code = "step-not-found",
+          .error_message = "no step registered under '" + pending_.name + "'"};
       out->failed = true;
       out->error_code = failed.error_code;
       out->error_message = failed.error_message;
@@ -308,8 +308,7 @@ bool run_engine::begin_step(detail::step_call call, detail::call_outcome* out) {
   return false;
 }
 
-bool run_engine::begin_sleep(std::int64_t duration_ms,
-                             std::int64_t absolute_ms,
+bool run_engine::begin_sleep(std::int64_t duration_ms, std::int64_t absolute_ms,
                              detail::call_outcome* out) {
   auto number = next_call_++;
   if (stopped() || !check_replay(number, call_kind::sleep, "")) {
@@ -330,8 +329,9 @@ bool run_engine::begin_sleep(std::int64_t duration_ms,
     stage_status(run_status::waiting);
     return false;
   }
-  pending_.due_ms =
-      absolute_ms >= 0 ? absolute_ms : now() + std::max<std::int64_t>(0, duration_ms);
+  pending_.due_ms = absolute_ms >= 0
+                        ? absolute_ms
+                        : now() + std::max<std::int64_t>(0, duration_ms);
   timer_record timer{.due_ms = pending_.due_ms,
                      .run_id = record_.id,
                      .call = number,
@@ -346,7 +346,9 @@ bool run_engine::begin_sleep(std::int64_t duration_ms,
   return false;
 }
 
-void run_engine::park(std::coroutine_handle<> handle) { parked_ = handle; }
+void run_engine::park(std::coroutine_handle<> handle) {
+  parked_ = handle;
+}
 
 json run_engine::record_value(detail::value_kind kind, std::string_view name,
                               const std::function<json()>& produce) {
@@ -431,17 +433,19 @@ void run_engine::on_step_outcome(std::uint64_t call,
     event.error_message = outcome.message;
     out->failed = true;
     out->error_code = event.error_code;
-    out->error_message = "step '" + pending_.name + "' failed after " +
-                         std::to_string(pending_.attempt) +
-                         (pending_.attempt == 1 ? " attempt: " : " attempts: ") +
-                         outcome.message;
+    out->error_message =
+        "step '" + pending_.name + "' failed after " +
+        std::to_string(pending_.attempt) +
+        (pending_.attempt == 1 ? " attempt: " : " attempts: ") +
+        outcome.message;
     out->attempts = pending_.attempt;
   } else {
     std::uniform_real_distribution<double> unit(0.0, 1.0);
-    auto delay = outcome.retry_after_ms >= 0
-                     ? outcome.retry_after_ms
-                     : pending_.retry.backoff(pending_.attempt + 1, unit(random_))
-                           .count();
+    auto delay =
+        outcome.retry_after_ms >= 0
+            ? outcome.retry_after_ms
+            : pending_.retry.backoff(pending_.attempt + 1, unit(random_))
+                  .count();
     event.kind = event_kind::step_attempt_failed;
     event.error_code = "attempt-failed";
     event.error_message = outcome.message;
@@ -568,12 +572,12 @@ void run_engine::cancel(std::string reason,
   if ((pending_.kind == call_kind::sleep ||
        (pending_.kind == call_kind::step && pending_.waiting_retry)) &&
       pending_.due_ms > 0) {
-    staged_.timer_deletes.push_back(
-        {.due_ms = pending_.due_ms,
-         .run_id = record_.id,
-         .call = pending_.call,
-         .kind = pending_.kind == call_kind::sleep ? timer_kind::sleep
-                                                   : timer_kind::step_retry});
+    staged_.timer_deletes.push_back({.due_ms = pending_.due_ms,
+                                     .run_id = record_.id,
+                                     .call = pending_.call,
+                                     .kind = pending_.kind == call_kind::sleep
+                                                 ? timer_kind::sleep
+                                                 : timer_kind::step_retry});
   }
   pending_ = pending_call{};
   auto at = now();
@@ -671,8 +675,7 @@ bool run_engine::can_passivate() const {
   }
   bool on_timer = pending_.kind == call_kind::sleep ||
                   (pending_.kind == call_kind::step && pending_.waiting_retry);
-  return on_timer &&
-         pending_.due_ms - now() > env_.passivate_after.count();
+  return on_timer && pending_.due_ms - now() > env_.passivate_after.count();
 }
 
 std::optional<timer_record> run_engine::waiting_timer() const {
@@ -742,8 +745,7 @@ history_event describe_event(const std::string& run_id, std::uint64_t sequence,
   }
   if (!event.data.empty()) {
     try {
-      out.detail[event.kind == event_kind::run_completed ? "output"
-                                                         : "value"] =
+      out.detail[event.kind == event_kind::run_completed ? "output" : "value"] =
           decode_payload(event.data);
     } catch (const json::exception&) {
       out.detail["value"] = "<undecodable>";

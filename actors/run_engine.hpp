@@ -62,11 +62,11 @@ struct step_dispatch {
 
 // What the run actor must do after an engine call.
 struct engine_output {
-  std::optional<commit_plan> commit;           // submit; report on_committed
-  std::vector<step_dispatch> dispatches;       // run; report on_step_outcome
+  std::optional<commit_plan> commit;              // submit; report on_committed
+  std::vector<step_dispatch> dispatches;          // run; report on_step_outcome
   std::vector<persistence::timer_record> timers;  // durable: schedule them
-  std::vector<std::function<void()>> replies;  // answers to send now
-  bool finished = false;                       // the run ended, durably
+  std::vector<std::function<void()>> replies;     // answers to send now
+  bool finished = false;                          // the run ended, durably
 };
 
 struct engine_environment {
@@ -101,8 +101,7 @@ class run_engine final : public detail::driver {
 
   // Ends the run as cancelled; `reply` gets the final state once durable,
   // or run-finished when the run had ended already.
-  void cancel(std::string reason,
-              std::function<void(result<run_info>)> reply);
+  void cancel(std::string reason, std::function<void(result<run_info>)> reply);
 
   engine_output take_output();
 
@@ -118,8 +117,7 @@ class run_engine final : public detail::driver {
   std::optional<persistence::timer_record> waiting_timer() const;
 
   // detail::driver, called by the flow's awaitables.
-  bool begin_step(detail::step_call call,
-                  detail::call_outcome* out) override;
+  bool begin_step(detail::step_call call, detail::call_outcome* out) override;
   bool begin_sleep(std::int64_t duration_ms, std::int64_t absolute_ms,
                    detail::call_outcome* out) override;
   void park(std::coroutine_handle<> handle) override;
@@ -154,8 +152,7 @@ class run_engine final : public detail::driver {
 
   std::int64_t now() const { return env_.clock->now_ms(); }
   const recorded_call* recorded(std::uint64_t call) const;
-  bool check_replay(std::uint64_t call, call_kind kind,
-                    std::string_view name);
+  bool check_replay(std::uint64_t call, call_kind kind, std::string_view name);
   void block(std::string reason);
   bool stopped() const { return finished_ || cancelled_ || blocked(); }
 

@@ -29,10 +29,10 @@ std::string_view to_string(run_status status) noexcept {
 }
 
 std::optional<run_status> parse_run_status(std::string_view text) noexcept {
-  for (auto status : {run_status::pending, run_status::running,
-                      run_status::waiting, run_status::completed,
-                      run_status::failed, run_status::cancelled,
-                      run_status::blocked}) {
+  for (auto status :
+       {run_status::pending, run_status::running, run_status::waiting,
+        run_status::completed, run_status::failed, run_status::cancelled,
+        run_status::blocked}) {
     if (to_string(status) == text) {
       return status;
     }

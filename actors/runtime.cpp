@@ -27,9 +27,9 @@ constexpr auto cancel_answer_timeout = std::chrono::seconds(30);
 
 status check_run_id(std::string_view run_id) {
   if (run_id.empty() || run_id.size() > run_id_bytes_max) {
-    return make_error(errc::invalid_argument,
-                      "a run id is 1 to 128 bytes; got " +
-                          std::to_string(run_id.size()));
+    return make_error(
+        errc::invalid_argument,
+        "a run id is 1 to 128 bytes; got " + std::to_string(run_id.size()));
   }
   return {};
 }
@@ -161,8 +161,7 @@ result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
     return make_error(errc::invalid_argument, "data_dir must not be empty");
   }
   if (options.step_threads == 0 || options.step_threads > 1024) {
-    return make_error(errc::invalid_argument,
-                      "step_threads must be 1 to 1024");
+    return make_error(errc::invalid_argument, "step_threads must be 1 to 1024");
   }
   if (options.step_queue_max == 0) {
     return make_error(errc::invalid_argument,
@@ -171,8 +170,8 @@ result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
   auto impl = std::make_unique<runtime_impl>();
   auto& services = impl->services;
   impl->system = &system;
-  services.clock = options.clock ? options.clock
-                                 : std::make_shared<durin::system_clock>();
+  services.clock =
+      options.clock ? options.clock : std::make_shared<durin::system_clock>();
   services.options = options;
   services.flows = std::move(flows);
   auto store = persistence::store::open(options.data_dir);
@@ -180,7 +179,8 @@ result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
     return store.error();
   }
   services.store = std::move(*store);
-  services.committer = std::make_unique<persistence::committer>(*services.store);
+  services.committer =
+      std::make_unique<persistence::committer>(*services.store);
   services.executor = std::make_unique<actors::step_executor>(
       options.step_threads, options.step_queue_max);
   auto* node = &services;
@@ -210,9 +210,9 @@ void runtime::start_async(std::string_view flow, json input,
     return;
   }
   if (flow.empty() || flow.size() > flow_name_bytes_max) {
-    done(make_error(errc::invalid_argument,
-                    "a flow name is 1 to 128 bytes; got " +
-                        std::to_string(flow.size())));
+    done(make_error(
+        errc::invalid_argument,
+        "a flow name is 1 to 128 bytes; got " + std::to_string(flow.size())));
     return;
   }
   const auto* entry = services.flows.find_flow(flow);
@@ -224,9 +224,9 @@ void runtime::start_async(std::string_view flow, json input,
   try {
     entry->check_input(input);
   } catch (const json::exception& e) {
-    done(make_error(errc::invalid_input, "input for flow '" +
-                                             std::string(flow) +
-                                             "' does not convert: " + e.what()));
+    done(
+        make_error(errc::invalid_input, "input for flow '" + std::string(flow) +
+                                            "' does not convert: " + e.what()));
     return;
   }
   persistence::run_record record;
@@ -253,10 +253,10 @@ void runtime::start_async(std::string_view flow, json input,
       [node, record = std::move(record), info = std::move(info),
        done = std::move(done)](const status& outcome) mutable {
         if (!outcome) {
-          done(make_error(errc::storage_error,
-                          "the admission of run " + record.id +
-                              " may or may not be durable: " +
-                              outcome.error().message));
+          done(make_error(
+              errc::storage_error,
+              "the admission of run " + record.id +
+                  " may or may not be durable: " + outcome.error().message));
           return;
         }
         node->runs->activate_fresh(std::move(record));
@@ -314,9 +314,8 @@ result<run_info> runtime::wait(std::string_view run_id,
 
 result<run_page> runtime::list(const run_filter& filter) const {
   if (filter.limit == 0 || filter.limit > 1000) {
-    return make_error(errc::invalid_argument,
-                      "limit must be 1 to 1000; got " +
-                          std::to_string(filter.limit));
+    return make_error(errc::invalid_argument, "limit must be 1 to 1000; got " +
+                                                  std::to_string(filter.limit));
   }
   if (filter.cursor.size() > run_id_bytes_max) {
     return make_error(errc::invalid_argument, "cursor is not valid");
@@ -380,11 +379,10 @@ result<run_info> runtime::cancel(std::string_view run_id, std::string reason) {
   }
   auto answer = std::make_shared<std::promise<result<run_info>>>();
   auto future = answer->get_future();
-  actors::cancel_request request{
-      std::move(reason),
-      [answer](result<run_info> outcome) {
-        answer->set_value(std::move(outcome));
-      }};
+  actors::cancel_request request{std::move(reason),
+                                 [answer](result<run_info> outcome) {
+                                   answer->set_value(std::move(outcome));
+                                 }};
   if (!impl_->services.runs->deliver(now->id, actors::cancel_atom::value,
                                      std::move(request))) {
     return make_error(errc::shutting_down, "the runtime is closing");
@@ -418,7 +416,9 @@ std::size_t runtime::active_run_actors() const {
   return impl_->services.runs->active();
 }
 
-caf::actor_system& runtime::system() { return *impl_->system; }
+caf::actor_system& runtime::system() {
+  return *impl_->system;
+}
 
 std::int64_t runtime::now_ms() const {
   return impl_->services.clock->now_ms();

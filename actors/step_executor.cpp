@@ -68,7 +68,9 @@ step_executor::step_executor(std::size_t threads, std::size_t queue_max)
   }
 }
 
-step_executor::~step_executor() { stop(); }
+step_executor::~step_executor() {
+  stop();
+}
 
 bool step_executor::submit(step_task task) {
   {

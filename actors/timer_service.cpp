@@ -21,7 +21,9 @@ timer_service::timer_service(const persistence::store& store,
       fire_(std::move(fire)),
       window_ms_(std::max<std::int64_t>(window.count(), 10)) {}
 
-timer_service::~timer_service() { stop(); }
+timer_service::~timer_service() {
+  stop();
+}
 
 void timer_service::start() {
   {
@@ -119,8 +121,8 @@ void timer_service::run() {
     if (!heap_.empty()) {
       wait_ms = std::min(wait_ms, heap_.top().due_ms - now);
     }
-    wake_.wait_for(lock, std::chrono::milliseconds(std::max<std::int64_t>(
-                             wait_ms, 1)));
+    wake_.wait_for(
+        lock, std::chrono::milliseconds(std::max<std::int64_t>(wait_ms, 1)));
   }
 }
 

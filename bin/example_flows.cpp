@@ -13,7 +13,9 @@ int score_order(const std::string& order_id) {
   return static_cast<int>(std::hash<std::string>{}(order_id) % 100);
 }
 
-std::string decide(int score) { return score < 70 ? "approved" : "review"; }
+std::string decide(int score) {
+  return score < 70 ? "approved" : "review";
+}
 
 flow<json> review_order(context& ctx, json input) {
   if (!input.is_object() || !input.contains("orderId") ||
@@ -23,8 +25,8 @@ flow<json> review_order(context& ctx, json input) {
   auto order_id = input["orderId"].get<std::string>();
   int score = co_await ctx.step("score-order", score_order, order_id);
   auto decision = co_await ctx.step("record-decision", decide, score);
-  co_return json{{"orderId", order_id}, {"decision", decision},
-                 {"score", score}};
+  co_return json{
+      {"orderId", order_id}, {"decision", decision}, {"score", score}};
 }
 
 flow<json> sleep_flow(context& ctx, json input) {
@@ -40,13 +42,13 @@ flow<json> flaky(context& ctx, json input) {
   fast.max_attempts = failures + 1;
   fast.initial_backoff = std::chrono::milliseconds(10);
   fast.max_backoff = std::chrono::milliseconds(100);
-  auto result = co_await ctx.step(
-      step_options("flaky-step", fast), [failures]() -> json {
+  auto result =
+      co_await ctx.step(step_options("flaky-step", fast), [failures]() -> json {
         const auto& meta = step_metadata();
         if (meta.attempt <= failures) {
-          throw retryable_error("failing on purpose, attempt " +
-                                    std::to_string(meta.attempt),
-                                std::chrono::milliseconds(10));
+          throw retryable_error(
+              "failing on purpose, attempt " + std::to_string(meta.attempt),
+              std::chrono::milliseconds(10));
         }
         return json{{"attempts", meta.attempt}, {"stepId", meta.step_id}};
       });

@@ -33,8 +33,7 @@ int run_command(const std::string& data_dir, const std::string& flow,
   if (!started) {
     return fail(started.error());
   }
-  auto done =
-      (*rt)->wait(started->id, std::chrono::milliseconds(timeout_ms));
+  auto done = (*rt)->wait(started->id, std::chrono::milliseconds(timeout_ms));
   if (!done) {
     return fail(done.error());
   }
@@ -46,7 +45,8 @@ int run_command(const std::string& data_dir, const std::string& flow,
   for (auto& event : *history) {
     events.push_back(event.to_json());
   }
-  std::cout << durin::json{{"run", done->to_json()}, {"history", events}}.dump(2)
+  std::cout << durin::json{{"run", done->to_json()}, {"history", events}}.dump(
+                   2)
             << "\n";
   return done->status == durin::run_status::completed ? 0 : 1;
 }

@@ -6,11 +6,11 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define DURIN_ASSERT(cond, message)                                        \
-  do {                                                                     \
-    if (!(cond)) [[unlikely]] {                                            \
+#define DURIN_ASSERT(cond, message)                                       \
+  do {                                                                    \
+    if (!(cond)) [[unlikely]] {                                           \
       std::fprintf(stderr, "durin: invariant broken at %s:%d: %s (%s)\n", \
-                   __FILE__, __LINE__, message, #cond);                    \
-      std::abort();                                                        \
-    }                                                                      \
+                   __FILE__, __LINE__, message, #cond);                   \
+      std::abort();                                                       \
+    }                                                                     \
   } while (false)

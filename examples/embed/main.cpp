@@ -76,9 +76,8 @@ int main(int argc, char** argv) {
         std::cout << info.to_json().dump(2) << "\n";
         exit_code = info.status == durin::run_status::completed ? 0 : 1;
       },
-      caf::after(std::chrono::seconds(30)) >> [&] {
-        std::cerr << "no answer from durin within 30 s\n";
-      });
+      caf::after(std::chrono::seconds(30)) >>
+          [&] { std::cerr << "no answer from durin within 30 s\n"; });
   caf::anon_send_exit(desk, caf::exit_reason::user_shutdown);
   rt->reset();  // closes durin before the actor system it runs on
   return exit_code;

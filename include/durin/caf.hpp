@@ -2,8 +2,8 @@
 // in actors that call runtime::notify_on_finish.
 #pragma once
 
-#include <caf/atom.hpp>
 #include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/atom.hpp>
 
 #include "durin/run.hpp"
 

@@ -61,10 +61,8 @@ struct flow_promise : flow_promise_base<T> {
   std::optional<T> value;
   flow<T> get_return_object() noexcept;
   template <class U>
-    requires std::convertible_to<U&&, T>
-  void return_value(U&& result) {
-    value.emplace(std::forward<U>(result));
-  }
+  requires std::convertible_to<U&&, T>
+  void return_value(U&& result) { value.emplace(std::forward<U>(result)); }
 };
 
 template <>
@@ -136,8 +134,8 @@ inline flow<void> flow_promise<void>::get_return_object() noexcept {
 
 [[noreturn]] inline void raise_step_failure(const std::string& step_name,
                                             const call_outcome& outcome) {
-  throw step_failed_error(step_name, outcome.error_code,
-                          outcome.error_message, outcome.attempts);
+  throw step_failed_error(step_name, outcome.error_code, outcome.error_message,
+                          outcome.attempts);
 }
 
 template <class R>
@@ -183,7 +181,9 @@ class [[nodiscard]] sleep_awaitable {
  public:
   sleep_awaitable(detail::driver& driver, std::int64_t duration_ms,
                   std::int64_t absolute_ms)
-      : driver_(&driver), duration_ms_(duration_ms), absolute_ms_(absolute_ms) {}
+      : driver_(&driver),
+        duration_ms_(duration_ms),
+        absolute_ms_(absolute_ms) {}
 
   bool await_ready() {
     return driver_->begin_sleep(duration_ms_, absolute_ms_, &outcome_);
@@ -210,8 +210,9 @@ class context {
   // yields its result, recorded. `fn` may throw fatal_error or
   // retryable_error to steer retries.
   template <class F, class... Args>
-    requires std::invocable<std::decay_t<F>&, std::decay_t<Args>&...>
-  auto step(step_options options, F&& fn, Args&&... args) {
+  requires std::invocable < std::decay_t<F>
+  &, std::decay_t<Args>&... >
+         auto step(step_options options, F&& fn, Args&&... args) {
     using R = std::invoke_result_t<std::decay_t<F>&, std::decay_t<Args>&...>;
     detail::step_call call{std::move(options), {}, json()};
     call.body = [fn = std::forward<F>(fn),
@@ -228,16 +229,14 @@ class context {
 
   // Runs the step registered under `options.name` with JSON-converted args.
   template <class R = json, class... Args>
-  step_awaitable<R> step(step_options options, Args&&... args)
-    requires(sizeof...(Args) == 0 ||
-             !std::invocable<std::decay_t<
-                 std::tuple_element_t<0, std::tuple<Args...>>>&>)
-  {
+  step_awaitable<R> step(step_options options, Args&&... args) requires(
+      sizeof...(Args) == 0 ||
+      !std::invocable<
+          std::decay_t<std::tuple_element_t<0, std::tuple<Args...>>>&>) {
     json packed = json::array();
     (packed.push_back(json(std::forward<Args>(args))), ...);
-    return step_awaitable<R>(*driver_,
-                             detail::step_call{std::move(options), {},
-                                               std::move(packed)});
+    return step_awaitable<R>(
+        *driver_, detail::step_call{std::move(options), {}, std::move(packed)});
   }
 
   sleep_awaitable sleep(std::chrono::milliseconds duration) {
@@ -271,8 +270,8 @@ class context {
     using R = std::invoke_result_t<F&>;
     static_assert(!std::is_void_v<R>, "a side effect must return a value");
     std::function<json()> produce = [&fn]() { return json(fn()); };
-    return detail::convert_result<R>(driver_->record_value(
-        detail::value_kind::side_effect, name, produce));
+    return detail::convert_result<R>(
+        driver_->record_value(detail::value_kind::side_effect, name, produce));
   }
 
  private:

@@ -35,8 +35,7 @@ template <class C, class R, class... Args>
 struct callable_traits<R (C::*)(Args...) const>
     : callable_traits<R (*)(Args...)> {};
 template <class C, class R, class... Args>
-struct callable_traits<R (C::*)(Args...)> : callable_traits<R (*)(Args...)> {
-};
+struct callable_traits<R (C::*)(Args...)> : callable_traits<R (*)(Args...)> {};
 
 template <class T>
 struct flow_value;
@@ -136,14 +135,13 @@ class registry {
                         (args.is_array() ? std::to_string(args.size())
                                          : std::string("no array")));
     }
-    return invoke_indexed<R>(fn, args,
-                             std::index_sequence_for<Args...>{},
+    return invoke_indexed<R>(fn, args, std::index_sequence_for<Args...>{},
                              static_cast<std::tuple<Args...>*>(nullptr));
   }
 
   template <class R, class F, std::size_t... I, class... Args>
-  static json invoke_indexed(F& fn, const json& args,
-                             std::index_sequence<I...>, std::tuple<Args...>*) {
+  static json invoke_indexed(F& fn, const json& args, std::index_sequence<I...>,
+                             std::tuple<Args...>*) {
     if constexpr (std::is_void_v<R>) {
       fn(args[I].get<detail::plain_t<Args>>()...);
       return json();

@@ -50,9 +50,9 @@ class fatal_error : public std::runtime_error {
 // instead of the policy's backoff.
 class retryable_error : public std::runtime_error {
  public:
-  explicit retryable_error(const std::string& message,
-                           std::chrono::milliseconds retry_after =
-                               std::chrono::milliseconds{1000})
+  explicit retryable_error(
+      const std::string& message,
+      std::chrono::milliseconds retry_after = std::chrono::milliseconds{1000})
       : std::runtime_error(message), retry_after_(retry_after) {}
   std::chrono::milliseconds retry_after() const noexcept {
     return retry_after_;

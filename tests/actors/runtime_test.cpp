@@ -97,9 +97,9 @@ TEST_F(RuntimeTest, ReviewOrderCompletesWithOneRecordPerStep) {
     EXPECT_EQ(history[i].sequence, i + 1);
     kinds.push_back(history[i].kind);
   }
-  EXPECT_EQ(kinds, (std::vector<std::string>{"run-started", "step-completed",
-                                             "step-completed",
-                                             "run-completed"}));
+  EXPECT_EQ(kinds,
+            (std::vector<std::string>{"run-started", "step-completed",
+                                      "step-completed", "run-completed"}));
   EXPECT_EQ(history[1].detail["name"], "score-order");
   EXPECT_EQ(history[1].detail["value"], done.output["score"]);
 }
@@ -144,11 +144,10 @@ TEST_F(RuntimeTest, FatalErrorStopsRetries) {
   std::atomic<int> runs{0};
   registry flows;
   flows.flow("fatal", [&](context& ctx, json) -> flow<json> {
-    co_await ctx.step(step_options("validate", fast_retries(5)),
-                      [&]() -> int {
-                        ++runs;
-                        throw fatal_error("card number is invalid");
-                      });
+    co_await ctx.step(step_options("validate", fast_retries(5)), [&]() -> int {
+      ++runs;
+      throw fatal_error("card number is invalid");
+    });
     co_return json();
   });
   auto rt = open(flows);
@@ -201,9 +200,8 @@ TEST_F(RuntimeTest, RetryAfterFromTheStepSetsTheDelay) {
   auto rt = open(flows, clock);
   auto started = rt->start("later", json::object());
   ASSERT_TRUE(started.ok());
-  ASSERT_TRUE(eventually([&] {
-    return has_status(*rt, started->id, run_status::waiting);
-  }));
+  ASSERT_TRUE(eventually(
+      [&] { return has_status(*rt, started->id, run_status::waiting); }));
   auto failed = events_of(*rt, started->id, "step-attempt-failed");
   ASSERT_EQ(failed.size(), 1u);
   EXPECT_EQ(failed[0].detail["dueAtMs"], 1'000'000 + 60'000);
@@ -227,8 +225,8 @@ TEST_F(RuntimeTest, SleepSurvivesRestart) {
     auto started = rt->start("acme.sleep", {{"ms", 600}});
     ASSERT_TRUE(started.ok());
     id = started->id;
-    ASSERT_TRUE(eventually(
-        [&] { return has_status(*rt, id, run_status::waiting); }));
+    ASSERT_TRUE(
+        eventually([&] { return has_status(*rt, id, run_status::waiting); }));
   }
   auto rt = open(flows);
   auto done = rt->wait(id, wait_max);
@@ -264,9 +262,8 @@ TEST_F(RuntimeTest, CancelEndsAWaitingRunAndCannotBeRepeated) {
   auto rt = open(flows, clock, 100ms);
   auto started = rt->start("acme.sleep", {{"ms", 3'600'000}});
   ASSERT_TRUE(started.ok());
-  ASSERT_TRUE(eventually([&] {
-    return has_status(*rt, started->id, run_status::waiting);
-  }));
+  ASSERT_TRUE(eventually(
+      [&] { return has_status(*rt, started->id, run_status::waiting); }));
   auto cancelled = rt->cancel(started->id, "customer withdrew");
   ASSERT_TRUE(cancelled.ok()) << cancelled.error().to_string();
   EXPECT_EQ(cancelled->status, run_status::cancelled);
@@ -329,8 +326,8 @@ TEST_F(RuntimeTest, SideEffectsAndNowReplayToTheRecordedValues) {
     auto started = rt->start("values", json::object());
     ASSERT_TRUE(started.ok());
     id = started->id;
-    ASSERT_TRUE(eventually(
-        [&] { return has_status(*rt, id, run_status::waiting); }));
+    ASSERT_TRUE(
+        eventually([&] { return has_status(*rt, id, run_status::waiting); }));
   }
   std::this_thread::sleep_for(20ms);
   auto rt = open(flows);
@@ -371,15 +368,15 @@ TEST_F(RuntimeTest, ChangedFlowIsHeldAsBlockedAndResumesWhenCodeMatches) {
     auto started = rt->start("booking", json::object());
     ASSERT_TRUE(started.ok());
     id = started->id;
-    ASSERT_TRUE(eventually(
-        [&] { return has_status(*rt, id, run_status::waiting); }));
+    ASSERT_TRUE(
+        eventually([&] { return has_status(*rt, id, run_status::waiting); }));
     events_before = events_of(*rt, id).size();
   }
   clock->advance_ms(2 * 3'600'000);
   {
     auto rt = open(v2, clock);
-    ASSERT_TRUE(eventually(
-        [&] { return has_status(*rt, id, run_status::blocked); }));
+    ASSERT_TRUE(
+        eventually([&] { return has_status(*rt, id, run_status::blocked); }));
     auto held = rt->get(id);
     EXPECT_NE(held->blocked_reason.find("call 1"), std::string::npos)
         << held->blocked_reason;
@@ -409,8 +406,8 @@ TEST_F(RuntimeTest, BlockedRunCanBeCancelled) {
     auto rt = open(v1, clock);
     auto started = rt->start("booking", json::object());
     id = started->id;
-    ASSERT_TRUE(eventually(
-        [&] { return has_status(*rt, id, run_status::waiting); }));
+    ASSERT_TRUE(
+        eventually([&] { return has_status(*rt, id, run_status::waiting); }));
   }
   clock->advance_ms(2 * 3'600'000);
   auto rt = open(v2, clock);
@@ -520,9 +517,9 @@ TEST_F(RuntimeTest, ListIsNewestFirstAndPaged) {
   auto rt = open(flows);
   std::vector<std::string> ids;
   for (int i = 0; i < 5; ++i) {
-    ids.push_back(run_to_end(*rt, "acme.review-order",
-                             {{"orderId", std::to_string(i)}})
-                      .id);
+    ids.push_back(
+        run_to_end(*rt, "acme.review-order", {{"orderId", std::to_string(i)}})
+            .id);
     std::this_thread::sleep_for(2ms);  // distinct creation milliseconds
   }
   run_filter filter;

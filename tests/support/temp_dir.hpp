@@ -32,9 +32,9 @@ class temp_dir {
 };
 
 // Polls `condition` until it holds or `timeout` passes; true when it held.
-inline bool eventually(const std::function<bool()>& condition,
-                       std::chrono::milliseconds timeout =
-                           std::chrono::seconds(10)) {
+inline bool eventually(
+    const std::function<bool()>& condition,
+    std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     if (condition()) {

@@ -18,8 +18,8 @@ namespace durin::detail {
 // What a durable call delivers to the flow that awaited it.
 struct call_outcome {
   bool failed = false;
-  json value;               // the result, when !failed
-  std::string error_code;   // when failed, e.g. "step-failed"
+  json value;              // the result, when !failed
+  std::string error_code;  // when failed, e.g. "step-failed"
   std::string error_message;
   std::uint32_t attempts = 0;
 };
