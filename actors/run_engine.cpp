@@ -203,6 +203,7 @@ void run_engine::block(std::string reason) {
   blocked_reason_ = std::move(reason);
   // Held, not guessed at: nothing of this activation is written.
   staged_ = commit_plan{};
+  staged_values_ = 0;
   run_dirty_ = false;
   staged_after_.clear();
   pending_ = pending_call{};
@@ -376,12 +377,13 @@ json run_engine::record_value(detail::value_kind kind, std::string_view name,
          .at_ms = now(),
          .name = std::string(name),
          .data = encode_payload(value)});
+  ++staged_values_;
   return value;
 }
 
 void run_engine::dispatch_when_durable() {
-  // Anything the step's arguments may depend on must be durable first.
-  if (in_flight_ || !staged_.events.empty()) {
+  // Any value the step's arguments may depend on must be durable first.
+  if (values_in_flight_ || staged_values_ > 0) {
     flush_then([this] { dispatch_step(); });
   } else {
     dispatch_step();
@@ -635,6 +637,8 @@ void run_engine::emit_commit() {
     return;
   }
   in_flight_ = true;
+  values_in_flight_ = staged_values_ > 0;
+  staged_values_ = 0;
   output_.commit = std::move(staged_);
   staged_ = commit_plan{};
   in_flight_after_ = std::move(staged_after_);
@@ -644,6 +648,7 @@ void run_engine::emit_commit() {
 void run_engine::on_committed(const status& outcome) {
   DURIN_ASSERT(in_flight_, "a commit outcome without a write in flight");
   in_flight_ = false;
+  values_in_flight_ = false;
   if (!outcome.ok()) {
     // Indefinite: the write may or may not have landed. Only a reload from
     // storage knows; the actor discards this engine.

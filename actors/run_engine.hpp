@@ -187,6 +187,10 @@ class run_engine final : public detail::driver {
   std::vector<std::function<void()>> staged_after_;
   std::vector<std::function<void()>> in_flight_after_;
   bool in_flight_ = false;
+  // Recorded values (now, random, side effects) not yet durable: a step
+  // waits for them, since its arguments may depend on them.
+  std::size_t staged_values_ = 0;
+  bool values_in_flight_ = false;
 
   engine_output output_;
   std::string blocked_reason_;
