@@ -1,1 +1,386 @@
-// placeholder
+// Framed value encoding; the layouts are in persistence/README.md.
+#include "persistence/codec.hpp"
+
+#include <array>
+
+#include "persistence/keys.hpp"
+
+namespace durin::persistence::codec {
+
+namespace {
+
+constexpr std::size_t crc_bytes = 4;
+constexpr std::size_t frame_overhead_bytes = 1 + crc_bytes;
+
+// The 256-entry table of the reflected Castagnoli polynomial, built at compile
+// time so there is no initialisation order to get wrong.
+constexpr std::array<std::uint32_t, 256> make_crc_table() {
+  constexpr std::uint32_t polynomial = 0x82F63B78u;
+  std::array<std::uint32_t, 256> table{};
+  for (std::uint32_t index = 0; index < 256; ++index) {
+    std::uint32_t crc = index;
+    for (int bit = 0; bit < 8; ++bit) {
+      crc = (crc & 1u) != 0 ? (crc >> 1) ^ polynomial : crc >> 1;
+    }
+    table[index] = crc;
+  }
+  return table;
+}
+
+constexpr std::array<std::uint32_t, 256> crc_table = make_crc_table();
+
+// ---- encoding -------------------------------------------------------------
+
+void put_string(std::string& out, std::string_view text) {
+  keys::put_u32(out, static_cast<std::uint32_t>(text.size()));
+  out.append(text);
+}
+
+void put_i64(std::string& out, std::int64_t value) {
+  // Two's complement, so negative values round-trip exactly.
+  keys::put_u64(out, static_cast<std::uint64_t>(value));
+}
+
+// Starts a frame: the version byte; `body_bytes` reserves room.
+std::string begin_frame(std::size_t body_bytes) {
+  std::string out;
+  out.reserve(frame_overhead_bytes + body_bytes);
+  out.push_back(static_cast<char>(format_version));
+  return out;
+}
+
+// Ends a frame: the checksum covers the version byte and the body.
+std::string end_frame(std::string out) {
+  keys::put_u32(out, crc32c(out));
+  return out;
+}
+
+// ---- decoding -------------------------------------------------------------
+
+// Reads fields front to back out of a frame's body. The first problem is
+// kept in `problem_` and every later read is a no-op returning a zero value,
+// so a decoder reads all fields and checks once at the end.
+class reader {
+ public:
+  explicit reader(std::string_view body) : rest_(body) {}
+
+  std::uint8_t u8(const char* field) {
+    if (!have(1, field)) {
+      return 0;
+    }
+    const auto value = static_cast<std::uint8_t>(rest_[0]);
+    rest_.remove_prefix(1);
+    return value;
+  }
+
+  std::uint32_t u32(const char* field) {
+    if (!have(4, field)) {
+      return 0;
+    }
+    const std::uint32_t value = keys::get_u32(rest_.data());
+    rest_.remove_prefix(4);
+    return value;
+  }
+
+  std::uint64_t u64(const char* field) {
+    if (!have(8, field)) {
+      return 0;
+    }
+    const std::uint64_t value = keys::get_u64(rest_.data());
+    rest_.remove_prefix(8);
+    return value;
+  }
+
+  std::int64_t i64(const char* field) {
+    return static_cast<std::int64_t>(u64(field));
+  }
+
+  std::string string(const char* field) {
+    const std::uint32_t length = u32(field);
+    if (!problem_.empty()) {
+      return {};
+    }
+    // Checked before allocating: a flipped length must not reserve 4 GiB.
+    if (length > field_bytes_max) {
+      fail(std::string("field '") + field + "' claims " +
+           std::to_string(length) + " bytes, above the limit of " +
+           std::to_string(field_bytes_max));
+      return {};
+    }
+    if (!have(length, field)) {
+      return {};
+    }
+    std::string value(rest_.substr(0, length));
+    rest_.remove_prefix(length);
+    return value;
+  }
+
+  void fail(std::string problem) {
+    if (problem_.empty()) {
+      problem_ = std::move(problem);
+    }
+  }
+
+  // The first problem, or "trailing bytes" when the body has bytes left.
+  std::optional<std::string> problem() const {
+    if (!problem_.empty()) {
+      return problem_;
+    }
+    if (!rest_.empty()) {
+      return std::to_string(rest_.size()) + " trailing bytes after the body";
+    }
+    return std::nullopt;
+  }
+
+ private:
+  bool have(std::size_t bytes, const char* field) {
+    if (!problem_.empty()) {
+      return false;
+    }
+    if (rest_.size() < bytes) {
+      fail(std::string("truncated at field '") + field + "': needs " +
+           std::to_string(bytes) + " bytes, " + std::to_string(rest_.size()) +
+           " remain");
+      return false;
+    }
+    return true;
+  }
+
+  std::string_view rest_;
+  std::string problem_;
+};
+
+error corrupt(std::string_view what, std::string_view problem) {
+  return make_error(errc::corrupt_record,
+                    std::string(what) + ": " + std::string(problem));
+}
+
+// Checks length, version and checksum; the body on success.
+result<std::string_view> open_frame(std::string_view bytes,
+                                    std::string_view what) {
+  if (bytes.size() < frame_overhead_bytes) {
+    return corrupt(what, "frame of " + std::to_string(bytes.size()) +
+                             " bytes is shorter than version and checksum");
+  }
+  const auto version = static_cast<std::uint8_t>(bytes[0]);
+  if (version != format_version) {
+    return corrupt(what, "unknown format version " + std::to_string(version));
+  }
+  const std::string_view covered = bytes.substr(0, bytes.size() - crc_bytes);
+  const std::uint32_t stored = keys::get_u32(bytes.data() + covered.size());
+  if (stored != crc32c(covered)) {
+    return corrupt(what, "checksum mismatch");
+  }
+  return covered.substr(1);
+}
+
+bool valid_run_status(std::uint8_t value) {
+  return value >= static_cast<std::uint8_t>(run_status::pending) &&
+         value <= static_cast<std::uint8_t>(run_status::cancelled);
+}
+
+bool valid_event_kind(std::uint8_t value) {
+  return value >= 1 && value <= event_kind_max;
+}
+
+status check_field(std::string_view field, const std::string& value) {
+  if (value.size() > field_bytes_max) {
+    return make_error(errc::invalid_argument,
+                      "field '" + std::string(field) + "' has " +
+                          std::to_string(value.size()) +
+                          " bytes, above the limit of " +
+                          std::to_string(field_bytes_max));
+  }
+  return {};
+}
+
+}  // namespace
+
+// ---- run_record -----------------------------------------------------------
+
+status validate(const run_record& record) {
+  const std::pair<const char*, const std::string*> fields[] = {
+      {"id", &record.id},
+      {"flow", &record.flow},
+      {"input", &record.input},
+      {"output", &record.output},
+      {"error_code", &record.error_code},
+      {"error_message", &record.error_message}};
+  for (const auto& [name, value] : fields) {
+    if (auto checked = check_field(name, *value); !checked) {
+      return checked;
+    }
+  }
+  if (!valid_run_status(static_cast<std::uint8_t>(record.status))) {
+    return make_error(errc::invalid_argument,
+                      "run status " +
+                          std::to_string(static_cast<int>(record.status)) +
+                          " is never stored");
+  }
+  return {};
+}
+
+std::string encode(const run_record& record) {
+  std::string out =
+      begin_frame(record.id.size() + record.flow.size() + record.input.size() +
+                  record.output.size() + record.error_code.size() +
+                  record.error_message.size() + 6 * 4 + 1 + 3 * 8 + 4);
+  put_string(out, record.id);
+  put_string(out, record.flow);
+  out.push_back(static_cast<char>(record.status));
+  put_string(out, record.input);
+  put_string(out, record.output);
+  put_string(out, record.error_code);
+  put_string(out, record.error_message);
+  put_i64(out, record.created_at_ms);
+  put_i64(out, record.started_at_ms);
+  put_i64(out, record.completed_at_ms);
+  keys::put_u32(out, record.spec_version);
+  return end_frame(std::move(out));
+}
+
+result<run_record> decode_run(std::string_view bytes) {
+  auto body = open_frame(bytes, "run record");
+  if (!body) {
+    return body.error();
+  }
+  reader in(*body);
+  run_record record;
+  record.id = in.string("id");
+  record.flow = in.string("flow");
+  const std::uint8_t status = in.u8("status");
+  record.input = in.string("input");
+  record.output = in.string("output");
+  record.error_code = in.string("error_code");
+  record.error_message = in.string("error_message");
+  record.created_at_ms = in.i64("created_at_ms");
+  record.started_at_ms = in.i64("started_at_ms");
+  record.completed_at_ms = in.i64("completed_at_ms");
+  record.spec_version = in.u32("spec_version");
+  if (auto problem = in.problem()) {
+    return corrupt("run record", *problem);
+  }
+  if (!valid_run_status(status)) {
+    return corrupt("run record",
+                   "invalid run status " + std::to_string(status));
+  }
+  record.status = static_cast<run_status>(status);
+  return record;
+}
+
+// ---- event_record ---------------------------------------------------------
+
+status validate(const event_record& event) {
+  const std::pair<const char*, const std::string*> fields[] = {
+      {"name", &event.name},
+      {"attempt_id", &event.attempt_id},
+      {"data", &event.data},
+      {"error_code", &event.error_code},
+      {"error_message", &event.error_message}};
+  for (const auto& [name, value] : fields) {
+    if (auto checked = check_field(name, *value); !checked) {
+      return checked;
+    }
+  }
+  if (!valid_event_kind(static_cast<std::uint8_t>(event.kind))) {
+    return make_error(errc::invalid_argument,
+                      "event kind " +
+                          std::to_string(static_cast<int>(event.kind)) +
+                          " does not exist");
+  }
+  return {};
+}
+
+std::string encode(const event_record& event) {
+  std::string out =
+      begin_frame(event.name.size() + event.attempt_id.size() +
+                  event.data.size() + event.error_code.size() +
+                  event.error_message.size() + 1 + 8 + 8 + 5 * 4 + 4 + 8);
+  out.push_back(static_cast<char>(event.kind));
+  keys::put_u64(out, event.call);
+  put_i64(out, event.at_ms);
+  put_string(out, event.name);
+  keys::put_u32(out, event.attempt);
+  put_string(out, event.attempt_id);
+  put_string(out, event.data);
+  put_string(out, event.error_code);
+  put_string(out, event.error_message);
+  put_i64(out, event.due_ms);
+  return end_frame(std::move(out));
+}
+
+result<event_record> decode_event(std::string_view bytes) {
+  auto body = open_frame(bytes, "event record");
+  if (!body) {
+    return body.error();
+  }
+  reader in(*body);
+  event_record event;
+  const std::uint8_t kind = in.u8("kind");
+  event.call = in.u64("call");
+  event.at_ms = in.i64("at_ms");
+  event.name = in.string("name");
+  event.attempt = in.u32("attempt");
+  event.attempt_id = in.string("attempt_id");
+  event.data = in.string("data");
+  event.error_code = in.string("error_code");
+  event.error_message = in.string("error_message");
+  event.due_ms = in.i64("due_ms");
+  if (auto problem = in.problem()) {
+    return corrupt("event record", *problem);
+  }
+  if (!valid_event_kind(kind)) {
+    return corrupt("event record",
+                   "invalid event kind " + std::to_string(kind));
+  }
+  event.kind = static_cast<event_kind>(kind);
+  return event;
+}
+
+// ---- markers and opaque bytes ---------------------------------------------
+
+std::string encode_marker() {
+  return end_frame(begin_frame(0));
+}
+
+status decode_marker(std::string_view bytes) {
+  auto body = open_frame(bytes, "marker");
+  if (!body) {
+    return body.error();
+  }
+  if (!body->empty()) {
+    return corrupt("marker", std::to_string(body->size()) +
+                                 " bytes in a body that must be empty");
+  }
+  return {};
+}
+
+std::string encode_bytes(std::string_view bytes) {
+  std::string out = begin_frame(4 + bytes.size());
+  put_string(out, bytes);
+  return end_frame(std::move(out));
+}
+
+result<std::string> decode_bytes(std::string_view bytes) {
+  auto body = open_frame(bytes, "bytes value");
+  if (!body) {
+    return body.error();
+  }
+  reader in(*body);
+  std::string value = in.string("bytes");
+  if (auto problem = in.problem()) {
+    return corrupt("bytes value", *problem);
+  }
+  return value;
+}
+
+std::uint32_t crc32c(std::string_view bytes) {
+  std::uint32_t crc = 0xFFFFFFFFu;
+  for (const char byte : bytes) {
+    crc =
+        crc_table[(crc ^ static_cast<std::uint8_t>(byte)) & 0xFFu] ^ (crc >> 8);
+  }
+  return crc ^ 0xFFFFFFFFu;
+}
+
+}  // namespace durin::persistence::codec

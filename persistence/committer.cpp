@@ -1,1 +1,273 @@
-// placeholder
+// The group-commit writer: one thread, one synced RocksDB write per group.
+#include "persistence/committer.hpp"
+
+#include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
+
+#include <cstdio>
+#include <exception>
+
+#include "persistence/test_points.hpp"
+
+namespace durin::persistence {
+
+namespace {
+
+// Replays one batch's operations into the group's batch. RocksDB has no
+// public WriteBatch::Append, so each operation is copied; the bytes are
+// small next to the fsync they share.
+class appender final : public rocksdb::WriteBatch::Handler {
+ public:
+  appender(const store& owner, rocksdb::WriteBatch& target)
+      : owner_(owner), target_(target) {}
+
+  rocksdb::Status PutCF(std::uint32_t family_id, const rocksdb::Slice& key,
+                        const rocksdb::Slice& value) override {
+    if (family_id == 0) {
+      return target_.Put(key, value);
+    }
+    auto* handle = find(family_id);
+    return handle ? target_.Put(handle, key, value) : unknown(family_id);
+  }
+
+  rocksdb::Status DeleteCF(std::uint32_t family_id,
+                           const rocksdb::Slice& key) override {
+    if (family_id == 0) {
+      return target_.Delete(key);
+    }
+    auto* handle = find(family_id);
+    return handle ? target_.Delete(handle, key) : unknown(family_id);
+  }
+
+  rocksdb::Status SingleDeleteCF(std::uint32_t family_id,
+                                 const rocksdb::Slice& key) override {
+    if (family_id == 0) {
+      return target_.SingleDelete(key);
+    }
+    auto* handle = find(family_id);
+    return handle ? target_.SingleDelete(handle, key) : unknown(family_id);
+  }
+
+  rocksdb::Status DeleteRangeCF(std::uint32_t family_id,
+                                const rocksdb::Slice& begin,
+                                const rocksdb::Slice& end) override {
+    if (family_id == 0) {
+      return unknown(family_id);
+    }
+    auto* handle = find(family_id);
+    return handle ? target_.DeleteRange(handle, begin, end)
+                  : unknown(family_id);
+  }
+
+  // Anything else (merge, blob index, 2PC markers) durin never writes; the
+  // Handler defaults refuse them, which fails only the batch holding them.
+
+ private:
+  rocksdb::ColumnFamilyHandle* find(std::uint32_t family_id) const {
+    for (std::size_t index = 0; index < family_count; ++index) {
+      auto* handle = owner_.handle(static_cast<family>(index));
+      if (handle->GetID() == family_id) {
+        return handle;
+      }
+    }
+    return nullptr;
+  }
+
+  static rocksdb::Status unknown(std::uint32_t family_id) {
+    return rocksdb::Status::InvalidArgument("operation on column family " +
+                                            std::to_string(family_id) +
+                                            " cannot be merged");
+  }
+
+  const store& owner_;
+  rocksdb::WriteBatch& target_;
+};
+
+// Calls `done`; an exception from it must not end the committer thread,
+// which would leave every later caller unanswered.
+void answer(const committer::callback& done, const status& outcome) {
+  if (!done) {
+    return;
+  }
+  try {
+    done(outcome);
+  } catch (const std::exception& failure) {
+    std::fprintf(stderr, "durin: committer callback threw: %s\n",
+                 failure.what());
+  } catch (...) {
+    std::fprintf(stderr, "durin: committer callback threw\n");
+  }
+}
+
+// Appends `batch` to `merged`, all of it or (on failure) none of it, so a
+// batch that cannot be merged fails alone.
+status append(const store& owner, write_batch& merged, write_batch& batch) {
+  merged.raw().SetSavePoint();
+  appender copy(owner, merged.raw());
+  const rocksdb::Status copied = batch.raw().Iterate(&copy);
+  if (!copied.ok()) {
+    (void)merged.raw().RollbackToSavePoint();
+    return make_error(errc::invalid_argument,
+                      "batch refused: " + copied.ToString());
+  }
+  (void)merged.raw().PopSavePoint();
+  return {};
+}
+
+}  // namespace
+
+committer::committer(store& target, options opts)
+    : store_(target), options_(opts) {
+  thread_ = std::thread([this] { run(); });
+  thread_id_ = thread_.get_id();
+}
+
+committer::~committer() {
+  stop();
+}
+
+void committer::submit(write_batch batch, callback done) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!stopping_) {
+      queue_.push_back(pending{std::move(batch), std::move(done)});
+      wake_.notify_one();
+      return;
+    }
+  }
+  answer(done, make_error(errc::shutting_down, "the committer has stopped"));
+}
+
+void committer::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (std::this_thread::get_id() == thread_id_) {
+    // From a callback: the loop drains and ends by itself; joining here
+    // would wait for ourselves.
+    return;
+  }
+  std::lock_guard stop_lock(stop_mutex_);
+  if (thread_.joinable()) {
+    thread_.join();
+  }
+}
+
+committer::stats committer::statistics() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+void committer::set_fault_injector(std::function<fault()> injector) {
+  std::lock_guard lock(mutex_);
+  injector_ = std::move(injector);
+}
+
+void committer::run() {
+  for (;;) {
+    std::vector<pending> group;
+    std::function<fault()> injector;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) {
+        return;  // stopping, and everything queued is answered
+      }
+      group = take_group();
+      injector = injector_;
+    }
+    fault injected = fault::none;
+    if (injector) {
+      try {
+        injected = injector();
+      } catch (...) {
+        injected = fault::none;  // a broken test hook injects nothing
+      }
+    }
+    commit_group(group, injected);
+  }
+}
+
+std::vector<committer::pending> committer::take_group() {
+  std::vector<pending> group;
+  std::size_t group_bytes = 0;
+  // Always at least one batch, however large, so nothing waits forever.
+  do {
+    group_bytes += queue_.front().batch.size_bytes();
+    group.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  } while (!queue_.empty() && group_bytes + queue_.front().batch.size_bytes() <=
+                                  options_.group_bytes_max);
+  return group;
+}
+
+void committer::commit_group(std::vector<pending>& group, fault injected) {
+  std::vector<status> outcomes(group.size());
+  std::vector<std::size_t> valid;
+  for (std::size_t index = 0; index < group.size(); ++index) {
+    const write_batch& batch = group[index].batch;
+    if (batch.problem().empty()) {
+      valid.push_back(index);
+    } else {
+      outcomes[index] = make_error(errc::invalid_argument,
+                                   "batch refused: " + batch.problem());
+    }
+  }
+
+  // One batch is written as it is; several are merged into one write.
+  std::vector<std::size_t> members;  // indexes of the batches in the write
+  write_batch merged = store_.batch();
+  write_batch* target = nullptr;
+  if (valid.size() == 1) {
+    members = valid;
+    target = &group[valid[0]].batch;
+  } else if (valid.size() > 1) {
+    for (const std::size_t index : valid) {
+      if (auto appended = append(store_, merged, group[index].batch);
+          !appended) {
+        outcomes[index] = appended;
+      } else {
+        members.push_back(index);
+      }
+    }
+    target = members.empty() ? nullptr : &merged;
+  }
+  std::size_t operations = 0;
+  for (const std::size_t index : members) {
+    operations += group[index].batch.count();
+  }
+
+  if (target != nullptr) {
+    status written;
+    if (injected == fault::fail_before_write) {
+      written =
+          make_error(errc::storage_error, "injected fault: group not written");
+    } else {
+      DURIN_TEST_KILL_POINT("committer.before_write");
+      written = store_.write(*target);  // sync=true: durable when ok
+      DURIN_TEST_KILL_POINT("committer.after_write");
+      if (written) {
+        std::lock_guard lock(mutex_);
+        stats_.group_writes += 1;
+        stats_.batches += members.size();
+        stats_.operations += operations;
+      }
+      if (written && injected == fault::fail_after_write) {
+        written = make_error(errc::storage_error,
+                             "injected fault: group written, reported failed");
+      }
+    }
+    for (const std::size_t index : members) {
+      outcomes[index] = written;
+    }
+  }
+
+  // Outside the lock and in submission order: a callback may submit again.
+  for (std::size_t index = 0; index < group.size(); ++index) {
+    answer(group[index].done, outcomes[index]);
+  }
+}
+
+}  // namespace durin::persistence

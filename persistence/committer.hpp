@@ -5,7 +5,14 @@
 // thread in submission order and must not block (actors send a message).
 //
 // A failed write is indefinite (storage-error): it may or may not have
-// landed, so callers re-read the truth before acting on it.
+// landed, so callers re-read the truth before acting on it. A batch with a
+// refused put (write_batch::problem) is answered invalid-argument and left
+// out of its group; the other batches of the group are unaffected.
+//
+// Thread-safety: submit, stop and statistics may be called from any thread,
+// including from a callback (stop() from a callback only asks the thread to
+// end; the destructor, which must not run on the committer thread, joins).
+// The queue is unbounded: callers bound what they have in flight.
 #pragma once
 
 #include <condition_variable>
@@ -14,6 +21,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "durin/error.hpp"
 #include "persistence/store.hpp"
@@ -36,12 +44,15 @@ class committer {
     fail_after_write,   // written and synced, callbacks still get storage-error
   };
 
+  // Counts what reached the disk: a fail_after_write group counts (it was
+  // written), a fail_before_write or failed write does not.
   struct stats {
     std::uint64_t group_writes = 0;  // fsync'd RocksDB writes
     std::uint64_t batches = 0;       // batches committed
     std::uint64_t operations = 0;    // puts and deletes committed
   };
 
+  // Starts the committer thread. REQUIRES: `target` outlives the committer.
   committer(store& target, options opts);
   explicit committer(store& target) : committer(target, options{}) {}
   ~committer();  // stop()
@@ -59,15 +70,21 @@ class committer {
   stats statistics() const;
 
   // Consulted before each group write; for tests that inject storage faults.
+  // Runs on the committer thread.
   void set_fault_injector(std::function<fault()> injector);
 
  private:
-  void run();
-
   struct pending {
     write_batch batch;
     callback done;
   };
+
+  void run();
+  // Moves the next group off the queue. REQUIRES: mutex_ held, queue_ not
+  // empty.
+  std::vector<pending> take_group();
+  // Writes one group and answers every batch in it, in order.
+  void commit_group(std::vector<pending>& group, fault injected);
 
   store& store_;
   options options_;
@@ -77,6 +94,8 @@ class committer {
   bool stopping_ = false;
   std::function<fault()> injector_;
   stats stats_;
+  std::mutex stop_mutex_;      // serialises joins of concurrent stop() calls
+  std::thread::id thread_id_;  // the committer thread; set before any submit
   std::thread thread_;
 };
 

@@ -1,1 +1,193 @@
-// placeholder
+// Key layouts of every column family; see persistence/README.md for the bytes.
+#include "persistence/keys.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "persistence/assert.hpp"
+
+namespace durin::persistence::keys {
+
+namespace {
+
+constexpr std::size_t u16_bytes = 2;
+constexpr std::size_t u64_bytes = 8;
+
+// Appends a u16 BE length and the bytes of `text`.
+void put_length_prefixed(std::string& out, std::string_view text) {
+  // A longer string would wrap its length and collide with another key.
+  DURIN_ASSERT(fits(text), "key string longer than the u16 length prefix");
+  put_u16(out, static_cast<std::uint16_t>(text.size()));
+  out.append(text);
+}
+
+// Reads a length-prefixed string at the front of `key` and advances past it;
+// nullopt when the key is too short for the length it claims.
+std::optional<std::string> take_length_prefixed(std::string_view& key) {
+  if (key.size() < u16_bytes) {
+    return std::nullopt;
+  }
+  const std::size_t length = get_u16(key.data());
+  if (key.size() - u16_bytes < length) {
+    return std::nullopt;
+  }
+  std::string text(key.substr(u16_bytes, length));
+  key.remove_prefix(u16_bytes + length);
+  return text;
+}
+
+std::optional<std::uint64_t> take_u64(std::string_view& key) {
+  if (key.size() < u64_bytes) {
+    return std::nullopt;
+  }
+  const std::uint64_t value = get_u64(key.data());
+  key.remove_prefix(u64_bytes);
+  return value;
+}
+
+// Keys made only of one length-prefixed string (runs, active).
+std::optional<std::string> decode_single(std::string_view key) {
+  auto text = take_length_prefixed(key);
+  if (!text || !key.empty()) {
+    return std::nullopt;
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string run(std::string_view run_id) {
+  std::string key;
+  key.reserve(u16_bytes + run_id.size());
+  put_length_prefixed(key, run_id);
+  return key;
+}
+
+std::optional<std::string> decode_run(std::string_view key) {
+  return decode_single(key);
+}
+
+std::string history(std::string_view run_id, std::uint64_t sequence) {
+  std::string key = history_prefix(run_id);
+  put_u64(key, sequence);
+  return key;
+}
+
+std::string history_prefix(std::string_view run_id) {
+  std::string key;
+  key.reserve(u16_bytes + run_id.size() + u64_bytes);
+  put_length_prefixed(key, run_id);
+  return key;
+}
+
+std::optional<history_key> decode_history(std::string_view key) {
+  auto run_id = take_length_prefixed(key);
+  if (!run_id) {
+    return std::nullopt;
+  }
+  auto sequence = take_u64(key);
+  if (!sequence || !key.empty()) {
+    return std::nullopt;
+  }
+  return history_key{std::move(*run_id), *sequence};
+}
+
+std::string timer(const timer_record& timer) {
+  std::string key;
+  key.reserve(u64_bytes + u16_bytes + timer.run_id.size() + u64_bytes + 1);
+  // Negative times are not meaningful deadlines; 0 keeps the key sortable.
+  put_u64(key,
+          static_cast<std::uint64_t>(std::max<std::int64_t>(timer.due_ms, 0)));
+  put_length_prefixed(key, timer.run_id);
+  put_u64(key, timer.call);
+  key.push_back(static_cast<char>(timer.kind));
+  return key;
+}
+
+std::string timer_upper_bound(std::int64_t due_ms) {
+  std::string key;
+  if (due_ms < 0) {
+    put_u64(key, 0);
+    return key;
+  }
+  // Computed unsigned: INT64_MAX + 1 is 2^63, still above every stored due.
+  put_u64(key, static_cast<std::uint64_t>(due_ms) + 1);
+  return key;
+}
+
+std::optional<timer_record> decode_timer(std::string_view key) {
+  auto due = take_u64(key);
+  if (!due || *due > static_cast<std::uint64_t>(
+                         std::numeric_limits<std::int64_t>::max())) {
+    return std::nullopt;
+  }
+  auto run_id = take_length_prefixed(key);
+  if (!run_id) {
+    return std::nullopt;
+  }
+  auto call = take_u64(key);
+  if (!call || key.size() != 1) {
+    return std::nullopt;
+  }
+  const auto kind = static_cast<std::uint8_t>(key[0]);
+  if (kind != static_cast<std::uint8_t>(timer_kind::sleep) &&
+      kind != static_cast<std::uint8_t>(timer_kind::step_retry)) {
+    return std::nullopt;
+  }
+  return timer_record{static_cast<std::int64_t>(*due), std::move(*run_id),
+                      *call, static_cast<timer_kind>(kind)};
+}
+
+std::string active(std::string_view run_id) {
+  return run(run_id);
+}
+
+std::optional<std::string> decode_active(std::string_view key) {
+  return decode_single(key);
+}
+
+std::string meta(std::string_view name) {
+  return std::string(name);
+}
+
+void put_u16(std::string& out, std::uint16_t value) {
+  out.push_back(static_cast<char>(value >> 8));
+  out.push_back(static_cast<char>(value));
+}
+
+void put_u32(std::string& out, std::uint32_t value) {
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    out.push_back(static_cast<char>(value >> shift));
+  }
+}
+
+void put_u64(std::string& out, std::uint64_t value) {
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    out.push_back(static_cast<char>(value >> shift));
+  }
+}
+
+std::uint16_t get_u16(const char* bytes) {
+  const auto* b = reinterpret_cast<const unsigned char*>(bytes);
+  return static_cast<std::uint16_t>((b[0] << 8) | b[1]);
+}
+
+std::uint32_t get_u32(const char* bytes) {
+  const auto* b = reinterpret_cast<const unsigned char*>(bytes);
+  std::uint32_t value = 0;
+  for (int i = 0; i < 4; ++i) {
+    value = (value << 8) | b[i];
+  }
+  return value;
+}
+
+std::uint64_t get_u64(const char* bytes) {
+  const auto* b = reinterpret_cast<const unsigned char*>(bytes);
+  std::uint64_t value = 0;
+  for (int i = 0; i < 8; ++i) {
+    value = (value << 8) | b[i];
+  }
+  return value;
+}
+
+}  // namespace durin::persistence::keys

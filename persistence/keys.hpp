@@ -1,7 +1,13 @@
 // Every RocksDB key durin writes is built here, and nowhere else. Numbers that
 // sort are fixed-width big-endian; strings are length-prefixed (u16 BE) so
 // that ("ab","c") never equals ("a","bc"). Decoders return nullopt for bytes
-// that are not a well-formed key of their family.
+// that are not a well-formed key of their family. Layouts byte by byte are in
+// persistence/README.md. Pure functions: safe from any thread.
+//
+// REQUIRES (every builder): each string is at most `string_bytes_max` bytes,
+// because its length must fit the u16 prefix. Callers taking ids from outside
+// check with `fits()` first (store and write_batch do); a violation is a bug
+// and aborts through DURIN_ASSERT rather than build a colliding key.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +18,12 @@
 #include "persistence/records.hpp"
 
 namespace durin::persistence::keys {
+
+// The longest string a key can hold (the u16 length prefix).
+inline constexpr std::size_t string_bytes_max = 0xFFFF;
+inline bool fits(std::string_view text) {
+  return text.size() <= string_bytes_max;
+}
 
 std::string run(std::string_view run_id);
 std::optional<std::string> decode_run(std::string_view key);
@@ -24,16 +36,21 @@ struct history_key {
 };
 std::optional<history_key> decode_history(std::string_view key);
 
+// A negative `due_ms` is stored as 0 (due at once): the key's number is
+// unsigned so that timers sort by due time.
 std::string timer(const timer_record& timer);
+// The smallest key greater than every timer due at or before `due_ms`;
+// u64 BE(0) for negative `due_ms` (no timer is due before 0).
 std::string timer_upper_bound(std::int64_t due_ms);  // first key due > due_ms
 std::optional<timer_record> decode_timer(std::string_view key);
 
 std::string active(std::string_view run_id);
 std::optional<std::string> decode_active(std::string_view key);
 
-std::string meta(std::string_view name);
+std::string meta(std::string_view name);  // the name's bytes, unprefixed
 
-// Big-endian helpers, shared with the codec.
+// Big-endian helpers, shared with the codec. REQUIRES (get_*): `bytes`
+// points at 2, 4 or 8 readable bytes.
 void put_u16(std::string& out, std::uint16_t value);
 void put_u32(std::string& out, std::uint32_t value);
 void put_u64(std::string& out, std::uint64_t value);

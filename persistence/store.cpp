@@ -1,1 +1,670 @@
-// placeholder
+// The RocksDB store: opening, options, reads, and write batches.
+#include "persistence/store.hpp"
+
+#include <rocksdb/cache.h>
+#include <rocksdb/db.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/iterator.h>
+#include <rocksdb/options.h>
+#include <rocksdb/table.h>
+#include <rocksdb/write_batch.h>
+
+#include <algorithm>
+#include <array>
+#include <exception>
+#include <filesystem>
+
+#include "persistence/assert.hpp"
+#include "persistence/codec.hpp"
+#include "persistence/keys.hpp"
+
+namespace durin::persistence {
+
+namespace {
+
+// Indexed by `family`; the names are on disk and never change.
+constexpr std::array<const char*, family_count> family_names = {
+    "runs", "history", "timers", "active", "meta"};
+
+constexpr std::string_view schema_version_name = "schema_version";
+
+// Shared by every family: run records and recent history are the hot set,
+// small next to the node's memory.
+constexpr std::size_t block_cache_bytes = 32u << 20;
+// Per family memtable; small records, so 8 MiB holds many thousands.
+constexpr std::size_t write_buffer_bytes = 8u << 20;
+// Cap on all memtables together, so five families cannot hold 5 x 64 MiB.
+constexpr std::size_t db_write_buffer_bytes = 48u << 20;
+// Bits per key of the runs family's bloom filter (~1% false positives).
+constexpr double bloom_bits_per_key = 10.0;
+// Messages quote at most this much of an id read from disk.
+constexpr std::size_t printable_bytes_max = 128;
+
+const char* name_of(family which) {
+  return family_names[static_cast<std::size_t>(which)];
+}
+
+// `text` quoted for an error message: printable ASCII as is, other bytes as
+// \xHH, cut at printable_bytes_max, because ids in corrupt keys are arbitrary.
+std::string printable(std::string_view text) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out = "'";
+  for (std::size_t i = 0; i < text.size() && i < printable_bytes_max; ++i) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte >= 0x20 && byte < 0x7F && byte != '\\' && byte != '\'') {
+      out.push_back(static_cast<char>(byte));
+    } else {
+      out += "\\x";
+      out.push_back(hex[byte >> 4]);
+      out.push_back(hex[byte & 0xF]);
+    }
+  }
+  if (text.size() > printable_bytes_max) {
+    out += "...";
+  }
+  out += "'";
+  return out;
+}
+
+error storage_failure(std::string_view what, const rocksdb::Status& status) {
+  return make_error(errc::storage_error,
+                    std::string(what) + ": " + status.ToString());
+}
+
+// "history: run 'run_1' event 3: checksum mismatch"
+error corrupt(family which, std::string_view subject,
+              const std::string& problem) {
+  return make_error(errc::corrupt_record, std::string(name_of(which)) + ": " +
+                                              std::string(subject) + ": " +
+                                              problem);
+}
+
+// Runs `body`, turning any exception (RocksDB is built without them, but
+// allocation and the standard library may throw) into storage-error, so that
+// none escapes persistence.
+template <class Body>
+auto guarded(std::string_view what, Body&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const std::exception& failure) {
+    return make_error(errc::storage_error,
+                      std::string(what) + ": " + failure.what());
+  } catch (...) {
+    return make_error(errc::storage_error,
+                      std::string(what) + ": unknown exception");
+  }
+}
+
+rocksdb::WriteOptions sync_write() {
+  rocksdb::WriteOptions options;
+  // Durability is the product: nothing is answered before the fsync.
+  options.sync = true;
+  return options;
+}
+
+rocksdb::DBOptions db_options() {
+  rocksdb::DBOptions options;
+  options.create_if_missing = true;
+  options.create_missing_column_families = true;
+  // Two cores: one flush and one compaction thread at most.
+  options.IncreaseParallelism(2);
+  options.max_background_jobs = 2;
+  options.db_write_buffer_size = db_write_buffer_bytes;
+  // Spread SST writeback instead of one burst at file close.
+  options.bytes_per_sync = 1u << 20;
+  // Info logs are for operators; a handful is enough.
+  options.keep_log_file_num = 5;
+  options.max_log_file_size = 16u << 20;
+  return options;
+}
+
+rocksdb::ColumnFamilyOptions family_options(
+    family which, const std::shared_ptr<rocksdb::Cache>& cache) {
+  rocksdb::ColumnFamilyOptions options;
+  options.write_buffer_size = write_buffer_bytes;
+  // Keeps space amplification bounded as the data grows, with no tuning.
+  options.level_compaction_dynamic_level_bytes = true;
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = cache;
+  if (which == family::runs) {
+    // get_run is a point lookup by the whole key: a bloom filter skips SST
+    // files without the run. history is read by prefix (seek + upper bound)
+    // and the other families by full scans, where a whole-key filter is
+    // never consulted, so they carry none.
+    table.filter_policy.reset(
+        rocksdb::NewBloomFilterPolicy(bloom_bits_per_key));
+  }
+  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  return options;
+}
+
+// The smallest key greater than every key starting with `prefix`; empty when
+// there is none (the prefix is all 0xFF).
+std::string prefix_successor(std::string prefix) {
+  while (!prefix.empty()) {
+    auto& last = reinterpret_cast<unsigned char&>(prefix.back());
+    if (last != 0xFF) {
+      ++last;
+      return prefix;
+    }
+    prefix.pop_back();
+  }
+  return prefix;
+}
+
+bool starts_with(const rocksdb::Slice& key, std::string_view prefix) {
+  return key.size() >= prefix.size() &&
+         std::string_view(key.data(), prefix.size()) == prefix;
+}
+
+std::string_view view(const rocksdb::Slice& slice) {
+  return {slice.data(), slice.size()};
+}
+
+}  // namespace
+
+// ---- opening ----------------------------------------------------------------
+
+result<std::unique_ptr<store>> store::open(const std::string& dir) {
+  return guarded("open " + dir, [&]() -> result<std::unique_ptr<store>> {
+    std::error_code failure;
+    std::filesystem::create_directories(dir, failure);
+    if (failure) {
+      return make_error(errc::storage_error, "cannot create directory " + dir +
+                                                 ": " + failure.message());
+    }
+    const rocksdb::DBOptions options = db_options();
+    const auto cache = rocksdb::NewLRUCache(block_cache_bytes);
+
+    // Families already on disk: RocksDB refuses to open a database without
+    // naming all of them. A missing database lists nothing, which is fine.
+    std::vector<std::string> existing;
+    (void)rocksdb::DB::ListColumnFamilies(options, dir, &existing);
+
+    std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+    descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName,
+                             rocksdb::ColumnFamilyOptions());
+    for (std::size_t index = 0; index < family_count; ++index) {
+      descriptors.emplace_back(
+          family_names[index],
+          family_options(static_cast<family>(index), cache));
+    }
+    for (const auto& name : existing) {
+      const bool known = name == rocksdb::kDefaultColumnFamilyName ||
+                         std::find(family_names.begin(), family_names.end(),
+                                   name) != family_names.end();
+      if (!known) {
+        descriptors.emplace_back(name, rocksdb::ColumnFamilyOptions());
+      }
+    }
+
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* raw = nullptr;
+    const rocksdb::Status opened =
+        rocksdb::DB::Open(options, dir, descriptors, &handles, &raw);
+    if (!opened.ok()) {
+      return storage_failure("open " + dir, opened);
+    }
+    // Owned at once: on any later failure the destructor closes it.
+    std::unique_ptr<store> opened_store(new store());
+    opened_store->dir_ = dir;
+    opened_store->db_.reset(raw);
+    opened_store->default_handle_ = handles[0];
+    opened_store->handles_.assign(handles.begin() + 1,
+                                  handles.begin() + 1 + family_count);
+    opened_store->other_handles_.assign(handles.begin() + 1 + family_count,
+                                        handles.end());
+    if (auto checked = opened_store->check_schema(); !checked) {
+      return checked.error();
+    }
+    return opened_store;
+  });
+}
+
+status store::check_schema() {
+  auto stored = get_meta(schema_version_name);
+  if (!stored) {
+    return stored.error();
+  }
+  if (!stored->has_value()) {
+    // First open: no run can have been written without a version.
+    std::string value;
+    keys::put_u32(value, schema_version);
+    return put_meta(schema_version_name, value);
+  }
+  const std::string& value = **stored;
+  if (value.size() != 4) {
+    return corrupt(
+        family::meta, printable(schema_version_name),
+        "value of " + std::to_string(value.size()) + " bytes, expected a u32");
+  }
+  const std::uint32_t found = keys::get_u32(value.data());
+  if (found != schema_version) {
+    return make_error(errc::invalid_argument,
+                      "database at " + dir_ + " has schema version " +
+                          std::to_string(found) + "; this build reads " +
+                          std::to_string(schema_version));
+  }
+  return {};
+}
+
+store::~store() {
+  if (!db_) {
+    return;
+  }
+  // Handles go before the database; Close() flushes nothing we need (every
+  // write is already in the synced WAL), so its status is only advisory.
+  for (auto* handle : handles_) {
+    db_->DestroyColumnFamilyHandle(handle);
+  }
+  for (auto* handle : other_handles_) {
+    db_->DestroyColumnFamilyHandle(handle);
+  }
+  db_->DestroyColumnFamilyHandle(default_handle_);
+  (void)db_->Close();
+  db_.reset();
+}
+
+rocksdb::ColumnFamilyHandle* store::handle(family which) const {
+  return handles_[static_cast<std::size_t>(which)];
+}
+
+// ---- reads ------------------------------------------------------------------
+
+result<std::optional<run_record>> store::get_run(
+    std::string_view run_id) const {
+  using answer = result<std::optional<run_record>>;
+  return guarded("get run", [&]() -> answer {
+    if (!keys::fits(run_id)) {
+      return std::optional<run_record>();  // no key can name it
+    }
+    rocksdb::PinnableSlice value;
+    const rocksdb::Status read =
+        db_->Get(rocksdb::ReadOptions(), handle(family::runs),
+                 keys::run(run_id), &value);
+    if (read.IsNotFound()) {
+      return std::optional<run_record>();
+    }
+    const std::string subject = "run " + printable(run_id);
+    if (!read.ok()) {
+      return storage_failure("runs: read " + subject, read);
+    }
+    auto decoded = codec::decode_run(view(value));
+    if (!decoded) {
+      return corrupt(family::runs, subject, decoded.error().message);
+    }
+    if (decoded->id != run_id) {
+      return corrupt(family::runs, subject,
+                     "value names run " + printable(decoded->id));
+    }
+    return std::optional<run_record>(std::move(*decoded));
+  });
+}
+
+result<std::vector<event_record>> store::load_history(
+    std::string_view run_id) const {
+  using answer = result<std::vector<event_record>>;
+  return guarded("load history", [&]() -> answer {
+    std::vector<event_record> events;
+    if (!keys::fits(run_id)) {
+      return events;
+    }
+    const std::string subject = "run " + printable(run_id);
+    const std::string prefix = keys::history_prefix(run_id);
+    const std::string upper = prefix_successor(prefix);
+    const rocksdb::Slice upper_slice(upper);
+    rocksdb::ReadOptions options;
+    if (!upper.empty()) {
+      options.iterate_upper_bound = &upper_slice;
+    }
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(options, handle(family::history)));
+    for (it->Seek(prefix); it->Valid() && starts_with(it->key(), prefix);
+         it->Next()) {
+      auto key = keys::decode_history(view(it->key()));
+      if (!key || key->run_id != run_id) {
+        return corrupt(family::history, subject, "malformed key");
+      }
+      const std::uint64_t expected = events.size() + 1;
+      if (key->sequence != expected) {
+        return corrupt(family::history, subject,
+                       "sequence " + std::to_string(key->sequence) + " where " +
+                           std::to_string(expected) +
+                           " was expected (a gap in the history)");
+      }
+      auto event = codec::decode_event(view(it->value()));
+      if (!event) {
+        return corrupt(family::history,
+                       subject + " event " + std::to_string(expected),
+                       event.error().message);
+      }
+      events.push_back(std::move(*event));
+    }
+    if (!it->status().ok()) {
+      return storage_failure("history: read " + subject, it->status());
+    }
+    return events;
+  });
+}
+
+result<std::vector<std::string>> store::active_runs() const {
+  using answer = result<std::vector<std::string>>;
+  return guarded("active runs", [&]() -> answer {
+    std::vector<std::string> ids;
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(rocksdb::ReadOptions(), handle(family::active)));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      auto id = keys::decode_active(view(it->key()));
+      if (!id) {
+        return corrupt(family::active, "key " + printable(view(it->key())),
+                       "malformed key");
+      }
+      if (auto marker = codec::decode_marker(view(it->value())); !marker) {
+        return corrupt(family::active, "run " + printable(*id),
+                       marker.error().message);
+      }
+      ids.push_back(std::move(*id));
+    }
+    if (!it->status().ok()) {
+      return storage_failure("active: read", it->status());
+    }
+    return ids;
+  });
+}
+
+result<std::vector<timer_record>> store::timers_until(std::int64_t until_ms,
+                                                      std::size_t max) const {
+  using answer = result<std::vector<timer_record>>;
+  return guarded("timers until", [&]() -> answer {
+    std::vector<timer_record> timers;
+    if (max == 0 || until_ms < 0) {
+      return timers;
+    }
+    const std::string upper = keys::timer_upper_bound(until_ms);
+    const rocksdb::Slice upper_slice(upper);
+    rocksdb::ReadOptions options;
+    options.iterate_upper_bound = &upper_slice;
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(options, handle(family::timers)));
+    for (it->SeekToFirst(); it->Valid() && timers.size() < max; it->Next()) {
+      auto timer = keys::decode_timer(view(it->key()));
+      if (!timer) {
+        return corrupt(family::timers, "key " + printable(view(it->key())),
+                       "malformed key");
+      }
+      if (auto marker = codec::decode_marker(view(it->value())); !marker) {
+        return corrupt(family::timers,
+                       "run " + printable(timer->run_id) + " timer due " +
+                           std::to_string(timer->due_ms),
+                       marker.error().message);
+      }
+      timers.push_back(std::move(*timer));
+    }
+    if (!it->status().ok()) {
+      return storage_failure("timers: read", it->status());
+    }
+    return timers;
+  });
+}
+
+result<store::run_scan> store::scan_runs(std::string_view before_id,
+                                         std::optional<run_status> status,
+                                         std::optional<std::string> flow,
+                                         std::size_t max,
+                                         std::size_t scan_max) const {
+  return guarded("scan runs", [&]() -> result<run_scan> {
+    if (max == 0 || scan_max == 0) {
+      return make_error(errc::invalid_argument,
+                        "scan_runs needs max and scan_max of at least 1");
+    }
+    if (!keys::fits(before_id)) {
+      return make_error(errc::invalid_argument,
+                        "cursor of " + std::to_string(before_id.size()) +
+                            " bytes is not a run id");
+    }
+    run_scan scan;
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(rocksdb::ReadOptions(), handle(family::runs)));
+    if (before_id.empty()) {
+      it->SeekToLast();
+    } else {
+      // Strictly older: step past the cursor's own record if it exists.
+      const std::string start = keys::run(before_id);
+      it->SeekForPrev(start);
+      if (it->Valid() && view(it->key()) == start) {
+        it->Prev();
+      }
+    }
+    std::size_t examined = 0;
+    std::string last_examined;
+    for (; it->Valid(); it->Prev()) {
+      ++examined;
+      const auto id = keys::decode_run(view(it->key()));
+      // A malformed key (keys::run never writes one) cannot be a cursor; if
+      // it is the last examined, the listing ends there.
+      last_examined = id ? *id : std::string();
+      auto decoded = id ? codec::decode_run(view(it->value()))
+                        : result<run_record>(make_error(errc::corrupt_record,
+                                                        "malformed key"));
+      // Skipped, not fatal: one bad record must not hide every other run.
+      const bool readable = decoded.ok() && decoded->id == *id;
+      if (readable && (!status || decoded->status == *status) &&
+          (!flow || decoded->flow == *flow)) {
+        scan.runs.push_back(std::move(*decoded));
+      }
+      if (scan.runs.size() >= max || examined >= scan_max) {
+        it->Prev();
+        break;
+      }
+    }
+    if (!it->status().ok()) {
+      return storage_failure("runs: scan", it->status());
+    }
+    // The iterator now sits on the next older record, if any: only then can
+    // more remain.
+    if (it->Valid()) {
+      scan.next_before_id = last_examined;
+    }
+    return scan;
+  });
+}
+
+// ---- writes -----------------------------------------------------------------
+
+status store::write(write_batch& batch) {
+  return guarded("write", [&]() -> status {
+    if (batch.store_ != this || !batch.batch_) {
+      return make_error(errc::internal,
+                        "write_batch belongs to another store or was moved");
+    }
+    if (!batch.problem_.empty()) {
+      return make_error(errc::invalid_argument,
+                        "batch refused: " + batch.problem_);
+    }
+    const rocksdb::Status written =
+        db_->Write(sync_write(), batch.batch_.get());
+    if (!written.ok()) {
+      return storage_failure("write batch", written);
+    }
+    return {};
+  });
+}
+
+result<std::optional<std::string>> store::get_meta(
+    std::string_view name) const {
+  using answer = result<std::optional<std::string>>;
+  return guarded("get meta", [&]() -> answer {
+    rocksdb::PinnableSlice value;
+    const rocksdb::Status read = db_->Get(
+        rocksdb::ReadOptions(), handle(family::meta), keys::meta(name), &value);
+    if (read.IsNotFound()) {
+      return std::optional<std::string>();
+    }
+    if (!read.ok()) {
+      return storage_failure("meta: read " + printable(name), read);
+    }
+    auto decoded = codec::decode_bytes(view(value));
+    if (!decoded) {
+      return corrupt(family::meta, "key " + printable(name),
+                     decoded.error().message);
+    }
+    return std::optional<std::string>(std::move(*decoded));
+  });
+}
+
+status store::put_meta(std::string_view name, std::string_view value) {
+  return guarded("put meta", [&]() -> status {
+    if (value.size() > codec::field_bytes_max) {
+      return make_error(errc::invalid_argument,
+                        "meta value of " + std::to_string(value.size()) +
+                            " bytes is above the limit");
+    }
+    const rocksdb::Status written =
+        db_->Put(sync_write(), handle(family::meta), keys::meta(name),
+                 codec::encode_bytes(value));
+    if (!written.ok()) {
+      return storage_failure("meta: write " + printable(name), written);
+    }
+    return {};
+  });
+}
+
+write_batch store::batch() {
+  return write_batch(*this);
+}
+
+// ---- write_batch ------------------------------------------------------------
+
+write_batch::write_batch(const store& owner)
+    : store_(&owner), batch_(std::make_unique<rocksdb::WriteBatch>()) {}
+
+write_batch::write_batch(write_batch&&) noexcept = default;
+write_batch& write_batch::operator=(write_batch&&) noexcept = default;
+write_batch::~write_batch() = default;
+
+void write_batch::refuse(std::string problem) {
+  if (problem_.empty()) {
+    problem_ = std::move(problem);
+  }
+}
+
+void write_batch::put_run(const run_record& record) {
+  if (!keys::fits(record.id)) {
+    refuse("run id of " + std::to_string(record.id.size()) +
+           " bytes is too long for a key");
+    return;
+  }
+  if (auto valid = codec::validate(record); !valid) {
+    refuse("run " + printable(record.id) + ": " + valid.error().message);
+    return;
+  }
+  const auto put = batch_->Put(store_->handle(family::runs),
+                               keys::run(record.id), codec::encode(record));
+  if (!put.ok()) {
+    refuse("run " + printable(record.id) + ": " + put.ToString());
+  }
+}
+
+void write_batch::put_event(std::string_view run_id, std::uint64_t sequence,
+                            const event_record& event) {
+  if (!keys::fits(run_id)) {
+    refuse("run id of " + std::to_string(run_id.size()) +
+           " bytes is too long for a key");
+    return;
+  }
+  const std::string subject =
+      "run " + printable(run_id) + " event " + std::to_string(sequence);
+  if (sequence == 0) {
+    // History starts at 1; a 0 would read back as a gap.
+    refuse(subject + ": sequences start at 1");
+    return;
+  }
+  if (auto valid = codec::validate(event); !valid) {
+    refuse(subject + ": " + valid.error().message);
+    return;
+  }
+  const auto put =
+      batch_->Put(store_->handle(family::history),
+                  keys::history(run_id, sequence), codec::encode(event));
+  if (!put.ok()) {
+    refuse(subject + ": " + put.ToString());
+  }
+}
+
+namespace {
+
+// Why `timer` cannot be a key, or empty.
+std::string timer_problem(const timer_record& timer) {
+  if (!keys::fits(timer.run_id)) {
+    return "timer run id of " + std::to_string(timer.run_id.size()) +
+           " bytes is too long for a key";
+  }
+  if (timer.kind != timer_kind::sleep && timer.kind != timer_kind::step_retry) {
+    return "timer of run " + printable(timer.run_id) + " has invalid kind " +
+           std::to_string(static_cast<int>(timer.kind));
+  }
+  return {};
+}
+
+}  // namespace
+
+void write_batch::put_timer(const timer_record& timer) {
+  if (auto problem = timer_problem(timer); !problem.empty()) {
+    refuse(std::move(problem));
+    return;
+  }
+  const auto put = batch_->Put(store_->handle(family::timers),
+                               keys::timer(timer), codec::encode_marker());
+  if (!put.ok()) {
+    refuse("timer of run " + printable(timer.run_id) + ": " + put.ToString());
+  }
+}
+
+void write_batch::delete_timer(const timer_record& timer) {
+  if (auto problem = timer_problem(timer); !problem.empty()) {
+    refuse(std::move(problem));
+    return;
+  }
+  const auto deleted =
+      batch_->Delete(store_->handle(family::timers), keys::timer(timer));
+  if (!deleted.ok()) {
+    refuse("timer of run " + printable(timer.run_id) + ": " +
+           deleted.ToString());
+  }
+}
+
+void write_batch::put_active(std::string_view run_id) {
+  if (!keys::fits(run_id)) {
+    refuse("run id of " + std::to_string(run_id.size()) +
+           " bytes is too long for a key");
+    return;
+  }
+  const auto put = batch_->Put(store_->handle(family::active),
+                               keys::active(run_id), codec::encode_marker());
+  if (!put.ok()) {
+    refuse("active run " + printable(run_id) + ": " + put.ToString());
+  }
+}
+
+void write_batch::delete_active(std::string_view run_id) {
+  if (!keys::fits(run_id)) {
+    refuse("run id of " + std::to_string(run_id.size()) +
+           " bytes is too long for a key");
+    return;
+  }
+  const auto deleted =
+      batch_->Delete(store_->handle(family::active), keys::active(run_id));
+  if (!deleted.ok()) {
+    refuse("active run " + printable(run_id) + ": " + deleted.ToString());
+  }
+}
+
+std::size_t write_batch::count() const {
+  return batch_ ? static_cast<std::size_t>(batch_->Count()) : 0;
+}
+
+std::size_t write_batch::size_bytes() const {
+  return batch_ ? batch_->GetDataSize() : 0;
+}
+
+}  // namespace durin::persistence

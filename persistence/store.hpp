@@ -7,6 +7,8 @@
 // Reads see only durable data (every write is synced before it is answered).
 // Errors are values: a failed read is storage-error, a record that fails its
 // checksum or decoding is corrupt-record naming the key's family and run.
+// Nothing here throws: RocksDB and allocation failures become storage-error.
+// Key and value layouts byte by byte: persistence/README.md.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +46,9 @@ class store {
   store(const store&) = delete;
   store& operator=(const store&) = delete;
 
-  // nullopt when there is no such run.
+  // nullopt when there is no such run (also for an id too long to be a key).
+  // A record that fails decoding, or that names another id, is
+  // corrupt-record.
   result<std::optional<run_record>> get_run(std::string_view run_id) const;
 
   // The run's events in sequence order, starting at 1 with no gaps; a gap or
@@ -52,9 +56,13 @@ class store {
   result<std::vector<event_record>> load_history(std::string_view run_id) const;
 
   // Ids of runs not yet ended (pending, running, waiting), in id order.
+  // Read from the `active` family, which writers keep in step with the run
+  // records (put_active / delete_active in the same batch as put_run). A
+  // malformed entry is corrupt-record: recovery must not silently skip a run.
   result<std::vector<std::string>> active_runs() const;
 
-  // Timers due at or before `until_ms`, in due order, at most `max`.
+  // Timers due at or before `until_ms`, in due order (then run id, call,
+  // kind), at most `max`. A malformed entry is corrupt-record.
   result<std::vector<timer_record>> timers_until(std::int64_t until_ms,
                                                  std::size_t max) const;
 
@@ -62,6 +70,11 @@ class store {
   // `before_id` when it is non-empty, that pass the filter; at most `max`
   // results and at most `scan_max` records examined. The second value is
   // the id to continue from, empty when the scan reached the oldest run.
+  // Order is key order: by id length, then id bytes, which is creation
+  // order for the fixed-length run ids durin makes. A run record that fails
+  // decoding is skipped (and counts as examined) so that one bad record
+  // cannot break listing; get_run reports it. max == 0 or scan_max == 0 is
+  // invalid-argument.
   struct run_scan {
     std::vector<run_record> runs;
     std::string next_before_id;
@@ -72,10 +85,14 @@ class store {
                              std::size_t scan_max = 100'000) const;
 
   // Writes `batch` with sync=true, on the calling thread. The committer uses
-  // this; others go through the committer.
+  // this; others go through the committer. A batch with a refused put
+  // (write_batch::problem) is invalid-argument and writes nothing; a batch
+  // made by another store is internal. A failed write is storage-error.
   status write(write_batch& batch);
 
-  // Reads or writes one `meta` value directly (sync).
+  // Reads or writes one `meta` value directly (sync). Values are framed and
+  // checksummed like every other value (codec::encode_bytes); at most
+  // codec::field_bytes_max bytes.
   result<std::optional<std::string>> get_meta(std::string_view name) const;
   status put_meta(std::string_view name, std::string_view value);
 
@@ -88,12 +105,23 @@ class store {
 
  private:
   store() = default;
+  status check_schema();
+
   std::string dir_;
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;  // indexed by family
+  // RocksDB's required `default` family, and families found on disk that
+  // this build does not know (kept open so that the database opens at all;
+  // never read or written).
+  rocksdb::ColumnFamilyHandle* default_handle_ = nullptr;
+  std::vector<rocksdb::ColumnFamilyHandle*> other_handles_;
 };
 
-// A set of writes applied atomically: all of them or none.
+// A set of writes applied atomically: all of them or none. Built by one
+// thread, then handed to the committer (or store::write). Every put checks
+// its record first (ids fit a key, fields within codec::field_bytes_max,
+// enums in range); a refused put leaves a `problem` and the whole batch is
+// refused when written, so a bad record never reaches the disk.
 class write_batch {
  public:
   write_batch(write_batch&&) noexcept;
@@ -112,13 +140,20 @@ class write_batch {
   std::size_t size_bytes() const;  // bytes of the batch's representation
   bool empty() const { return count() == 0; }
 
+  // Empty unless a put was refused; then the first refusal's reason.
+  const std::string& problem() const { return problem_; }
+
+  // REQUIRES: not moved from.
   rocksdb::WriteBatch& raw() { return *batch_; }
 
  private:
   friend class store;
   explicit write_batch(const store& owner);
+  void refuse(std::string problem);
+
   const store* store_;
   std::unique_ptr<rocksdb::WriteBatch> batch_;
+  std::string problem_;
 };
 
 }  // namespace durin::persistence

@@ -1,1 +1,85 @@
-// placeholder
+// Kill points for crash tests; see test_points.hpp. Built only with
+// DURIN_TEST_POINTS, so release builds carry none of this.
+#include "persistence/test_points.hpp"
+
+#if defined(DURIN_TEST_POINTS)
+
+#include <atomic>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace durin::test_points {
+
+namespace {
+
+// Longest point name DURIN_KILL_AT may name; points are short literals.
+constexpr std::size_t name_bytes_max = 127;
+
+// The parsed DURIN_KILL_AT: which point, at which hit. Fixed storage, so
+// parsing cannot throw inside the noexcept reach().
+struct kill_plan {
+  bool armed = false;
+  char name[name_bytes_max + 1] = {};
+  std::uint64_t at_hit = 0;
+  std::atomic<std::uint64_t> hits{0};
+};
+
+// Parses "name:N" (N >= 1). Anything else disarms, with one warning, so a
+// typo in a crash test shows up instead of silently never killing.
+void parse(const char* text, kill_plan& plan) {
+  const char* colon = std::strrchr(text, ':');
+  const std::size_t name_bytes =
+      colon != nullptr ? static_cast<std::size_t>(colon - text) : 0;
+  char* end = nullptr;
+  const unsigned long long at_hit =
+      colon != nullptr ? std::strtoull(colon + 1, &end, 10) : 0;
+  const bool valid = name_bytes > 0 && name_bytes <= name_bytes_max &&
+                     end != nullptr && end != colon + 1 && *end == '\0' &&
+                     at_hit >= 1 && colon[1] != '-';
+  if (!valid) {
+    std::fprintf(stderr,
+                 "durin: ignoring DURIN_KILL_AT='%s' (expected name:N, "
+                 "N >= 1)\n",
+                 text);
+    return;
+  }
+  std::memcpy(plan.name, text, name_bytes);
+  plan.name[name_bytes] = '\0';
+  plan.at_hit = at_hit;
+  plan.armed = true;
+}
+
+kill_plan& plan() {
+  // Read once, on first reach(); thread-safe static initialisation.
+  static kill_plan parsed;
+  static const bool read_environment = [] {
+    if (const char* text = std::getenv("DURIN_KILL_AT"); text != nullptr) {
+      parse(text, parsed);
+    }
+    return true;
+  }();
+  (void)read_environment;
+  return parsed;
+}
+
+}  // namespace
+
+void reach(const char* name) noexcept {
+  kill_plan& current = plan();
+  // The common case: no kill planned, one predictable branch.
+  if (!current.armed || std::strcmp(name, current.name) != 0) {
+    return;
+  }
+  const std::uint64_t hit =
+      current.hits.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (hit == current.at_hit) {
+    std::raise(SIGKILL);
+  }
+}
+
+}  // namespace durin::test_points
+
+#endif  // DURIN_TEST_POINTS
