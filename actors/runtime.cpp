@@ -24,6 +24,8 @@ constexpr std::size_t input_bytes_max = 1 << 20;
 constexpr std::size_t run_id_bytes_max = 128;
 constexpr std::size_t flow_name_bytes_max = 128;
 constexpr auto cancel_answer_timeout = std::chrono::seconds(30);
+// Records a list examines at most per page (filters may skip many).
+constexpr std::size_t list_scan_max = 100'000;
 
 status check_run_id(std::string_view run_id) {
   if (run_id.empty() || run_id.size() > run_id_bytes_max) {
@@ -110,7 +112,7 @@ class runtime_impl {
     return {};
   }
 
-  result<run_info> get(std::string_view run_id) const {
+  result<run_info> get(std::string_view run_id, std::string_view tenant) const {
     if (auto checked = check_run_id(run_id); !checked) {
       return checked.error();
     }
@@ -118,7 +120,8 @@ class runtime_impl {
     if (!record) {
       return record.error();
     }
-    if (!*record) {
+    // Another tenant's run is indistinguishable from no run at all.
+    if (!*record || (*record)->tenant != tenant) {
       return make_error(errc::run_not_found,
                         "no run with id '" + std::string(run_id) + "'");
     }
@@ -203,10 +206,13 @@ result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
 void runtime::start_async(std::string_view flow, json input,
                           const start_options& options,
                           std::function<void(result<run_info>)> done) {
-  (void)options;
   auto& services = impl_->services;
   if (impl_->closing) {
     done(make_error(errc::shutting_down, "the runtime is closing"));
+    return;
+  }
+  if (options.tenant.empty() || options.tenant.size() > 128) {
+    done(make_error(errc::invalid_argument, "a tenant is 1 to 128 bytes"));
     return;
   }
   if (flow.empty() || flow.size() > flow_name_bytes_max) {
@@ -242,6 +248,7 @@ void runtime::start_async(std::string_view flow, json input,
     return;
   }
   record.created_at_ms = services.clock->now_ms();
+  record.tenant = options.tenant;
   auto batch = services.store->batch();
   batch.put_run(record);
   batch.put_active(record.id);
@@ -275,12 +282,14 @@ result<run_info> runtime::start(std::string_view flow, json input,
   return future.get();
 }
 
-result<run_info> runtime::get(std::string_view run_id) const {
-  return impl_->get(run_id);
+result<run_info> runtime::get(std::string_view run_id,
+                              std::string_view tenant) const {
+  return impl_->get(run_id, tenant);
 }
 
 result<run_info> runtime::wait(std::string_view run_id,
-                               std::chrono::milliseconds timeout) const {
+                               std::chrono::milliseconds timeout,
+                               std::string_view tenant) const {
   struct waiter {
     std::mutex mutex;
     std::condition_variable done;
@@ -294,7 +303,7 @@ result<run_info> runtime::wait(std::string_view run_id,
     state->info = info;
     state->done.notify_all();
   });
-  auto now = get(run_id);
+  auto now = get(run_id, tenant);
   if (!now || is_terminal(now->status)) {
     listeners.remove(id, token);
     return now;
@@ -325,7 +334,8 @@ result<run_page> runtime::list(const run_filter& filter) const {
     stored_status.reset();  // not stored: filtered below
   }
   auto scan = impl_->services.store->scan_runs(filter.cursor, stored_status,
-                                               filter.flow, filter.limit);
+                                               filter.flow, filter.limit,
+                                               list_scan_max, filter.tenant);
   if (!scan) {
     return scan.error();
   }
@@ -349,8 +359,8 @@ result<run_page> runtime::list(const run_filter& filter) const {
 }
 
 result<std::vector<history_event>> runtime::history(
-    std::string_view run_id) const {
-  auto info = get(run_id);
+    std::string_view run_id, std::string_view tenant) const {
+  auto info = get(run_id, tenant);
   if (!info) {
     return info.error();
   }
@@ -367,8 +377,9 @@ result<std::vector<history_event>> runtime::history(
   return out;
 }
 
-result<run_info> runtime::cancel(std::string_view run_id, std::string reason) {
-  auto now = get(run_id);
+result<run_info> runtime::cancel(std::string_view run_id, std::string reason,
+                                 std::string_view tenant) {
+  auto now = get(run_id, tenant);
   if (!now) {
     return now.error();
   }

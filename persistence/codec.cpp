@@ -205,7 +205,9 @@ status validate(const run_record& record) {
       {"input", &record.input},
       {"output", &record.output},
       {"error_code", &record.error_code},
-      {"error_message", &record.error_message}};
+      {"error_message", &record.error_message},
+      {"tenant", &record.tenant},
+      {"start_token", &record.start_token}};
   for (const auto& [name, value] : fields) {
     if (auto checked = check_field(name, *value); !checked) {
       return checked;
@@ -224,7 +226,8 @@ std::string encode(const run_record& record) {
   std::string out =
       begin_frame(record.id.size() + record.flow.size() + record.input.size() +
                   record.output.size() + record.error_code.size() +
-                  record.error_message.size() + 6 * 4 + 1 + 3 * 8 + 4);
+                  record.error_message.size() + record.tenant.size() +
+                  record.start_token.size() + 8 * 4 + 1 + 3 * 8 + 4);
   put_string(out, record.id);
   put_string(out, record.flow);
   out.push_back(static_cast<char>(record.status));
@@ -236,6 +239,8 @@ std::string encode(const run_record& record) {
   put_i64(out, record.started_at_ms);
   put_i64(out, record.completed_at_ms);
   keys::put_u32(out, record.spec_version);
+  put_string(out, record.tenant);
+  put_string(out, record.start_token);
   return end_frame(std::move(out));
 }
 
@@ -257,6 +262,8 @@ result<run_record> decode_run(std::string_view bytes) {
   record.started_at_ms = in.i64("started_at_ms");
   record.completed_at_ms = in.i64("completed_at_ms");
   record.spec_version = in.u32("spec_version");
+  record.tenant = in.string("tenant");
+  record.start_token = in.string("start_token");
   if (auto problem = in.problem()) {
     return corrupt("run record", *problem);
   }

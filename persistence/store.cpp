@@ -407,11 +407,10 @@ result<std::vector<timer_record>> store::timers_until(std::int64_t until_ms,
   });
 }
 
-result<store::run_scan> store::scan_runs(std::string_view before_id,
-                                         std::optional<run_status> status,
-                                         std::optional<std::string> flow,
-                                         std::size_t max,
-                                         std::size_t scan_max) const {
+result<store::run_scan> store::scan_runs(
+    std::string_view before_id, std::optional<run_status> status,
+    std::optional<std::string> flow, std::size_t max, std::size_t scan_max,
+    std::optional<std::string> tenant) const {
   return guarded("scan runs", [&]() -> result<run_scan> {
     if (max == 0 || scan_max == 0) {
       return make_error(errc::invalid_argument,
@@ -449,7 +448,8 @@ result<store::run_scan> store::scan_runs(std::string_view before_id,
       // Skipped, not fatal: one bad record must not hide every other run.
       const bool readable = decoded.ok() && decoded->id == *id;
       if (readable && (!status || decoded->status == *status) &&
-          (!flow || decoded->flow == *flow)) {
+          (!flow || decoded->flow == *flow) &&
+          (!tenant || decoded->tenant == *tenant)) {
         scan.runs.push_back(std::move(*decoded));
       }
       if (scan.runs.size() >= max || examined >= scan_max) {

@@ -82,7 +82,8 @@ class store {
   result<run_scan> scan_runs(std::string_view before_id,
                              std::optional<run_status> status,
                              std::optional<std::string> flow, std::size_t max,
-                             std::size_t scan_max = 100'000) const;
+                             std::size_t scan_max = 100'000,
+                             std::optional<std::string> tenant = {}) const;
 
   // Writes `batch` with sync=true, on the calling thread. The committer uses
   // this; others go through the committer. A batch with a refused put

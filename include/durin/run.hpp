@@ -61,6 +61,7 @@ struct history_event {
 };
 
 struct run_filter {
+  std::string tenant = "default";
   std::optional<run_status> status;
   std::optional<std::string> flow;
   std::size_t limit = 100;  // 1..1000

@@ -43,8 +43,12 @@ struct runtime_options {
   std::shared_ptr<durin::clock> clock;
 };
 
+// Runs belong to a tenant; another tenant's run answers as run-not-found.
+// Embedding applications that have no tenants use the default one.
+inline constexpr std::string_view default_tenant = "default";
+
 struct start_options {
-  // Run ids are generated ("run_" + 26 time-sortable characters).
+  std::string tenant = std::string(default_tenant);
 };
 
 class runtime_impl;
@@ -80,21 +84,25 @@ class runtime {
                    std::function<void(result<run_info>)> done);
 
   // The run now: the durable record, or `blocked` while held for replay.
-  result<run_info> get(std::string_view run_id) const;
+  result<run_info> get(std::string_view run_id,
+                       std::string_view tenant = default_tenant) const;
 
   // Waits until the run ends (completed, failed, cancelled); timeout when it
   // has not within `timeout` (the run goes on).
   result<run_info> wait(std::string_view run_id,
-                        std::chrono::milliseconds timeout) const;
+                        std::chrono::milliseconds timeout,
+                        std::string_view tenant = default_tenant) const;
 
   result<run_page> list(const run_filter& filter) const;
 
   // The recorded events of the run, in order.
-  result<std::vector<history_event>> history(std::string_view run_id) const;
+  result<std::vector<history_event>> history(
+      std::string_view run_id, std::string_view tenant = default_tenant) const;
 
   // Cancels the run: it ends as cancelled, its pending step results and
   // timers are ignored. run-finished when it had already ended.
-  result<run_info> cancel(std::string_view run_id, std::string reason = {});
+  result<run_info> cancel(std::string_view run_id, std::string reason = {},
+                          std::string_view tenant = default_tenant);
 
   // Sends `listener` a message (durin::run_finished_atom, durin::run_info)
   // when the run ends, or at once if it has. See durin/caf.hpp.

@@ -545,3 +545,32 @@ TEST_F(RuntimeTest, ListIsNewestFirstAndPaged) {
 
 }  // namespace
 }  // namespace durin
+
+namespace durin {
+namespace {
+
+TEST_F(RuntimeTest, AnotherTenantsRunAnswersAsNotFound) {
+  registry flows;
+  examples::register_examples(flows);
+  auto rt = open(flows);
+  start_options acme;
+  acme.tenant = "acme";
+  auto started = rt->start("acme.review-order", {{"orderId", "T-1"}}, acme);
+  ASSERT_TRUE(started.ok());
+  ASSERT_TRUE(rt->wait(started->id, wait_max, "acme").ok());
+  EXPECT_EQ(rt->get(started->id, "globex").error().code, errc::run_not_found);
+  EXPECT_EQ(rt->get(started->id).error().code, errc::run_not_found);
+  EXPECT_EQ(rt->history(started->id, "globex").error().code,
+            errc::run_not_found);
+  EXPECT_EQ(rt->cancel(started->id, "", "globex").error().code,
+            errc::run_not_found);
+  run_filter globex;
+  globex.tenant = "globex";
+  EXPECT_TRUE(rt->list(globex)->runs.empty());
+  run_filter mine;
+  mine.tenant = "acme";
+  ASSERT_EQ(rt->list(mine)->runs.size(), 1u);
+}
+
+}  // namespace
+}  // namespace durin

@@ -106,6 +106,8 @@ TEST(CodecTest, RunRecordLayoutIsTheDocumentedOne) {
   record.started_at_ms = 2;
   record.completed_at_ms = 3;
   record.spec_version = 1;
+  record.tenant = "t";
+  record.start_token = "k";
   const std::string body =
       "\x00\x00\x00\x01r"                 // id
       "\x00\x00\x00\x01"                  // flow length
@@ -118,7 +120,9 @@ TEST(CodecTest, RunRecordLayoutIsTheDocumentedOne) {
       "\x00\x00\x00\x00\x00\x00\x00\x01"  // created_at_ms
       "\x00\x00\x00\x00\x00\x00\x00\x02"  // started_at_ms
       "\x00\x00\x00\x00\x00\x00\x00\x03"  // completed_at_ms
-      "\x00\x00\x00\x01"s;                // spec_version
+      "\x00\x00\x00\x01"                  // spec_version
+      "\x00\x00\x00\x01t"                 // tenant
+      "\x00\x00\x00\x01k"s;               // start_token
   EXPECT_EQ(codec::encode(record), frame(body));
 }
 
