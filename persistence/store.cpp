@@ -24,7 +24,8 @@ namespace {
 
 // Indexed by `family`; the names are on disk and never change.
 constexpr std::array<const char*, family_count> family_names = {
-    "runs", "history", "timers", "active", "meta"};
+    "runs",   "history", "timers",   "active",  "meta",
+    "tokens", "inbox",   "requests", "tenants", "api_keys"};
 
 constexpr std::string_view schema_version_name = "schema_version";
 

@@ -32,8 +32,19 @@ namespace durin::persistence {
 
 class write_batch;
 
-enum class family : std::uint8_t { runs = 0, history, timers, active, meta };
-inline constexpr std::size_t family_count = 5;
+enum class family : std::uint8_t {
+  runs = 0,
+  history,
+  timers,
+  active,
+  meta,
+  tokens,    // hook tokens: owner, state, retention (actors/token_*)
+  inbox,     // payloads resumed to a token, resume ids
+  requests,  // request idempotency keys (cluster/)
+  tenants,   // tenants (cluster/)
+  api_keys,  // API keys (cluster/)
+};
+inline constexpr std::size_t family_count = 10;
 
 class store {
  public:
