@@ -34,6 +34,12 @@ std::string_view to_code(errc code) noexcept {
       return "shutting-down";
     case errc::internal:
       return "internal";
+    case errc::hook_conflict:
+      return "hook-conflict";
+    case errc::hook_not_found:
+      return "hook-not-found";
+    case errc::start_outcome_unknown:
+      return "start-outcome-unknown";
   }
   return "internal";
 }

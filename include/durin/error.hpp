@@ -29,6 +29,9 @@ enum class errc : std::uint8_t {
   timeout,                  // the caller's wait ran out; the run goes on
   shutting_down,            // the runtime is closing
   internal,                 // a bug: an invariant was about to break
+  hook_conflict,            // another run owns the token (error::run_id)
+  hook_not_found,           // no run can receive payloads for the token
+  start_outcome_unknown,    // the start may or may not be admitted (run_id)
 };
 
 // The stable wire name, e.g. errc::flow_not_found -> "flow-not-found".
@@ -37,6 +40,9 @@ std::string_view to_code(errc code) noexcept;
 struct error {
   errc code = errc::internal;
   std::string message;
+  // The run the error is about, where there is one: the owner for
+  // hook-conflict, the candidate run for start-outcome-unknown.
+  std::string run_id;
 
   std::string to_string() const;  // "flow-not-found: no flow named 'x'"
 };

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,8 +48,38 @@ struct runtime_options {
 // Embedding applications that have no tenants use the default one.
 inline constexpr std::string_view default_tenant = "default";
 
+// A start hook: the run is admitted together with a hook on `token`, in one
+// atomic write, so the token is an idempotency key for whole runs.
+struct start_hook {
+  std::string token;  // 1..256 bytes, from the caller's domain
+  // How long the token stays held after the run ends, counted from start:
+  // a duration string ("30 days", "2h", "500ms"), a number of milliseconds,
+  // or an absolute RFC 3339 time. Null: released when the run ends.
+  json min_retention;
+  json metadata;  // returned by get_hook_by_token
+};
+
 struct start_options {
   std::string tenant = std::string(default_tenant);
+  std::optional<start_hook> hook;
+};
+
+struct resume_options {
+  std::string tenant = std::string(default_tenant);
+  // A resume carrying an id already recorded for the token is not recorded
+  // again; the first resume's answer is returned.
+  std::string resume_id;
+};
+
+struct hook_info {
+  std::string token;
+  std::string owner_run_id;
+  json metadata;
+  std::int64_t created_at_ms = 0;
+  std::string state;  // "active" or "retained"
+  std::int64_t retain_until_ms = 0;  // 0: no retention
+
+  json to_json() const;
 };
 
 class runtime_impl;
@@ -82,6 +113,16 @@ class runtime {
   void start_async(std::string_view flow, json input,
                    const start_options& options,
                    std::function<void(result<run_info>)> done);
+
+  // Delivers `payload` to the run owning `token`; answers once the payload is
+  // durable, with the owner's run id. hook-not-found when no running run
+  // owns the token (none, or a finished owner retaining it).
+  result<std::string> resume_hook(std::string_view token, json payload,
+                                  const resume_options& options = {});
+
+  // The hook on `token` now (advisory: it may change right after).
+  result<hook_info> get_hook_by_token(
+      std::string_view token, std::string_view tenant = default_tenant) const;
 
   // The run now: the durable record, or `blocked` while held for replay.
   result<run_info> get(std::string_view run_id,
