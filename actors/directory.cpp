@@ -35,6 +35,12 @@ caf::actor directory::find_or_spawn(shard& target, const std::string& run_id,
   return handle;
 }
 
+bool directory::activate(const std::string& run_id) {
+  auto& shard = shard_of(run_id);
+  std::lock_guard<std::mutex> lock(shard.mutex);
+  return static_cast<bool>(find_or_spawn(shard, run_id, nullptr));
+}
+
 bool directory::activate_fresh(persistence::run_record record) {
   auto& shard = shard_of(record.id);
   std::lock_guard<std::mutex> lock(shard.mutex);

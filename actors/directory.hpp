@@ -45,6 +45,9 @@ class directory {
     return true;
   }
 
+  // Makes sure the run has an actor (which activates from storage).
+  bool activate(const std::string& run_id);
+
   // Spawns the actor of a run admitted just now, without reading storage.
   bool activate_fresh(persistence::run_record record);
 

@@ -51,6 +51,7 @@ struct node {
   std::unique_ptr<step_executor> executor;
   std::unique_ptr<timer_service> timers;
   std::unique_ptr<directory> runs;
+  std::unique_ptr<directory> tokens;  // key: keys::token(tenant, token)
   finish_listeners finished;
 };
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "actors/run_engine.hpp"
+#include "persistence/keys.hpp"
 
 namespace durin::actors {
 
@@ -18,6 +19,7 @@ struct run_actor_state {
   bool reloading = false;
   std::int64_t reload_backoff_ms = 50;
   bool blocked_reported = false;
+  std::string tenant = "default";
   static inline const char* name = "durin.run";
 };
 
@@ -87,6 +89,27 @@ void dispatch_step(self_pointer self, step_dispatch dispatch) {
   }
 }
 
+void send_to_token(self_pointer self, token_message message) {
+  auto& st = self->state;
+  auto address = persistence::keys::token(st.tenant, message.token);
+  auto& tokens = *st.services->tokens;
+  switch (message.what) {
+    case token_message::kind::claim:
+      tokens.deliver(address, claim_atom::value, std::move(message.claim));
+      break;
+    case token_message::kind::subscribe:
+      tokens.deliver(address, subscribe_atom::value,
+                     std::move(message.subscribe));
+      break;
+    case token_message::kind::dispose:
+      tokens.deliver(address, dispose_atom::value, std::move(message.notice));
+      break;
+    case token_message::kind::owner_end:
+      tokens.deliver(address, owner_end_atom::value, std::move(message.notice));
+      break;
+  }
+}
+
 // Carries out what the engine asked for, then looks whether to stop.
 void drain(self_pointer self) {
   auto& st = self->state;
@@ -120,6 +143,9 @@ void drain(self_pointer self) {
   for (auto& timer : out.timers) {
     st.services->timers->schedule(timer);
   }
+  for (auto& message : out.token_messages) {
+    send_to_token(self, std::move(message));
+  }
   if (st.engine->blocked() != st.blocked_reported) {
     st.blocked_reported = st.engine->blocked();
     if (st.blocked_reported) {
@@ -143,6 +169,7 @@ void activate(self_pointer self, std::optional<persistence::run_record> fresh) {
   std::vector<persistence::event_record> history;
   if (fresh) {
     record = std::move(*fresh);
+    st.tenant = record.tenant;
   } else {
     auto loaded = st.services->store->get_run(st.run_id);
     if (!loaded) {
@@ -156,6 +183,7 @@ void activate(self_pointer self, std::optional<persistence::run_record> fresh) {
       return;
     }
     record = std::move(**loaded);
+    st.tenant = record.tenant;
     if (!is_terminal(record.status)) {
       auto events = st.services->store->load_history(st.run_id);
       if (!events) {
@@ -168,7 +196,9 @@ void activate(self_pointer self, std::optional<persistence::run_record> fresh) {
     }
   }
   engine_environment env{&st.services->flows, st.services->clock.get(),
-                         st.services->options.passivate_after};
+                         st.services->options.passivate_after,
+                         st.services->options.retention_max.count(),
+                         persistence::spec_version};
   st.engine =
       std::make_unique<run_engine>(env, std::move(record), std::move(history));
   st.engine->start();
@@ -185,9 +215,18 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, node* services,
   self->state.services = services;
   self->state.run_id = std::move(run_id);
   return {
-      [self](activate_atom) { activate(self, std::nullopt); },
+      // Activation happens once per actor: a second activate (a recovery
+      // racing a message that spawned the actor) must not replace the
+      // engine while its write is in flight.
+      [self](activate_atom) {
+        if (!self->state.engine && !self->state.reloading) {
+          activate(self, std::nullopt);
+        }
+      },
       [self](activate_atom, const fresh_run& run) {
-        activate(self, run.record);
+        if (!self->state.engine) {
+          activate(self, run.record);
+        }
       },
       [self](committed_atom, const status& outcome) {
         if (self->state.engine) {
@@ -216,6 +255,24 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, node* services,
               make_error(errc::storage_error,
                          "run " + self->state.run_id +
                              " cannot be loaded right now; retry the cancel"));
+        }
+        drain(self);
+      },
+      [self](claimed_atom, const claim_outcome& outcome) {
+        if (self->state.engine) {
+          self->state.engine->on_claim_outcome(outcome);
+        }
+        drain(self);
+      },
+      [self](payload_atom, const hook_delivery& delivery) {
+        if (self->state.engine) {
+          self->state.engine->on_hook_payload(delivery);
+        }
+        drain(self);
+      },
+      [self](lost_atom, const hook_loss& loss) {
+        if (self->state.engine) {
+          self->state.engine->on_hook_lost(loss);
         }
         drain(self);
       },

@@ -28,7 +28,11 @@ using run_actor = caf::typed_actor<
     // Cancels the run.
     caf::reacts_to<cancel_atom, cancel_request>,
     // Discards the engine and activates again (after a failed write).
-    caf::reacts_to<reload_atom>>;
+    caf::reacts_to<reload_atom>,
+    // From token actors: a claim's answer, a payload, a token lost.
+    caf::reacts_to<claimed_atom, claim_outcome>,
+    caf::reacts_to<payload_atom, hook_delivery>,
+    caf::reacts_to<lost_atom, hook_loss>>;
 
 // Spawns the actor of `run_id` on `system`. `services` must outlive it.
 caf::actor spawn_run_actor(caf::actor_system& system, node& services,

@@ -35,6 +35,14 @@ const char* kind_name(event_kind kind) {
       return "run-failed";
     case event_kind::run_cancelled:
       return "run-cancelled";
+    case event_kind::hook_created:
+      return "hook-created";
+    case event_kind::hook_payload:
+      return "hook-payload";
+    case event_kind::hook_disposed:
+      return "hook-disposed";
+    case event_kind::hook_lost:
+      return "hook-lost";
   }
   return "unknown";
 }
@@ -85,6 +93,13 @@ std::string recorded_call_text(const event_record& event) {
       return "sleep";
     case event_kind::value_recorded:
       return describe_call("value", event.name);
+    case event_kind::hook_created:
+      return describe_call("hook", event.name);
+    case event_kind::hook_payload:
+    case event_kind::hook_lost:
+      return describe_call("hook read", event.name);
+    case event_kind::hook_disposed:
+      return describe_call("hook disposal", event.name);
     default:
       return kind_name(event.kind);
   }
@@ -159,6 +174,15 @@ bool run_engine::check_replay(std::uint64_t call, call_kind kind,
     case call_kind::sleep:
       now_asked = "sleep";
       break;
+    case call_kind::hook_create:
+      now_asked = describe_call("hook", name);
+      break;
+    case call_kind::hook_next:
+      now_asked = describe_call("hook read", name);
+      break;
+    case call_kind::hook_dispose:
+      now_asked = describe_call("hook disposal", name);
+      break;
     default:
       now_asked = describe_call("value", name);
       break;
@@ -183,11 +207,23 @@ bool run_engine::check_replay(std::uint64_t call, call_kind kind,
       same_kind = first.kind == event_kind::timer_armed ||
                   first.kind == event_kind::timer_fired;
       break;
+    case call_kind::hook_create:
+      same_kind = first.kind == event_kind::hook_created;
+      break;
+    case call_kind::hook_next:
+      same_kind = first.kind == event_kind::hook_payload ||
+                  first.kind == event_kind::hook_lost;
+      break;
+    case call_kind::hook_dispose:
+      same_kind = first.kind == event_kind::hook_disposed;
+      break;
     default:
       same_kind = first.kind == event_kind::value_recorded;
       break;
   }
-  if (!same_kind || first.name != name) {
+  // A webhook's token is random: only the record knows it.
+  bool any_name = kind == call_kind::hook_create && name.empty();
+  if (!same_kind || (!any_name && first.name != name)) {
     block("call " + std::to_string(call) + " (history sequence " +
           std::to_string(rec->first_sequence) + "): history recorded " +
           recorded_call_text(first) + ", the code now calls " + now_asked);
@@ -559,6 +595,7 @@ void run_engine::complete() {
 void run_engine::finish() {
   finished_ = true;
   output_.finished = true;
+  notify_tokens_of_end();
 }
 
 void run_engine::cancel(std::string reason,

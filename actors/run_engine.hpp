@@ -23,12 +23,14 @@
 #include <coroutine>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "actors/messages.hpp"
 #include "actors/step_executor.hpp"
 #include "durin/clock.hpp"
 #include "durin/error.hpp"
@@ -60,12 +62,23 @@ struct step_dispatch {
   std::function<json()> body;
 };
 
+// A message for a token actor (see token_actor.hpp).
+struct token_message {
+  enum class kind : std::uint8_t { claim, subscribe, dispose, owner_end };
+  kind what = kind::claim;
+  std::string token;
+  hook_claim claim;        // kind::claim
+  subscription subscribe;  // kind::subscribe
+  owner_notice notice;     // kind::dispose, kind::owner_end
+};
+
 // What the run actor must do after an engine call.
 struct engine_output {
   std::optional<commit_plan> commit;              // submit; report on_committed
   std::vector<step_dispatch> dispatches;          // run; report on_step_outcome
   std::vector<persistence::timer_record> timers;  // durable: schedule them
   std::vector<std::function<void()>> replies;     // answers to send now
+  std::vector<token_message> token_messages;      // send now
   bool finished = false;                          // the run ended, durably
 };
 
@@ -73,6 +86,8 @@ struct engine_environment {
   const registry* flows = nullptr;
   durin::clock* clock = nullptr;
   std::chrono::milliseconds passivate_after{2000};
+  std::int64_t retention_max_ms = 30LL * 24 * 3600 * 1000;
+  std::uint32_t spec_version = persistence::spec_version;
 };
 
 class run_engine final : public detail::driver {
@@ -99,6 +114,11 @@ class run_engine final : public detail::driver {
   // A timer fired. Ignored unless the run waits on it.
   void on_timer(const persistence::timer_record& timer);
 
+  // From token actors: a claim's answer, a payload, the loss of a token.
+  void on_claim_outcome(const claim_outcome& outcome);
+  void on_hook_payload(const hook_delivery& delivery);
+  void on_hook_lost(const hook_loss& loss);
+
   // Ends the run as cancelled; `reply` gets the final state once durable,
   // or run-finished when the run had ended already.
   void cancel(std::string reason, std::function<void(result<run_info>)> reply);
@@ -123,10 +143,40 @@ class run_engine final : public detail::driver {
   void park(std::coroutine_handle<> handle) override;
   json record_value(detail::value_kind kind, std::string_view name,
                     const std::function<json()>& produce) override;
+  std::size_t hook_create(detail::hook_request request) override;
+  const std::string& hook_token(std::size_t hook) const override;
+  bool hook_conflict(std::size_t hook, detail::call_outcome* out) override;
+  bool hook_next(std::size_t hook, detail::call_outcome* out) override;
+  void hook_dispose(std::size_t hook) override;
   const std::string& run_id() const override { return record_.id; }
 
  private:
-  enum class call_kind : std::uint8_t { none, step, sleep, value };
+  enum class call_kind : std::uint8_t {
+    none,
+    step,
+    sleep,
+    value,
+    hook_create,
+    hook_next,
+    hook_dispose,
+    hook_conflict,  // waiting on a claim: not a call of its own
+  };
+
+  struct hook_entry {
+    std::string token;
+    std::uint64_t call = 0;  // of create_hook; 0 for the start hook
+    enum class claim : std::uint8_t {
+      pending,
+      owned,
+      conflict
+    } state = claim::pending;
+    std::string owner;  // conflicting owner
+    bool disposed = false;
+    bool subscribed = false;
+    std::uint64_t consumed = 0;  // last payload sequence recorded
+    std::string lost_to;         // force-claimed by
+    std::uint64_t lost_after = 0;
+  };
 
   struct pending_call {
     call_kind kind = call_kind::none;
@@ -142,6 +192,8 @@ class run_engine final : public detail::driver {
     bool waiting_retry = false;
     // sleep, or the retry timer of a step
     std::int64_t due_ms = 0;
+    // hook_next, hook_conflict
+    std::size_t hook = 0;
   };
 
   // Recorded events of one call, for replay.
@@ -161,6 +213,9 @@ class run_engine final : public detail::driver {
   void flush_then(std::function<void()> continuation);
   void emit_commit();
 
+  bool try_next_payload(hook_entry& entry, detail::call_outcome* out);
+  void send(token_message message);
+  void notify_tokens_of_end();
   void dispatch_step();
   void dispatch_when_durable();
   void resume_parked();
@@ -198,7 +253,17 @@ class run_engine final : public detail::driver {
   bool cancelled_ = false;
   bool storage_failed_ = false;
   std::mt19937_64 random_;
+  std::vector<hook_entry> hooks_;
+  // Payloads delivered but not yet read, by token and sequence.
+  std::map<std::string, std::map<std::uint64_t, std::string>> arrived_;
 };
+
+// When a token is held after its run ends: `spec` is null (not at all), a
+// duration ("30 days", "2h", "500ms"), a number of milliseconds, or an
+// RFC 3339 time; durations count from `from_ms`. Returns 0 for none, the
+// absolute time otherwise; invalid-argument beyond `cap_ms` from `from_ms`.
+result<std::int64_t> retain_until(const json& spec, std::int64_t from_ms,
+                                  std::int64_t cap_ms);
 
 // The user-facing form of a recorded event (history API, CLI).
 history_event describe_event(const std::string& run_id, std::uint64_t sequence,

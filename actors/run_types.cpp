@@ -4,6 +4,7 @@
 #include <ctime>
 
 #include "durin/run.hpp"
+#include "durin/runtime.hpp"
 #include "durin/step.hpp"
 
 namespace durin {
@@ -82,6 +83,12 @@ json run_info::to_json() const {
     out["blockedReason"] = blocked_reason;
   }
   return out;
+}
+
+json hook_info::to_json() const {
+  return {{"token", token},       {"runId", owner_run_id},
+          {"metadata", metadata}, {"createdAt", timestamp(created_at_ms)},
+          {"state", state},       {"retainUntil", timestamp(retain_until_ms)}};
 }
 
 json history_event::to_json() const {

@@ -14,7 +14,9 @@
 #include "actors/node.hpp"
 #include "actors/run_actor.hpp"
 #include "actors/run_engine.hpp"
+#include "actors/token_actor.hpp"
 #include "durin/caf.hpp"
+#include "persistence/keys.hpp"
 
 namespace durin {
 
@@ -23,6 +25,8 @@ namespace {
 constexpr std::size_t input_bytes_max = 1 << 20;
 constexpr std::size_t run_id_bytes_max = 128;
 constexpr std::size_t flow_name_bytes_max = 128;
+constexpr std::size_t hook_token_bytes_max = 256;
+constexpr std::size_t metadata_bytes_max = 64 << 10;
 constexpr auto cancel_answer_timeout = std::chrono::seconds(30);
 // Records a list examines at most per page (filters may skip many).
 constexpr std::size_t list_scan_max = 100'000;
@@ -59,6 +63,9 @@ class runtime_impl {
     }
     if (services.runs) {
       services.runs->close();
+    }
+    if (services.tokens) {
+      services.tokens->close();
     }
     if (services.executor) {
       services.executor->stop();
@@ -107,7 +114,7 @@ class runtime_impl {
       if (record && *record && (*record)->status == run_status::waiting) {
         continue;
       }
-      services.runs->deliver(run_id, actors::activate_atom::value);
+      services.runs->activate(run_id);
     }
     return {};
   }
@@ -191,10 +198,18 @@ result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
       [&system, node](const std::string& run_id) {
         return actors::spawn_run_actor(system, *node, run_id);
       });
+  services.tokens = std::make_unique<actors::directory>(
+      [&system, node](const std::string& address) {
+        return actors::spawn_token_actor(system, *node, address);
+      });
   services.timers = std::make_unique<actors::timer_service>(
       *services.store, *services.clock,
       [node](const persistence::timer_record& timer) {
-        node->runs->deliver(timer.run_id, actors::timer_atom::value, timer);
+        // A retention timer names a token; the others name a run.
+        auto& target = timer.kind == persistence::timer_kind::token_retention
+                           ? *node->tokens
+                           : *node->runs;
+        target.deliver(timer.run_id, actors::timer_atom::value, timer);
       });
   if (auto recovered = impl->recover(); !recovered) {
     return recovered.error();
@@ -249,12 +264,17 @@ void runtime::start_async(std::string_view flow, json input,
   }
   record.created_at_ms = services.clock->now_ms();
   record.tenant = options.tenant;
-  auto batch = services.store->batch();
-  batch.put_run(record);
-  batch.put_active(record.id);
   auto info = actors::describe_run(record);
   info.input = std::move(input);
   auto* node = &services;
+  if (options.hook) {
+    start_with_hook(std::move(record), *options.hook, std::move(info),
+                    std::move(done));
+    return;
+  }
+  auto batch = services.store->batch();
+  batch.put_run(record);
+  batch.put_active(record.id);
   services.committer->submit(
       std::move(batch),
       [node, record = std::move(record), info = std::move(info),
@@ -269,6 +289,110 @@ void runtime::start_async(std::string_view flow, json input,
         node->runs->activate_fresh(std::move(record));
         done(std::move(info));
       });
+}
+
+void runtime::start_with_hook(persistence::run_record record,
+                              const start_hook& hook, run_info info,
+                              std::function<void(result<run_info>)> done) {
+  auto& services = impl_->services;
+  if (hook.token.empty() || hook.token.size() > hook_token_bytes_max) {
+    done(make_error(errc::invalid_argument,
+                    "hook.token must be 1 to 256 bytes; got " +
+                        std::to_string(hook.token.size())));
+    return;
+  }
+  auto until = actors::retain_until(hook.min_retention, record.created_at_ms,
+                                    services.options.retention_max.count());
+  if (!until) {
+    done(until.error());
+    return;
+  }
+  auto metadata = actors::encode_payload(hook.metadata);
+  if (metadata.size() > metadata_bytes_max) {
+    done(make_error(errc::invalid_argument,
+                    "hook.metadata is " + std::to_string(metadata.size()) +
+                        " bytes encoded; the limit is " +
+                        std::to_string(metadata_bytes_max)));
+    return;
+  }
+  record.start_token = hook.token;
+  persistence::token_record token;
+  token.tenant = record.tenant;
+  token.token = hook.token;
+  token.owner_run = record.id;
+  token.start_hook = true;
+  token.created_at_ms = record.created_at_ms;
+  token.retain_until_ms = *until;
+  token.metadata = std::move(metadata);
+  token.owner_spec_version = record.spec_version;
+  auto* node = &services;
+  auto address = persistence::keys::token(record.tenant, hook.token);
+  auto answer =
+      std::make_shared<std::function<void(result<run_info>)>>(std::move(done));
+  actors::start_claim claim{record, std::move(token),
+                            [node, record, info = std::move(info),
+                             answer](result<run_info> admitted) mutable {
+                              if (admitted) {
+                                node->runs->activate_fresh(std::move(record));
+                                (*answer)(std::move(info));
+                              } else {
+                                (*answer)(std::move(admitted));
+                              }
+                            }};
+  if (!services.tokens->deliver(address, actors::start_claim_atom::value,
+                                std::move(claim))) {
+    (*answer)(make_error(errc::shutting_down, "the runtime is closing"));
+  }
+}
+
+result<std::string> runtime::resume_hook(std::string_view token, json payload,
+                                         const resume_options& options) {
+  if (impl_->closing) {
+    return make_error(errc::shutting_down, "the runtime is closing");
+  }
+  if (token.empty() || token.size() > hook_token_bytes_max) {
+    return make_error(
+        errc::invalid_argument,
+        "a hook token is 1 to 256 bytes; got " + std::to_string(token.size()));
+  }
+  if (options.resume_id.size() > 256) {
+    return make_error(errc::invalid_argument,
+                      "a resume id is at most 256 bytes");
+  }
+  auto bytes = actors::encode_payload(payload);
+  if (bytes.size() > input_bytes_max) {
+    return make_error(errc::invalid_argument,
+                      "payload is " + std::to_string(bytes.size()) +
+                          " bytes encoded; the limit is " +
+                          std::to_string(input_bytes_max));
+  }
+  auto answer = std::make_shared<std::promise<result<std::string>>>();
+  auto future = answer->get_future();
+  actors::resume_request request{std::move(bytes), options.resume_id,
+                                 [answer](result<std::string> outcome) {
+                                   answer->set_value(std::move(outcome));
+                                 }};
+  auto address = persistence::keys::token(options.tenant, token);
+  if (!impl_->services.tokens->deliver(address, actors::resume_atom::value,
+                                       std::move(request))) {
+    return make_error(errc::shutting_down, "the runtime is closing");
+  }
+  if (future.wait_for(cancel_answer_timeout) != std::future_status::ready) {
+    return make_error(errc::timeout,
+                      "the resume was not confirmed in time; retry it with "
+                      "the same resume id");
+  }
+  return future.get();
+}
+
+result<hook_info> runtime::get_hook_by_token(std::string_view token,
+                                             std::string_view tenant) const {
+  if (token.empty() || token.size() > hook_token_bytes_max) {
+    return make_error(
+        errc::invalid_argument,
+        "a hook token is 1 to 256 bytes; got " + std::to_string(token.size()));
+  }
+  return actors::read_hook(impl_->services, tenant, token);
 }
 
 result<run_info> runtime::start(std::string_view flow, json input,

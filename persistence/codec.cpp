@@ -344,6 +344,115 @@ result<event_record> decode_event(std::string_view bytes) {
   return event;
 }
 
+// ---- token_record, payload_record, resume_record --------------------------
+
+std::string encode(const token_record& record) {
+  std::string out =
+      begin_frame(record.tenant.size() + record.token.size() +
+                  record.owner_run.size() + record.metadata.size() +
+                  record.previous_owner.size() + 5 * 4 + 3 + 4 + 8 * 5);
+  put_string(out, record.tenant);
+  put_string(out, record.token);
+  put_string(out, record.owner_run);
+  out.push_back(static_cast<char>(record.state));
+  out.push_back(static_cast<char>(record.start_hook ? 1 : 0));
+  out.push_back(static_cast<char>(record.webhook ? 1 : 0));
+  keys::put_u64(out, record.owner_call);
+  put_i64(out, record.created_at_ms);
+  put_i64(out, record.retain_until_ms);
+  put_string(out, record.metadata);
+  keys::put_u32(out, record.owner_spec_version);
+  keys::put_u64(out, record.next_payload);
+  put_string(out, record.previous_owner);
+  keys::put_u64(out, record.previous_owner_last_payload);
+  return end_frame(std::move(out));
+}
+
+result<token_record> decode_token(std::string_view bytes) {
+  auto body = open_frame(bytes, "token record");
+  if (!body) {
+    return body.error();
+  }
+  reader in(*body);
+  token_record record;
+  record.tenant = in.string("tenant");
+  record.token = in.string("token");
+  record.owner_run = in.string("owner_run");
+  const auto state = in.u8("state");
+  const auto start_hook = in.u8("start_hook");
+  const auto webhook = in.u8("webhook");
+  record.owner_call = in.u64("owner_call");
+  record.created_at_ms = in.i64("created_at_ms");
+  record.retain_until_ms = in.i64("retain_until_ms");
+  record.metadata = in.string("metadata");
+  record.owner_spec_version = in.u32("owner_spec_version");
+  record.next_payload = in.u64("next_payload");
+  record.previous_owner = in.string("previous_owner");
+  record.previous_owner_last_payload = in.u64("previous_owner_last_payload");
+  if (auto problem = in.problem()) {
+    return corrupt("token record", *problem);
+  }
+  if (state < 1 || state > 2 || start_hook > 1 || webhook > 1) {
+    return corrupt("token record", "invalid state or flag");
+  }
+  record.state = static_cast<token_state>(state);
+  record.start_hook = start_hook == 1;
+  record.webhook = webhook == 1;
+  return record;
+}
+
+std::string encode(const payload_record& record) {
+  std::string out =
+      begin_frame(record.owner_run.size() + record.payload.size() +
+                  record.resume_id.size() + 3 * 4 + 2 * 8);
+  keys::put_u64(out, record.sequence);
+  put_string(out, record.owner_run);
+  put_string(out, record.payload);
+  put_string(out, record.resume_id);
+  put_i64(out, record.at_ms);
+  return end_frame(std::move(out));
+}
+
+result<payload_record> decode_payload_record(std::string_view bytes) {
+  auto body = open_frame(bytes, "payload record");
+  if (!body) {
+    return body.error();
+  }
+  reader in(*body);
+  payload_record record;
+  record.sequence = in.u64("sequence");
+  record.owner_run = in.string("owner_run");
+  record.payload = in.string("payload");
+  record.resume_id = in.string("resume_id");
+  record.at_ms = in.i64("at_ms");
+  if (auto problem = in.problem()) {
+    return corrupt("payload record", *problem);
+  }
+  return record;
+}
+
+std::string encode(const resume_record& record) {
+  std::string out = begin_frame(record.owner_run.size() + 4 + 8);
+  keys::put_u64(out, record.sequence);
+  put_string(out, record.owner_run);
+  return end_frame(std::move(out));
+}
+
+result<resume_record> decode_resume(std::string_view bytes) {
+  auto body = open_frame(bytes, "resume record");
+  if (!body) {
+    return body.error();
+  }
+  reader in(*body);
+  resume_record record;
+  record.sequence = in.u64("sequence");
+  record.owner_run = in.string("owner_run");
+  if (auto problem = in.problem()) {
+    return corrupt("resume record", *problem);
+  }
+  return record;
+}
+
 // ---- markers and opaque bytes ---------------------------------------------
 
 std::string encode_marker() {

@@ -45,6 +45,15 @@ result<std::string> decode_bytes(std::string_view bytes);
 
 // CRC-32C (Castagnoli, reflected polynomial 0x82F63B78, initial value and
 // final xor 0xFFFFFFFF): crc32c("123456789") == 0xE3069283.
+std::string encode(const token_record& record);
+result<token_record> decode_token(std::string_view bytes);
+
+std::string encode(const payload_record& record);
+result<payload_record> decode_payload_record(std::string_view bytes);
+
+std::string encode(const resume_record& record);
+result<resume_record> decode_resume(std::string_view bytes);
+
 std::uint32_t crc32c(std::string_view bytes);
 
 }  // namespace durin::persistence::codec

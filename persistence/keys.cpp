@@ -130,8 +130,8 @@ std::optional<timer_record> decode_timer(std::string_view key) {
     return std::nullopt;
   }
   const auto kind = static_cast<std::uint8_t>(key[0]);
-  if (kind != static_cast<std::uint8_t>(timer_kind::sleep) &&
-      kind != static_cast<std::uint8_t>(timer_kind::step_retry)) {
+  if (kind < static_cast<std::uint8_t>(timer_kind::sleep) ||
+      kind > static_cast<std::uint8_t>(timer_kind::token_retention)) {
     return std::nullopt;
   }
   return timer_record{static_cast<std::int64_t>(*due), std::move(*run_id),
@@ -149,6 +149,71 @@ std::optional<std::string> decode_active(std::string_view key) {
 std::string meta(std::string_view name) {
   return std::string(name);
 }
+
+std::string token(std::string_view tenant, std::string_view token) {
+  DURIN_ASSERT(fits(tenant) && fits(token), "token address too long");
+  std::string key;
+  key.reserve(4 + tenant.size() + token.size());
+  put_length_prefixed(key, tenant);
+  put_length_prefixed(key, token);
+  return key;
+}
+
+std::optional<token_address> decode_token(std::string_view key) {
+  auto tenant = take_length_prefixed(key);
+  auto name = tenant ? take_length_prefixed(key) : std::nullopt;
+  if (!name || !key.empty()) {
+    return std::nullopt;
+  }
+  return token_address{std::move(*tenant), std::move(*name)};
+}
+
+std::string inbox_prefix(std::string_view tenant, std::string_view name) {
+  return token(tenant, name);
+}
+
+std::string inbox_payload(std::string_view tenant, std::string_view name,
+                          std::uint64_t sequence) {
+  auto key = token(tenant, name);
+  key.push_back('\x01');
+  put_u64(key, sequence);
+  return key;
+}
+
+std::string inbox_resume(std::string_view tenant, std::string_view name,
+                         std::string_view resume_id) {
+  DURIN_ASSERT(fits(resume_id), "resume id too long");
+  auto key = token(tenant, name);
+  key.push_back('\x02');
+  put_length_prefixed(key, resume_id);
+  return key;
+}
+
+// ---- cluster/ families (gateway): requests, tenants, api_keys ----------
+
+std::string request(std::string_view tenant, std::string_view caller,
+                    std::string_view idempotency_key) {
+  std::string key;
+  key.reserve(6 + tenant.size() + caller.size() + idempotency_key.size());
+  put_length_prefixed(key, tenant);
+  put_length_prefixed(key, caller);
+  put_length_prefixed(key, idempotency_key);
+  return key;
+}
+
+std::string tenant(std::string_view tenant_id) {
+  std::string key;
+  put_length_prefixed(key, tenant_id);
+  return key;
+}
+
+std::string api_key(std::string_view key_id) {
+  std::string key;
+  put_length_prefixed(key, key_id);
+  return key;
+}
+
+// ---- end of cluster/ families ---------------------------------------------
 
 void put_u16(std::string& out, std::uint16_t value) {
   out.push_back(static_cast<char>(value >> 8));

@@ -49,6 +49,31 @@ std::optional<std::string> decode_active(std::string_view key);
 
 std::string meta(std::string_view name);  // the name's bytes, unprefixed
 
+// tokens: lp(tenant) lp(token).
+std::string token(std::string_view tenant, std::string_view token);
+struct token_address {
+  std::string tenant;
+  std::string token;
+};
+std::optional<token_address> decode_token(std::string_view key);
+
+// inbox: lp(tenant) lp(token) u8 1 u64(sequence) for payloads, and
+// lp(tenant) lp(token) u8 2 lp(resume id) for resume records.
+std::string inbox_prefix(std::string_view tenant, std::string_view token);
+std::string inbox_payload(std::string_view tenant, std::string_view token,
+                          std::uint64_t sequence);
+std::string inbox_resume(std::string_view tenant, std::string_view token,
+                         std::string_view resume_id);
+
+// ---- cluster/ families (gateway): requests, tenants, api_keys ----------
+// `requests`: lp(tenant) + lp(caller) + lp(idempotency key).
+std::string request(std::string_view tenant, std::string_view caller,
+                    std::string_view idempotency_key);
+// `tenants`: lp(tenant id). `api_keys`: lp(key id).
+std::string tenant(std::string_view tenant_id);
+std::string api_key(std::string_view key_id);
+// ---- end of cluster/ families ---------------------------------------------
+
 // Big-endian helpers, shared with the codec. REQUIRES (get_*): `bytes`
 // points at 2, 4 or 8 readable bytes.
 void put_u16(std::string& out, std::uint16_t value);

@@ -14,7 +14,9 @@ namespace durin::persistence {
 // Bumped when any key or value layout changes incompatibly; kept in `meta`.
 inline constexpr std::uint32_t schema_version = 1;
 // The spec version every new run records (behaviour version of the engine).
-inline constexpr std::uint32_t spec_version = 1;
+inline constexpr std::uint32_t spec_version = 2;
+// Runs recorded at an older spec version cannot be force-claimed from.
+inline constexpr std::uint32_t force_claim_min_spec_version = 2;
 
 // Column family `runs`, key: run id.
 struct run_record {
@@ -47,8 +49,12 @@ enum class event_kind : std::uint8_t {
   run_completed = 8,   // data = output
   run_failed = 9,      // error
   run_cancelled = 10,  // error_message = reason
+  hook_created = 11,   // call, name = token, data = {"owner": other or null}
+  hook_payload = 12,   // call, name = token, data = {"sequence","payload"}
+  hook_disposed = 13,  // call, name = token
+  hook_lost = 14,      // call, name = token, data = {"code","owner"}
 };
-inline constexpr std::uint8_t event_kind_max = 10;
+inline constexpr std::uint8_t event_kind_max = 14;
 
 // Column family `history`, key: (run id, sequence). One fact of a run.
 struct event_record {
@@ -67,7 +73,13 @@ struct event_record {
   bool operator==(const event_record&) const = default;
 };
 
-enum class timer_kind : std::uint8_t { sleep = 1, step_retry = 2 };
+// For sleep and step_retry the timer's `run_id` is the run's id; for
+// token_retention it holds the token's address, keys::token(tenant, token).
+enum class timer_kind : std::uint8_t {
+  sleep = 1,
+  step_retry = 2,
+  token_retention = 3,
+};
 
 // Column family `timers`, key: (due, run id, call, kind); value: empty frame.
 struct timer_record {
@@ -77,6 +89,52 @@ struct timer_record {
   timer_kind kind = timer_kind::sleep;
 
   bool operator==(const timer_record&) const = default;
+};
+
+enum class token_state : std::uint8_t { active = 1, retained = 2 };
+
+// Column family `tokens`, key: (tenant, token). A hook token and its owner.
+// No record means the token is free.
+struct token_record {
+  std::string tenant;
+  std::string token;
+  std::string owner_run;
+  token_state state = token_state::active;
+  bool start_hook = false;  // claimed by the owner's admission
+  bool webhook = false;
+  std::uint64_t owner_call = 0;  // the owner's create_hook call; 0: start hook
+  std::int64_t created_at_ms = 0;
+  std::int64_t retain_until_ms = 0;  // 0: released when the owner ends
+  std::string metadata;              // MessagePack
+  std::uint32_t owner_spec_version = 0;
+  std::uint64_t next_payload = 1;  // sequence of the next resumed payload
+  // The owner this one force-claimed the token from, and the last payload
+  // that still belongs to it (delivered before its force-claimed error).
+  std::string previous_owner;
+  std::uint64_t previous_owner_last_payload = 0;
+
+  bool operator==(const token_record&) const = default;
+};
+
+// Column family `inbox`, key: (tenant, token, 1, sequence). A payload
+// resumed to the token, addressed to the owner of that moment.
+struct payload_record {
+  std::uint64_t sequence = 0;
+  std::string owner_run;
+  std::string payload;  // MessagePack
+  std::string resume_id;
+  std::int64_t at_ms = 0;
+
+  bool operator==(const payload_record&) const = default;
+};
+
+// Column family `inbox`, key: (tenant, token, 2, resume id): the answer a
+// resume with that id got, so a retried resume is not recorded twice.
+struct resume_record {
+  std::uint64_t sequence = 0;
+  std::string owner_run;
+
+  bool operator==(const resume_record&) const = default;
 };
 
 }  // namespace durin::persistence

@@ -600,7 +600,8 @@ std::string timer_problem(const timer_record& timer) {
     return "timer run id of " + std::to_string(timer.run_id.size()) +
            " bytes is too long for a key";
   }
-  if (timer.kind != timer_kind::sleep && timer.kind != timer_kind::step_retry) {
+  if (timer.kind < timer_kind::sleep ||
+      timer.kind > timer_kind::token_retention) {
     return "timer of run " + printable(timer.run_id) + " has invalid kind " +
            std::to_string(static_cast<int>(timer.kind));
   }

@@ -108,6 +108,19 @@ class store {
   result<std::optional<std::string>> get_meta(std::string_view name) const;
   status put_meta(std::string_view name, std::string_view value);
 
+  // The token's record; nullopt when the token is free.
+  result<std::optional<token_record>> get_token(std::string_view tenant,
+                                                std::string_view token) const;
+  // Payloads resumed to the token, from `from_sequence` on, at most `max`.
+  result<std::vector<payload_record>> load_payloads(std::string_view tenant,
+                                                    std::string_view token,
+                                                    std::uint64_t from_sequence,
+                                                    std::size_t max) const;
+  // What a resume with `resume_id` got, if one was recorded.
+  result<std::optional<resume_record>> get_resume(
+      std::string_view tenant, std::string_view token,
+      std::string_view resume_id) const;
+
   write_batch batch();
 
   // For benchmarks and tests only: the raw database and its families.
@@ -147,6 +160,14 @@ class write_batch {
   void delete_timer(const timer_record& timer);
   void put_active(std::string_view run_id);
   void delete_active(std::string_view run_id);
+  void put_token(const token_record& record);
+  void delete_token(std::string_view tenant, std::string_view token);
+  void put_payload(std::string_view tenant, std::string_view token,
+                   const payload_record& record);
+  void put_resume(std::string_view tenant, std::string_view token,
+                  std::string_view resume_id, const resume_record& record);
+  // Every payload and resume id of the token.
+  void delete_inbox(std::string_view tenant, std::string_view token);
 
   std::size_t count() const;       // operations in the batch
   std::size_t size_bytes() const;  // bytes of the batch's representation

@@ -25,6 +25,7 @@
 #include <variant>
 
 #include "durin/detail/driver.hpp"
+#include "durin/hook.hpp"
 #include "durin/json.hpp"
 #include "durin/step.hpp"
 
@@ -138,16 +139,6 @@ inline flow<void> flow_promise<void>::get_return_object() noexcept {
                           outcome.attempts);
 }
 
-template <class R>
-R convert_result(const json& value) {
-  if constexpr (std::is_void_v<R>) {
-    return;
-  } else if constexpr (std::is_same_v<R, json>) {
-    return value;
-  } else {
-    return value.get<R>();
-  }
-}
 }  // namespace detail
 
 // Awaiting a step yields its result (R) or raises step_failed_error.
@@ -256,6 +247,26 @@ class context {
     return std::chrono::system_clock::time_point(std::chrono::milliseconds(ms));
   }
 
+  // A hook on `options.token` (see durin/hook.hpp). With the run's own start
+  // token it binds to the start hook (then metadata, min_retention and force
+  // must be unset: std::invalid_argument names the one that is not).
+  template <class T = json>
+  hook<T> create_hook(hook_options options) {
+    return hook<T>(*driver_, driver_->hook_create(to_request(options)));
+  }
+  template <class T = json>
+  scoped_hook<T> create_scoped_hook(hook_options options) {
+    return scoped_hook<T>(*driver_, driver_->hook_create(to_request(options)));
+  }
+  // A hook with a random, unguessable token that the HTTP gateway resumes
+  // from a plain POST /v1/webhooks/{token}.
+  template <class T = json>
+  hook<T> create_webhook() {
+    detail::hook_request request;
+    request.webhook = true;
+    return hook<T>(*driver_, driver_->hook_create(std::move(request)));
+  }
+
   // 64 random bits, recorded.
   std::uint64_t random() {
     return driver_->record_value(detail::value_kind::random, "random", nullptr)
@@ -275,7 +286,16 @@ class context {
   }
 
  private:
+  static detail::hook_request to_request(const hook_options& options);
   detail::driver* driver_;
 };
 
+inline detail::hook_request context::to_request(const hook_options& options) {
+  detail::hook_request request;
+  request.token = options.token;
+  request.metadata = options.metadata;
+  request.min_retention = options.min_retention;
+  request.force = options.force;
+  return request;
+}
 }  // namespace durin

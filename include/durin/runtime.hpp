@@ -42,6 +42,8 @@ struct runtime_options {
   std::chrono::milliseconds passivate_after{2000};
   // Time source; null means the system clock.
   std::shared_ptr<durin::clock> clock;
+  // The longest min_retention a hook may ask for.
+  std::chrono::milliseconds retention_max{30LL * 24 * 3600 * 1000};
 };
 
 // Runs belong to a tenant; another tenant's run answers as run-not-found.
@@ -76,13 +78,16 @@ struct hook_info {
   std::string owner_run_id;
   json metadata;
   std::int64_t created_at_ms = 0;
-  std::string state;  // "active" or "retained"
+  std::string state;                 // "active" or "retained"
   std::int64_t retain_until_ms = 0;  // 0: no retention
 
   json to_json() const;
 };
 
 class runtime_impl;
+namespace persistence {
+struct run_record;
+}
 
 class runtime {
  public:
@@ -157,6 +162,9 @@ class runtime {
 
  private:
   explicit runtime(std::unique_ptr<runtime_impl> impl);
+  void start_with_hook(persistence::run_record record, const start_hook& hook,
+                       run_info info,
+                       std::function<void(result<run_info>)> done);
   std::unique_ptr<runtime_impl> impl_;
 };
 

@@ -163,7 +163,7 @@ TEST(KeysTest, DecodersRejectEveryTruncationAndTrailingByte) {
 
 TEST(KeysTest, DecodeTimerRejectsUnknownKindAndDueAboveInt64) {
   std::string bad_kind = keys::timer({9, "r", 2, timer_kind::sleep});
-  bad_kind.back() = '\x03';
+  bad_kind.back() = '\x04';
   EXPECT_FALSE(keys::decode_timer(bad_kind));
   bad_kind.back() = '\x00';
   EXPECT_FALSE(keys::decode_timer(bad_kind));

@@ -9,6 +9,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "durin/json.hpp"
 #include "durin/step.hpp"
@@ -34,6 +35,27 @@ struct step_call {
 
 enum class value_kind : std::uint8_t { now = 1, random = 2, side_effect = 3 };
 
+// A hook as the flow asks for it (see durin/hook.hpp).
+struct hook_request {
+  std::string token;  // empty: a webhook with a random token
+  json metadata;
+  json min_retention;
+  bool force = false;
+  bool webhook = false;
+};
+
+// Converts a recorded JSON value to what the flow asked for.
+template <class R>
+R convert_result(const json& value) {
+  if constexpr (std::is_void_v<R>) {
+    return;
+  } else if constexpr (std::is_same_v<R, json>) {
+    return value;
+  } else {
+    return value.get<R>();
+  }
+}
+
 class driver {
  public:
   virtual ~driver() = default;
@@ -55,6 +77,24 @@ class driver {
   // which is recorded before anything that depends on it becomes visible.
   virtual json record_value(value_kind kind, std::string_view name,
                             const std::function<json()>& produce) = 0;
+
+  // Creates a hook (a durable call; the claim goes on in the background)
+  // and returns its handle, an index private to this run. Throws
+  // std::invalid_argument for options that are not allowed.
+  virtual std::size_t hook_create(hook_request request) = 0;
+  virtual const std::string& hook_token(std::size_t hook) const = 0;
+
+  // Waits for the hook's claim. out->value: the owner's run id when another
+  // run owns the token, null when this run does.
+  virtual bool hook_conflict(std::size_t hook, call_outcome* out) = 0;
+
+  // The hook's next payload (a durable call). out->value: {"payload": ...}
+  // or null once disposed; failed with "hook-conflict" or
+  // "hook-force-claimed" (error_message: the owner's run id).
+  virtual bool hook_next(std::size_t hook, call_outcome* out) = 0;
+
+  // Disposes the hook (a durable call): the token is released at once.
+  virtual void hook_dispose(std::size_t hook) = 0;
 
   virtual const std::string& run_id() const = 0;
 };

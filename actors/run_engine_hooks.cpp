@@ -1,0 +1,505 @@
+// The hook side of the run engine: claims, payloads, disposal and the loss
+// of a token, as durable calls replayed like any other.
+#include <cctype>
+#include <charconv>
+#include <ctime>
+#include <set>
+#include <stdexcept>
+
+#include "actors/run_engine.hpp"
+
+namespace durin::actors {
+
+namespace {
+
+using persistence::event_kind;
+using persistence::event_record;
+
+constexpr std::size_t token_bytes_max = 256;
+
+std::string webhook_token() {
+  static constexpr char digits[] = "0123456789abcdefghijklmnopqrstuv";
+  std::random_device entropy;
+  std::string token = "wh_";
+  for (int i = 0; i < 32; ++i) {
+    token += digits[entropy() % 32];
+  }
+  return token;
+}
+
+// "30 days", "2h", "500ms", "1.5 hours" -> milliseconds; nullopt if not.
+std::optional<double> parse_duration_ms(std::string_view text) {
+  std::size_t i = 0;
+  while (
+      i < text.size() &&
+      (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
+    ++i;
+  }
+  if (i == 0) {
+    return std::nullopt;
+  }
+  double amount = 0;
+  try {
+    amount = std::stod(std::string(text.substr(0, i)));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  auto unit = text.substr(i);
+  while (!unit.empty() && unit.front() == ' ') {
+    unit.remove_prefix(1);
+  }
+  struct named {
+    const char* name;
+    double ms;
+  };
+  static constexpr named units[] = {{"ms", 1},
+                                    {"millisecond", 1},
+                                    {"milliseconds", 1},
+                                    {"s", 1000},
+                                    {"sec", 1000},
+                                    {"second", 1000},
+                                    {"seconds", 1000},
+                                    {"m", 60'000},
+                                    {"min", 60'000},
+                                    {"minute", 60'000},
+                                    {"minutes", 60'000},
+                                    {"h", 3'600'000},
+                                    {"hour", 3'600'000},
+                                    {"hours", 3'600'000},
+                                    {"d", 86'400'000},
+                                    {"day", 86'400'000},
+                                    {"days", 86'400'000},
+                                    {"w", 604'800'000},
+                                    {"week", 604'800'000},
+                                    {"weeks", 604'800'000}};
+  for (const auto& candidate : units) {
+    if (unit == candidate.name) {
+      return amount * candidate.ms;
+    }
+  }
+  return std::nullopt;
+}
+
+// RFC 3339 "2026-12-01T10:00:00Z" / "...T10:00:00.250+02:00" -> ms.
+std::optional<std::int64_t> parse_rfc3339_ms(const std::string& text) {
+  std::tm parts{};
+  int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0;
+  int consumed = 0;
+  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &year, &month,
+                  &day, &hour, &minute, &second, &consumed) != 6) {
+    return std::nullopt;
+  }
+  parts.tm_year = year - 1900;
+  parts.tm_mon = month - 1;
+  parts.tm_mday = day;
+  parts.tm_hour = hour;
+  parts.tm_min = minute;
+  parts.tm_sec = second;
+  std::int64_t ms = static_cast<std::int64_t>(timegm(&parts)) * 1000;
+  std::string_view rest(text.c_str() + consumed);
+  if (!rest.empty() && rest.front() == '.') {
+    rest.remove_prefix(1);
+    std::int64_t fraction = 0;
+    int digits = 0;
+    while (!rest.empty() && std::isdigit(static_cast<unsigned char>(rest[0]))) {
+      if (digits < 3) {
+        fraction = fraction * 10 + (rest[0] - '0');
+        ++digits;
+      }
+      rest.remove_prefix(1);
+    }
+    while (digits < 3) {
+      fraction *= 10;
+      ++digits;
+    }
+    ms += fraction;
+  }
+  if (rest == "Z" || rest == "z") {
+    return ms;
+  }
+  int offset_hours = 0, offset_minutes = 0;
+  if (rest.size() == 6 && (rest[0] == '+' || rest[0] == '-') &&
+      std::sscanf(std::string(rest.substr(1)).c_str(), "%2d:%2d", &offset_hours,
+                  &offset_minutes) == 2) {
+    std::int64_t offset = (offset_hours * 60 + offset_minutes) * 60'000LL;
+    return rest[0] == '+' ? ms - offset : ms + offset;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+result<std::int64_t> retain_until(const json& spec, std::int64_t from_ms,
+                                  std::int64_t cap_ms) {
+  if (spec.is_null()) {
+    return std::int64_t{0};
+  }
+  std::int64_t until = 0;
+  if (spec.is_number()) {
+    auto ms = spec.get<double>();
+    if (ms < 0) {
+      return make_error(errc::invalid_argument,
+                        "minRetention must not be negative");
+    }
+    until = from_ms + static_cast<std::int64_t>(ms);
+  } else if (spec.is_string()) {
+    auto text = spec.get<std::string>();
+    if (auto ms = parse_duration_ms(text)) {
+      until = from_ms + static_cast<std::int64_t>(*ms);
+    } else if (auto absolute = parse_rfc3339_ms(text)) {
+      until = *absolute;
+    } else {
+      return make_error(errc::invalid_argument,
+                        "minRetention '" + text +
+                            "' is neither a duration (\"30 days\", \"2h\", "
+                            "\"500ms\") nor an RFC 3339 time");
+    }
+  } else {
+    return make_error(errc::invalid_argument,
+                      "minRetention must be a duration string, a number of "
+                      "milliseconds or an RFC 3339 time");
+  }
+  if (until - from_ms > cap_ms) {
+    return make_error(errc::invalid_argument,
+                      "minRetention exceeds the cap of " +
+                          std::to_string(cap_ms / 86'400'000) + " days (" +
+                          std::to_string(cap_ms) + " ms)");
+  }
+  return until;
+}
+
+std::size_t run_engine::hook_create(detail::hook_request request) {
+  hook_entry entry;
+  auto index = hooks_.size();
+  if (!request.webhook && !record_.start_token.empty() &&
+      request.token == record_.start_token) {
+    // The start hook: bound, not registered; no call, no history.
+    const char* misplaced = !request.metadata.is_null()        ? "metadata"
+                            : !request.min_retention.is_null() ? "min_retention"
+                            : request.force                    ? "force"
+                                                               : nullptr;
+    if (misplaced != nullptr) {
+      throw std::invalid_argument(
+          std::string("create_hook with the run's start token takes no '") +
+          misplaced + "': it belongs on the start");
+    }
+    entry.token = request.token;
+    entry.state = hook_entry::claim::owned;
+    hooks_.push_back(std::move(entry));
+    return index;
+  }
+  if (!request.webhook &&
+      (request.token.empty() || request.token.size() > token_bytes_max)) {
+    throw std::invalid_argument("a hook token is 1 to 256 bytes; got " +
+                                std::to_string(request.token.size()));
+  }
+  auto until =
+      retain_until(request.min_retention, now(), env_.retention_max_ms);
+  if (!until) {
+    throw std::invalid_argument(until.error().message);
+  }
+  auto number = next_call_++;
+  entry.call = number;
+  entry.token = request.token;
+  if (stopped() || !check_replay(number, call_kind::hook_create,
+                                 request.webhook ? "" : request.token)) {
+    hooks_.push_back(std::move(entry));
+    return index;
+  }
+  if (const auto* rec = recorded(number)) {
+    const auto& event = *rec->events.front();
+    entry.token = event.name;
+    auto data = decode_payload(event.data);
+    if (data.is_object() && data["owner"].is_string()) {
+      entry.state = hook_entry::claim::conflict;
+      entry.owner = data["owner"].get<std::string>();
+    } else {
+      entry.state = hook_entry::claim::owned;
+    }
+    hooks_.push_back(std::move(entry));
+    return index;
+  }
+  if (request.webhook) {
+    entry.token = webhook_token();
+  }
+  token_message message;
+  message.what = token_message::kind::claim;
+  message.token = entry.token;
+  message.claim = hook_claim{record_.id,
+                             number,
+                             encode_payload(request.metadata),
+                             *until,
+                             request.force,
+                             request.webhook,
+                             record_.spec_version};
+  hooks_.push_back(std::move(entry));
+  send(std::move(message));
+  return index;
+}
+
+const std::string& run_engine::hook_token(std::size_t hook) const {
+  return hooks_.at(hook).token;
+}
+
+void run_engine::on_claim_outcome(const claim_outcome& outcome) {
+  if (stopped()) {
+    return;
+  }
+  for (std::size_t i = 0; i < hooks_.size(); ++i) {
+    auto& entry = hooks_[i];
+    if (entry.call != outcome.call || entry.token != outcome.token ||
+        entry.state != hook_entry::claim::pending) {
+      continue;
+    }
+    if (!outcome.owned && outcome.owner == "unknown") {
+      // The token's write failed (indefinite): ask again.
+      token_message again;
+      again.what = token_message::kind::claim;
+      again.token = entry.token;
+      again.claim.run_id = record_.id;
+      again.claim.call = entry.call;
+      again.claim.spec_version = record_.spec_version;
+      send(std::move(again));
+      return;
+    }
+    json data = {{"owner", outcome.owned ? json() : json(outcome.owner)}};
+    stage({.kind = event_kind::hook_created,
+           .call = entry.call,
+           .at_ms = now(),
+           .name = entry.token,
+           .data = encode_payload(data)});
+    ++staged_values_;  // effects wait until the claim's record is durable
+    entry.state =
+        outcome.owned ? hook_entry::claim::owned : hook_entry::claim::conflict;
+    entry.owner = outcome.owned ? std::string() : outcome.owner;
+    if (pending_.hook == i && pending_.kind == call_kind::hook_conflict) {
+      pending_.out->value = outcome.owned ? json() : json(outcome.owner);
+      resume_parked();
+    } else if (pending_.hook == i && pending_.kind == call_kind::hook_next) {
+      if (try_next_payload(entry, pending_.out)) {
+        resume_parked();
+      }
+    }
+    return;
+  }
+}
+
+bool run_engine::hook_conflict(std::size_t hook, detail::call_outcome* out) {
+  if (stopped()) {
+    return false;
+  }
+  auto& entry = hooks_.at(hook);
+  switch (entry.state) {
+    case hook_entry::claim::owned:
+      out->value = nullptr;
+      return true;
+    case hook_entry::claim::conflict:
+      out->value = entry.owner;
+      return true;
+    case hook_entry::claim::pending:
+      break;
+  }
+  pending_ = pending_call{};
+  pending_.kind = call_kind::hook_conflict;
+  pending_.hook = hook;
+  pending_.out = out;
+  return false;
+}
+
+bool run_engine::hook_next(std::size_t hook, detail::call_outcome* out) {
+  auto number = next_call_++;
+  auto& entry = hooks_.at(hook);
+  if (stopped() || !check_replay(number, call_kind::hook_next, entry.token)) {
+    return false;
+  }
+  if (const auto* rec = recorded(number)) {
+    const auto& event = *rec->events.front();
+    auto data = decode_payload(event.data);
+    if (event.kind == event_kind::hook_lost) {
+      out->failed = true;
+      out->error_code = data.value("code", std::string("hook-conflict"));
+      out->error_message = data.value("owner", std::string());
+      return true;
+    }
+    if (data.contains("end")) {
+      out->value = nullptr;
+      return true;
+    }
+    entry.consumed = data.value("sequence", std::uint64_t{0});
+    out->value = json{{"payload", data["payload"]}};
+    return true;
+  }
+  pending_ = pending_call{};
+  pending_.kind = call_kind::hook_next;
+  pending_.call = number;
+  pending_.hook = hook;
+  pending_.out = out;
+  if (entry.state != hook_entry::claim::pending &&
+      try_next_payload(entry, out)) {
+    pending_ = pending_call{};
+    return true;
+  }
+  if (entry.state == hook_entry::claim::owned && !entry.subscribed) {
+    entry.subscribed = true;
+    token_message message;
+    message.what = token_message::kind::subscribe;
+    message.token = entry.token;
+    message.subscribe = subscription{record_.id, entry.consumed + 1};
+    send(std::move(message));
+  }
+  stage_status(run_status::waiting);
+  if (!in_flight_) {
+    flush_then([] {});  // so that the stored status says waiting
+  }
+  return false;
+}
+
+// Decides the pending read of `entry` from what is known now. REQUIRES:
+// pending_ describes that read. True (and recorded) when decided.
+bool run_engine::try_next_payload(hook_entry& entry,
+                                  detail::call_outcome* out) {
+  auto record_read = [&](event_kind kind, json data) {
+    stage({.kind = kind,
+           .call = pending_.call,
+           .at_ms = now(),
+           .name = entry.token,
+           .data = encode_payload(data)});
+    ++staged_values_;
+    stage_status(run_status::running);
+  };
+  if (entry.state == hook_entry::claim::conflict) {
+    record_read(event_kind::hook_lost,
+                {{"code", "hook-conflict"}, {"owner", entry.owner}});
+    out->failed = true;
+    out->error_code = "hook-conflict";
+    out->error_message = entry.owner;
+    return true;
+  }
+  if (entry.disposed) {
+    record_read(event_kind::hook_payload, {{"end", true}});
+    out->value = nullptr;
+    return true;
+  }
+  auto& buffer = arrived_[entry.token];
+  while (!buffer.empty() && buffer.begin()->first <= entry.consumed) {
+    buffer.erase(buffer.begin());
+  }
+  bool lost = !entry.lost_to.empty();
+  if (!buffer.empty() && (!lost || buffer.begin()->first <= entry.lost_after)) {
+    auto [sequence, bytes] = *buffer.begin();
+    buffer.erase(buffer.begin());
+    json payload;
+    try {
+      payload = decode_payload(bytes);
+    } catch (const json::exception&) {
+      payload = nullptr;
+    }
+    entry.consumed = sequence;
+    record_read(event_kind::hook_payload,
+                {{"sequence", sequence}, {"payload", payload}});
+    out->value = json{{"payload", std::move(payload)}};
+    return true;
+  }
+  if (lost && entry.consumed >= entry.lost_after) {
+    record_read(event_kind::hook_lost,
+                {{"code", "hook-force-claimed"}, {"owner", entry.lost_to}});
+    out->failed = true;
+    out->error_code = "hook-force-claimed";
+    out->error_message = entry.lost_to;
+    return true;
+  }
+  return false;
+}
+
+void run_engine::on_hook_payload(const hook_delivery& delivery) {
+  if (stopped()) {
+    return;
+  }
+  arrived_[delivery.token].emplace(delivery.sequence, delivery.payload);
+  if (pending_.kind == call_kind::hook_next) {
+    auto& entry = hooks_.at(pending_.hook);
+    if (entry.token == delivery.token &&
+        entry.state != hook_entry::claim::pending &&
+        try_next_payload(entry, pending_.out)) {
+      resume_parked();
+    }
+  }
+}
+
+void run_engine::on_hook_lost(const hook_loss& loss) {
+  if (stopped()) {
+    return;
+  }
+  for (std::size_t i = 0; i < hooks_.size(); ++i) {
+    auto& entry = hooks_[i];
+    if (entry.token != loss.token || entry.state != hook_entry::claim::owned ||
+        entry.disposed) {
+      continue;
+    }
+    entry.lost_to = loss.new_owner;
+    entry.lost_after = loss.last_sequence;
+    if (pending_.kind == call_kind::hook_next && pending_.hook == i &&
+        try_next_payload(entry, pending_.out)) {
+      resume_parked();
+    }
+  }
+}
+
+void run_engine::hook_dispose(std::size_t hook) {
+  if (stopped()) {
+    return;
+  }
+  auto& entry = hooks_.at(hook);
+  if (entry.disposed) {
+    return;
+  }
+  auto number = next_call_++;
+  if (!check_replay(number, call_kind::hook_dispose, entry.token)) {
+    return;
+  }
+  entry.disposed = true;
+  if (recorded(number) != nullptr) {
+    return;
+  }
+  stage({.kind = event_kind::hook_disposed,
+         .call = number,
+         .at_ms = now(),
+         .name = entry.token});
+  if (entry.state == hook_entry::claim::owned && entry.lost_to.empty()) {
+    token_message message;
+    message.what = token_message::kind::dispose;
+    message.token = entry.token;
+    message.notice = owner_notice{record_.id, now()};
+    flush_then([this, message] { output_.token_messages.push_back(message); });
+  }
+}
+
+void run_engine::send(token_message message) {
+  output_.token_messages.push_back(std::move(message));
+}
+
+void run_engine::notify_tokens_of_end() {
+  std::set<std::string> tokens;
+  if (!record_.start_token.empty()) {
+    tokens.insert(record_.start_token);
+  }
+  for (auto& entry : hooks_) {
+    if (entry.state == hook_entry::claim::owned && !entry.disposed) {
+      tokens.insert(entry.token);
+    }
+  }
+  for (auto& entry : hooks_) {
+    if (entry.disposed) {
+      tokens.erase(entry.token);
+    }
+  }
+  for (auto& token : tokens) {
+    token_message message;
+    message.what = token_message::kind::owner_end;
+    message.token = token;
+    message.notice = owner_notice{record_.id, record_.completed_at_ms};
+    output_.token_messages.push_back(std::move(message));
+  }
+}
+
+}  // namespace durin::actors

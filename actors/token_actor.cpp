@@ -1,0 +1,476 @@
+#include "actors/token_actor.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/stateful_actor.hpp>
+#include <cstdio>
+#include <deque>
+
+#include "actors/messages.hpp"
+#include "actors/run_engine.hpp"
+#include "persistence/keys.hpp"
+
+namespace durin::actors {
+
+namespace {
+
+using persistence::token_record;
+using persistence::token_state;
+
+// Payloads handed to a subscribing run in one go; it asks again for more.
+constexpr std::size_t subscription_batch_max = 1000;
+
+struct token_actor_state {
+  node* services = nullptr;
+  std::string address;
+  std::string tenant;
+  std::string token;
+  bool loaded = false;
+  std::optional<token_record> record;
+  bool busy = false;  // a write is in flight
+  std::deque<std::function<void()>> waiting;
+  static inline const char* name = "durin.token";
+};
+
+using self_pointer = caf::stateful_actor<token_actor_state>*;
+
+std::int64_t now_ms(self_pointer self) {
+  return self->state.services->clock->now_ms();
+}
+
+bool is_free(self_pointer self) {
+  auto& record = self->state.record;
+  return !record || (record->state == token_state::retained &&
+                     record->retain_until_ms <= now_ms(self));
+}
+
+void run_waiting(self_pointer self);
+
+// Writes `batch`; `then(ok)` runs on this actor once it is durable or
+// failed. While in flight, other requests wait. A failed write leaves the
+// token's state unknown: it is loaded again before the next request.
+void write(self_pointer self, persistence::write_batch batch,
+           std::function<void(bool)> then) {
+  auto& st = self->state;
+  st.busy = true;
+  auto handle = caf::actor_cast<caf::actor>(self);
+  auto done = std::make_shared<std::function<void(bool)>>(std::move(then));
+  st.services->committer->submit(
+      std::move(batch), [handle, done](const status& outcome) {
+        caf::anon_send(handle, committed_atom::value,
+                       outcome.ok() ? status{} : outcome,
+                       std::make_shared<std::function<void()>>(
+                           [done, ok = outcome.ok()] { (*done)(ok); }));
+      });
+}
+
+// Releases the token: no owner, no payloads, no retention.
+void release(persistence::write_batch& batch, const token_record& record) {
+  batch.delete_token(record.tenant, record.token);
+  batch.delete_inbox(record.tenant, record.token);
+}
+
+void deliver_to_run(self_pointer self, const std::string& run_id,
+                    auto&&... xs) {
+  self->state.services->runs->deliver(run_id, xs...);
+}
+
+// The owner ended at `at_ms`: keep the token for its retention, or free it.
+void apply_owner_end(self_pointer self, std::int64_t at_ms) {
+  auto& st = self->state;
+  auto record = *st.record;
+  auto batch = st.services->store->batch();
+  if (record.retain_until_ms > at_ms && record.retain_until_ms > now_ms(self)) {
+    record.state = token_state::retained;
+    batch.put_token(record);
+    batch.delete_inbox(record.tenant, record.token);
+    persistence::timer_record timer{
+        .due_ms = record.retain_until_ms,
+        .run_id = st.address,
+        .call = 0,
+        .kind = persistence::timer_kind::token_retention};
+    batch.put_timer(timer);
+    st.record = record;
+    write(self, std::move(batch), [self, timer](bool ok) {
+      if (ok) {
+        self->state.services->timers->schedule(timer);
+      }
+    });
+  } else {
+    release(batch, record);
+    st.record.reset();
+    write(self, std::move(batch), [](bool) {});
+  }
+}
+
+// Loads the record on first use; applies the end of an owner that ended
+// without a notice. True when the state is ready for a request.
+bool ensure_loaded(self_pointer self) {
+  auto& st = self->state;
+  if (st.loaded) {
+    return true;
+  }
+  auto loaded = st.services->store->get_token(st.tenant, st.token);
+  if (!loaded) {
+    std::fprintf(stderr, "durin: token %s: %s\n", st.token.c_str(),
+                 loaded.error().to_string().c_str());
+    return false;
+  }
+  st.loaded = true;
+  st.record = std::move(*loaded);
+  if (st.record && st.record->state == token_state::active) {
+    auto owner = st.services->store->get_run(st.record->owner_run);
+    if (owner && (!*owner || is_terminal((*owner)->status))) {
+      apply_owner_end(self, *owner ? (*owner)->completed_at_ms : 0);
+      return false;  // the request waits for that write
+    }
+  }
+  return true;
+}
+
+// Runs `request` now, or after the write in flight.
+void serve(self_pointer self, std::function<void()> request) {
+  auto& st = self->state;
+  st.waiting.push_back(std::move(request));
+  run_waiting(self);
+}
+
+void maybe_leave(self_pointer self) {
+  auto& st = self->state;
+  if (st.busy || !st.waiting.empty()) {
+    return;
+  }
+  auto* actor = self;
+  if (st.services->tokens->try_passivate(st.address, self->address(), [actor] {
+        return actor->mailbox().empty();
+      })) {
+    self->quit();
+  }
+}
+
+void run_waiting(self_pointer self) {
+  auto& st = self->state;
+  while (!st.busy && !st.waiting.empty()) {
+    if (!ensure_loaded(self)) {
+      if (!st.busy) {
+        // The store could not be read: answer nothing now, try later.
+        self->delayed_send(self, std::chrono::milliseconds(100),
+                           reload_atom::value);
+        return;
+      }
+      continue;  // an owner's end is being written first
+    }
+    auto next = std::move(st.waiting.front());
+    st.waiting.pop_front();
+    next();
+  }
+  maybe_leave(self);
+}
+
+hook_info describe(const token_record& record) {
+  hook_info info;
+  info.token = record.token;
+  info.owner_run_id = record.owner_run;
+  try {
+    info.metadata = decode_payload(record.metadata);
+  } catch (const json::exception&) {
+    info.metadata = nullptr;
+  }
+  info.created_at_ms = record.created_at_ms;
+  info.state = record.state == token_state::active ? "active" : "retained";
+  info.retain_until_ms = record.retain_until_ms;
+  return info;
+}
+
+void handle_start(self_pointer self, start_claim& claim) {
+  auto& st = self->state;
+  if (!is_free(self)) {
+    error conflict = make_error(
+        errc::hook_conflict,
+        "token '" + st.token + "' is held by run " + st.record->owner_run);
+    conflict.run_id = st.record->owner_run;
+    claim.reply(std::move(conflict));
+    return;
+  }
+  auto batch = st.services->store->batch();
+  if (st.record) {
+    release(batch, *st.record);  // a retention that has passed
+  }
+  batch.put_run(claim.run);
+  batch.put_active(claim.run.id);
+  batch.put_token(claim.token);
+  st.record = claim.token;
+  auto reply = std::move(claim.reply);
+  auto info = describe_run(claim.run);
+  write(self, std::move(batch), [self, reply, info](bool ok) {
+    if (ok) {
+      reply(info);
+      return;
+    }
+    error unknown = make_error(
+        errc::start_outcome_unknown,
+        "the start of run " + info.id +
+            " may or may not be admitted; retry with the same token");
+    unknown.run_id = info.id;
+    reply(std::move(unknown));
+  });
+}
+
+void handle_claim(self_pointer self, const hook_claim& claim) {
+  auto& st = self->state;
+  auto answer = [self, claim](bool owned, std::string owner) {
+    deliver_to_run(
+        self, claim.run_id, claimed_atom::value,
+        claim_outcome{self->state.token, claim.call, owned, std::move(owner)});
+  };
+  auto& record = st.record;
+  if (record && record->state == token_state::active &&
+      record->owner_run == claim.run_id) {
+    // Claimed again (a replay, or the run's own start token): idempotent,
+    // and a longer retention extends the one held, never shortens it.
+    if (claim.retain_until_ms > record->retain_until_ms) {
+      record->retain_until_ms = claim.retain_until_ms;
+      auto batch = st.services->store->batch();
+      batch.put_token(*record);
+      write(self, std::move(batch),
+            [answer](bool ok) { answer(ok, ok ? "" : "unknown"); });
+      return;
+    }
+    answer(true, "");
+    return;
+  }
+  bool free = is_free(self);
+  bool take_over =
+      !free && claim.force &&
+      (record->state == token_state::retained ||
+       record->owner_spec_version >= persistence::force_claim_min_spec_version);
+  if (!free && !take_over) {
+    answer(false, record->owner_run);
+    return;
+  }
+  token_record next;
+  next.tenant = st.tenant;
+  next.token = st.token;
+  next.owner_run = claim.run_id;
+  next.owner_call = claim.call;
+  next.webhook = claim.webhook;
+  next.created_at_ms = now_ms(self);
+  next.retain_until_ms = claim.retain_until_ms;
+  next.metadata = claim.metadata;
+  next.owner_spec_version = claim.spec_version;
+  auto batch = st.services->store->batch();
+  std::optional<hook_loss> loss;
+  if (take_over) {
+    next.next_payload = record->next_payload;
+    if (record->state == token_state::active) {
+      next.previous_owner = record->owner_run;
+      next.previous_owner_last_payload = record->next_payload - 1;
+      loss =
+          hook_loss{st.token, claim.run_id, next.previous_owner_last_payload};
+    }
+  } else if (record) {
+    release(batch, *record);
+  }
+  batch.put_token(next);
+  auto previous = record ? record->owner_run : std::string();
+  record = next;
+  write(self, std::move(batch), [self, answer, loss, previous](bool ok) {
+    answer(ok, ok ? "" : "unknown");
+    if (ok && loss) {
+      deliver_to_run(self, previous, lost_atom::value, *loss);
+    }
+  });
+}
+
+void handle_resume(self_pointer self, resume_request& request) {
+  auto& st = self->state;
+  if (!request.resume_id.empty()) {
+    auto seen =
+        st.services->store->get_resume(st.tenant, st.token, request.resume_id);
+    if (!seen) {
+      request.reply(seen.error());
+      return;
+    }
+    if (*seen) {
+      request.reply((*seen)->owner_run);
+      return;
+    }
+  }
+  auto& record = st.record;
+  if (!record || record->state != token_state::active) {
+    request.reply(make_error(
+        errc::hook_not_found,
+        "no running run owns token '" + st.token + "'" +
+            (record ? " (run " + record->owner_run + " ended and retains it)"
+                    : "")));
+    return;
+  }
+  persistence::payload_record payload{record->next_payload, record->owner_run,
+                                      std::move(request.payload),
+                                      request.resume_id, now_ms(self)};
+  record->next_payload += 1;
+  auto batch = st.services->store->batch();
+  batch.put_payload(st.tenant, st.token, payload);
+  batch.put_token(*record);
+  if (!request.resume_id.empty()) {
+    batch.put_resume(st.tenant, st.token, request.resume_id,
+                     {payload.sequence, payload.owner_run});
+  }
+  auto reply = std::move(request.reply);
+  write(self, std::move(batch), [self, reply, payload](bool ok) {
+    if (!ok) {
+      reply(make_error(errc::storage_error,
+                       "the payload may or may not be recorded; retry with "
+                       "the same resume id"));
+      return;
+    }
+    reply(payload.owner_run);
+    deliver_to_run(
+        self, payload.owner_run, payload_atom::value,
+        hook_delivery{self->state.token, payload.sequence, payload.payload});
+  });
+}
+
+void handle_subscribe(self_pointer self, const subscription& request) {
+  auto& st = self->state;
+  auto payloads = st.services->store->load_payloads(
+      st.tenant, st.token, request.from_sequence, subscription_batch_max);
+  if (!payloads) {
+    std::fprintf(stderr, "durin: token %s: %s\n", st.token.c_str(),
+                 payloads.error().to_string().c_str());
+    return;
+  }
+  for (auto& payload : *payloads) {
+    if (payload.owner_run == request.run_id) {
+      deliver_to_run(self, request.run_id, payload_atom::value,
+                     hook_delivery{st.token, payload.sequence,
+                                   std::move(payload.payload)});
+    }
+  }
+  auto& record = st.record;
+  if (record && record->previous_owner == request.run_id) {
+    deliver_to_run(self, request.run_id, lost_atom::value,
+                   hook_loss{st.token, record->owner_run,
+                             record->previous_owner_last_payload});
+  }
+}
+
+void handle_dispose(self_pointer self, const owner_notice& notice) {
+  auto& st = self->state;
+  if (!st.record || st.record->state != token_state::active ||
+      st.record->owner_run != notice.run_id) {
+    return;  // not (or no longer) its token
+  }
+  auto batch = st.services->store->batch();
+  release(batch, *st.record);
+  st.record.reset();
+  write(self, std::move(batch), [](bool) {});
+}
+
+void handle_owner_end(self_pointer self, const owner_notice& notice) {
+  auto& st = self->state;
+  if (!st.record || st.record->state != token_state::active ||
+      st.record->owner_run != notice.run_id) {
+    return;
+  }
+  apply_owner_end(self, notice.at_ms);
+}
+
+void handle_retention(self_pointer self) {
+  auto& st = self->state;
+  if (st.record && st.record->state == token_state::retained &&
+      st.record->retain_until_ms <= now_ms(self)) {
+    auto batch = st.services->store->batch();
+    release(batch, *st.record);
+    st.record.reset();
+    write(self, std::move(batch), [](bool) {});
+  }
+}
+
+caf::behavior token_actor_behavior(self_pointer self, node* services,
+                                   std::string address) {
+  auto& st = self->state;
+  st.services = services;
+  st.address = address;
+  auto decoded = persistence::keys::decode_token(address);
+  if (decoded) {
+    st.tenant = decoded->tenant;
+    st.token = decoded->token;
+  }
+  return {
+      [self](committed_atom, const status& outcome,
+             const std::shared_ptr<std::function<void()>>& then) {
+        auto& st = self->state;
+        st.busy = false;
+        if (!outcome.ok()) {
+          st.loaded = false;  // indefinite: read the truth again
+        }
+        (*then)();
+        run_waiting(self);
+      },
+      [self](reload_atom) { run_waiting(self); },
+      [self](start_claim_atom, start_claim& claim) {
+        serve(self, [self, claim]() mutable { handle_start(self, claim); });
+      },
+      [self](claim_atom, const hook_claim& claim) {
+        serve(self, [self, claim] { handle_claim(self, claim); });
+      },
+      [self](resume_atom, resume_request& request) {
+        serve(self,
+              [self, request]() mutable { handle_resume(self, request); });
+      },
+      [self](subscribe_atom, const subscription& request) {
+        serve(self, [self, request] { handle_subscribe(self, request); });
+      },
+      [self](dispose_atom, const owner_notice& notice) {
+        serve(self, [self, notice] { handle_dispose(self, notice); });
+      },
+      [self](owner_end_atom, const owner_notice& notice) {
+        serve(self, [self, notice] { handle_owner_end(self, notice); });
+      },
+      [self](timer_atom, const persistence::timer_record&) {
+        serve(self, [self] { handle_retention(self); });
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_token_actor(caf::actor_system& system, node& services,
+                             const std::string& address) {
+  return system.spawn(token_actor_behavior, &services, address);
+}
+
+result<hook_info> read_hook(const node& services, std::string_view tenant,
+                            std::string_view token) {
+  auto record = services.store->get_token(tenant, token);
+  if (!record) {
+    return record.error();
+  }
+  auto missing = make_error(errc::hook_not_found,
+                            "no hook holds token '" + std::string(token) + "'");
+  if (!*record) {
+    return missing;
+  }
+  auto& found = **record;
+  if (found.state == token_state::retained &&
+      found.retain_until_ms <= services.clock->now_ms()) {
+    return missing;
+  }
+  if (found.state == token_state::active) {
+    // An owner that ended without telling the token no longer holds it
+    // unless its retention does.
+    auto owner = services.store->get_run(found.owner_run);
+    if (owner && (!*owner || is_terminal((*owner)->status))) {
+      if (found.retain_until_ms <= services.clock->now_ms()) {
+        return missing;
+      }
+      auto info = describe(found);
+      info.state = "retained";
+      return info;
+    }
+  }
+  return describe(found);
+}
+
+}  // namespace durin::actors

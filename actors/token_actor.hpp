@@ -1,0 +1,29 @@
+// The token actor owns one hook token (per tenant). It serialises every
+// claim, force-claim, resume, disposal, owner end and retention expiry of
+// that token, one at a time: a request that arrives while a write is in
+// flight waits, so check-then-act on the token is race-free and at most one
+// run owns it at any moment. Every answer is sent after the write it depends
+// on is durable. State lives in the `tokens` and `inbox` families; the actor
+// passivates when idle and loads the record again on its next message.
+//
+// An owner whose run ended without telling the token (a crash between the
+// run's end and its notice) is found when the token loads: the run record's
+// status is the truth, and the end is applied then.
+#pragma once
+
+#include <caf/actor.hpp>
+#include <string>
+
+#include "actors/node.hpp"
+
+namespace durin::actors {
+
+// Spawns the actor of the token at `address` (keys::token(tenant, token)).
+caf::actor spawn_token_actor(caf::actor_system& system, node& services,
+                             const std::string& address);
+
+// What get_hook_by_token shows, read straight from storage (advisory).
+result<hook_info> read_hook(const node& services, std::string_view tenant,
+                            std::string_view token);
+
+}  // namespace durin::actors

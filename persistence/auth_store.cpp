@@ -1,0 +1,199 @@
+// Values of `tenants` and `api_keys`: a JSON object in a codec bytes frame
+// (version byte, u32 length, bytes, CRC-32C); see persistence/README.md.
+#include "persistence/auth_store.hpp"
+
+#include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
+
+#include <future>
+#include <memory>
+
+#include "durin/json.hpp"
+#include "persistence/codec.hpp"
+#include "persistence/keys.hpp"
+
+namespace durin::persistence {
+
+namespace {
+
+std::string encode_tenant(const tenant_record& tenant) {
+  json value = {{"id", tenant.id},
+                {"name", tenant.name},
+                {"createdAtMs", tenant.created_at_ms}};
+  return codec::encode_bytes(value.dump());
+}
+
+std::string encode_key(const api_key_record& key) {
+  json value = {{"id", key.id},
+                {"tenant", key.tenant},
+                {"name", key.name},
+                {"secretSha256", key.secret_sha256},
+                {"createdAtMs", key.created_at_ms},
+                {"admin", key.admin}};
+  return codec::encode_bytes(value.dump());
+}
+
+result<json> decode_json(std::string_view bytes, std::string_view family_name) {
+  auto body = codec::decode_bytes(bytes);
+  if (!body) {
+    return make_error(errc::corrupt_record, std::string(family_name) + ": " +
+                                                body.error().message);
+  }
+  auto value = json::parse(*body, nullptr, false);
+  if (value.is_discarded() || !value.is_object()) {
+    return make_error(errc::corrupt_record,
+                      std::string(family_name) + ": not a JSON object");
+  }
+  return value;
+}
+
+result<tenant_record> decode_tenant(std::string_view bytes) {
+  auto value = decode_json(bytes, "tenants");
+  if (!value) {
+    return value.error();
+  }
+  try {
+    return tenant_record{value->at("id").get<std::string>(),
+                         value->at("name").get<std::string>(),
+                         value->at("createdAtMs").get<std::int64_t>()};
+  } catch (const json::exception& e) {
+    return make_error(errc::corrupt_record,
+                      std::string("tenants: ") + e.what());
+  }
+}
+
+result<api_key_record> decode_key(std::string_view bytes) {
+  auto value = decode_json(bytes, "api_keys");
+  if (!value) {
+    return value.error();
+  }
+  try {
+    return api_key_record{value->at("id").get<std::string>(),
+                          value->at("tenant").get<std::string>(),
+                          value->at("name").get<std::string>(),
+                          value->at("secretSha256").get<std::string>(),
+                          value->at("createdAtMs").get<std::int64_t>(),
+                          value->at("admin").get<bool>()};
+  } catch (const json::exception& e) {
+    return make_error(errc::corrupt_record,
+                      std::string("api_keys: ") + e.what());
+  }
+}
+
+bool all_fit(std::initializer_list<std::string_view> texts) {
+  for (auto text : texts) {
+    if (text.size() > 1024) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+auth_store::auth_store(store& target, committer& writer)
+    : store_(target), writer_(writer) {}
+
+result<std::optional<tenant_record>> auth_store::get_tenant(
+    std::string_view id) const {
+  if (!all_fit({id})) {
+    return std::optional<tenant_record>{};
+  }
+  std::string value;
+  auto got = store_.raw_db().Get(rocksdb::ReadOptions{},
+                                 store_.handle(family::tenants),
+                                 keys::tenant(id), &value);
+  if (got.IsNotFound()) {
+    return std::optional<tenant_record>{};
+  }
+  if (!got.ok()) {
+    return make_error(errc::storage_error, "tenants: " + got.ToString());
+  }
+  auto tenant = decode_tenant(value);
+  if (!tenant) {
+    return tenant.error();
+  }
+  return std::optional<tenant_record>(std::move(*tenant));
+}
+
+result<std::optional<api_key_record>> auth_store::get_api_key(
+    std::string_view id) const {
+  if (!all_fit({id})) {
+    return std::optional<api_key_record>{};
+  }
+  std::string value;
+  auto got = store_.raw_db().Get(rocksdb::ReadOptions{},
+                                 store_.handle(family::api_keys),
+                                 keys::api_key(id), &value);
+  if (got.IsNotFound()) {
+    return std::optional<api_key_record>{};
+  }
+  if (!got.ok()) {
+    return make_error(errc::storage_error, "api_keys: " + got.ToString());
+  }
+  auto key = decode_key(value);
+  if (!key) {
+    return key.error();
+  }
+  return std::optional<api_key_record>(std::move(*key));
+}
+
+result<std::vector<api_key_record>> auth_store::list_api_keys(
+    std::string_view tenant, std::size_t max) const {
+  std::vector<api_key_record> found;
+  std::unique_ptr<rocksdb::Iterator> it(store_.raw_db().NewIterator(
+      rocksdb::ReadOptions{}, store_.handle(family::api_keys)));
+  for (it->SeekToFirst(); it->Valid() && found.size() < max; it->Next()) {
+    auto key = decode_key(it->value().ToStringView());
+    if (key && key->tenant == tenant) {
+      found.push_back(std::move(*key));
+    }
+  }
+  if (!it->status().ok()) {
+    return make_error(errc::storage_error,
+                      "api_keys: " + it->status().ToString());
+  }
+  return found;
+}
+
+status auth_store::write(write_batch batch) {
+  auto done = std::make_shared<std::promise<status>>();
+  auto answer = done->get_future();
+  writer_.submit(std::move(batch),
+                 [done](const status& outcome) { done->set_value(outcome); });
+  return answer.get();
+}
+
+status auth_store::create_tenant(const tenant_record& tenant,
+                                 const api_key_record& first_key) {
+  if (!all_fit({tenant.id, tenant.name, first_key.id, first_key.name})) {
+    return make_error(errc::invalid_argument, "tenant fields too long");
+  }
+  auto batch = store_.batch();
+  batch.raw().Put(store_.handle(family::tenants), keys::tenant(tenant.id),
+                  encode_tenant(tenant));
+  batch.raw().Put(store_.handle(family::api_keys), keys::api_key(first_key.id),
+                  encode_key(first_key));
+  return write(std::move(batch));
+}
+
+status auth_store::put_api_key(const api_key_record& key) {
+  if (!all_fit({key.id, key.name, key.tenant})) {
+    return make_error(errc::invalid_argument, "API key fields too long");
+  }
+  auto batch = store_.batch();
+  batch.raw().Put(store_.handle(family::api_keys), keys::api_key(key.id),
+                  encode_key(key));
+  return write(std::move(batch));
+}
+
+status auth_store::erase_api_key(std::string_view id) {
+  if (!all_fit({id})) {
+    return make_error(errc::invalid_argument, "API key id too long");
+  }
+  auto batch = store_.batch();
+  batch.raw().Delete(store_.handle(family::api_keys), keys::api_key(id));
+  return write(std::move(batch));
+}
+
+}  // namespace durin::persistence
