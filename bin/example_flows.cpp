@@ -55,9 +55,32 @@ flow<json> flaky(context& ctx, json input) {
   co_return result;
 }
 
+// Records `note`, then every note resumed to the order's hook until one says
+// "done": the start hook when started with one, else hook order:{orderId}.
+flow<json> order_notes(context& ctx, json input) {
+  auto order_id = input.at("orderId").get<std::string>();
+  json notes = json::array();
+  auto record = [](const std::string& note) { return note; };
+  notes.push_back(co_await ctx.step("record-note", record,
+                                    input.value("note", std::string())));
+  auto updates = ctx.create_hook<json>({.token = "order:" + order_id});
+  if (auto owner = co_await updates.conflict()) {
+    co_return json{{"orderId", order_id}, {"duplicateOf", *owner}};
+  }
+  while (auto update = co_await updates.next()) {
+    notes.push_back(co_await ctx.step("record-note", record,
+                                      update->value("note", std::string())));
+    if (update->value("done", false)) {
+      break;
+    }
+  }
+  co_return json{{"orderId", order_id}, {"notes", notes}};
+}
+
 }  // namespace
 
 void register_examples(registry& flows) {
+  flows.flow("acme.order-notes", order_notes);
   flows.flow("acme.review-order", review_order);
   flows.flow("acme.sleep", sleep_flow);
   flows.flow("acme.flaky", flaky);

@@ -5,6 +5,7 @@
 // | acme.review-order  | {"orderId"}    | {"orderId","decision","score"}  |
 // | acme.sleep         | {"ms"}         | {"sleptMs"}                     |
 // | acme.flaky         | {"failures"}   | {"attempts","stepId"}           |
+// | acme.order-notes   | {"orderId","note"} | {"orderId","notes"}         |
 #pragma once
 
 #include "durin/registry.hpp"

@@ -1,0 +1,423 @@
+// Goal: every rule of seeds/000 (hook tokens as idempotency keys for whole
+// runs), one test per rule, on a real store, real token and run actors.
+// Method: flows below wait on hooks; the tests start, resume and restart
+// them, and read tokens through get_hook_by_token. Time moves by a manual
+// clock where retention is involved.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "bin/example_flows.hpp"
+#include "durin/durin.hpp"
+#include "tests/support/temp_dir.hpp"
+
+namespace durin {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::eventually;
+
+constexpr auto wait_max = std::chrono::milliseconds(20'000);
+
+std::atomic<int> bodies_started{0};
+
+// Reads its start hook (token "order:{orderId}") until {"done": true}.
+flow<json> collect(context& ctx, json input) {
+  ++bodies_started;
+  auto hook = ctx.create_hook<json>({.token = input.at("token")});
+  json got = json::array();
+  while (auto payload = co_await hook.next()) {
+    got.push_back((*payload)["n"]);
+    if (payload->value("done", false)) {
+      break;
+    }
+  }
+  co_return got;
+}
+
+// Creates a hook on input.token and reports a conflict instead of waiting.
+flow<json> report_conflict(context& ctx, json input) {
+  auto hook = ctx.create_hook<json>({.token = input.at("token")});
+  if (auto owner = co_await hook.conflict()) {
+    std::string thrown;
+    try {
+      co_await hook;
+    } catch (const hook_conflict_error& e) {
+      thrown = e.run_id();
+    }
+    co_return json{{"conflict", *owner}, {"thrownOwner", thrown}};
+  }
+  co_return json{{"owned", true}};
+}
+
+// Waits on a durable sleep first, then reads its start hook.
+flow<json> late_reader(context& ctx, json input) {
+  co_await ctx.sleep(std::chrono::hours(1));
+  co_return co_await collect(ctx, input);
+}
+
+flow<json> never_opens(context&, json) {
+  co_return json("done");
+}
+
+flow<json> bad_bind(context& ctx, json input) {
+  auto hook = ctx.create_hook<json>(
+      {.token = input.at("token"), .metadata = json{{"x", 1}}});
+  co_return json(hook.token());
+}
+
+// Reads one payload inside a scope that disposes the hook, then sleeps.
+flow<json> scoped_then_sleep(context& ctx, json input) {
+  json first;
+  {
+    auto hook = ctx.create_scoped_hook<json>({.token = input.at("token")});
+    first = co_await hook;
+  }
+  co_await ctx.sleep(std::chrono::hours(1));
+  co_return first;
+}
+
+// Force-claims input.token and reads one payload.
+flow<json> superseder(context& ctx, json input) {
+  auto hook =
+      ctx.create_hook<json>({.token = input.at("token"), .force = true});
+  if (auto owner = co_await hook.conflict()) {
+    co_return json{{"conflict", *owner}};
+  }
+  json got = co_await hook;
+  co_return json{{"got", got}};
+}
+
+// Reads until the token is force-claimed away, reporting what it got.
+flow<json> superseded(context& ctx, json input) {
+  auto hook = ctx.create_hook<json>({.token = input.at("token")});
+  json got = json::array();
+  std::string claimed_by;
+  try {
+    for (;;) {
+      got.push_back(co_await hook);
+    }
+  } catch (const hook_force_claimed_error& e) {
+    claimed_by = e.run_id();
+  }
+  co_return json{{"got", got}, {"claimedBy", claimed_by}};
+}
+
+class HookTest : public ::testing::Test {
+ protected:
+  HookTest() {
+    flows_.flow("collect", collect);
+    flows_.flow("report-conflict", report_conflict);
+    flows_.flow("late-reader", late_reader);
+    flows_.flow("never-opens", never_opens);
+    flows_.flow("bad-bind", bad_bind);
+    flows_.flow("scoped-then-sleep", scoped_then_sleep);
+    flows_.flow("superseder", superseder);
+    flows_.flow("superseded", superseded);
+    examples::register_examples(flows_);
+    bodies_started = 0;
+  }
+
+  std::unique_ptr<runtime> open() {
+    runtime_options options;
+    options.data_dir = dir_.path();
+    options.clock = clock_;
+    auto opened = runtime::open(options, flows_);
+    EXPECT_TRUE(opened.ok()) << (opened ? "" : opened.error().to_string());
+    return opened ? std::move(*opened) : nullptr;
+  }
+
+  static start_options with_hook(std::string token,
+                                 json min_retention = nullptr,
+                                 json metadata = nullptr) {
+    start_options options;
+    options.hook = start_hook{std::move(token), std::move(min_retention),
+                              std::move(metadata)};
+    return options;
+  }
+
+  static bool hook_is_free(runtime& rt, std::string_view token) {
+    auto hook = rt.get_hook_by_token(token);
+    return !hook && hook.error().code == errc::hook_not_found;
+  }
+
+  static bool status_is(runtime& rt, const std::string& id, run_status s) {
+    auto now = rt.get(id);
+    return now && now->status == s;
+  }
+
+  static std::size_t count_events(runtime& rt, const std::string& id,
+                                  std::string_view kind) {
+    std::size_t n = 0;
+    auto events = rt.history(id);
+    for (auto& event : *events) {
+      n += event.kind == kind ? 1 : 0;
+    }
+    return n;
+  }
+
+  testing::temp_dir dir_;
+  std::shared_ptr<manual_clock> clock_ =
+      std::make_shared<manual_clock>(1'800'000'000'000);
+  registry flows_;
+};
+
+TEST_F(HookTest, TokensAreUniqueWhileActive) {
+  auto rt = open();
+  auto owner = rt->start("collect", {{"token", "order:1"}});
+  ASSERT_TRUE(owner.ok());
+  ASSERT_TRUE(eventually([&] {
+    auto hook = rt->get_hook_by_token("order:1");
+    return hook && hook->owner_run_id == owner->id;
+  }));
+  auto second = rt->start("report-conflict", {{"token", "order:1"}});
+  auto done = rt->wait(second->id, wait_max);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->output["conflict"], owner->id);
+  EXPECT_EQ(done->output["thrownOwner"], owner->id);
+}
+
+TEST_F(HookTest, DuplicateStartNamesTheOwnerAndNeverBecomesARun) {
+  auto rt = open();
+  auto first =
+      rt->start("collect", {{"token", "order:A"}}, with_hook("order:A"));
+  ASSERT_TRUE(first.ok()) << first.error().to_string();
+  auto again =
+      rt->start("collect", {{"token", "order:A"}}, with_hook("order:A"));
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().code, errc::hook_conflict);
+  EXPECT_EQ(again.error().run_id, first->id);
+  EXPECT_EQ(rt->list({})->runs.size(), 1u);
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(bodies_started.load(), 1) << "the duplicate's code ran";
+}
+
+TEST_F(HookTest, PayloadsResumedBeforeTheFlowOpensTheHookAreKeptInOrder) {
+  std::string id;
+  {
+    auto rt = open();
+    auto run =
+        rt->start("late-reader", {{"token", "order:B"}}, with_hook("order:B"));
+    ASSERT_TRUE(run.ok());
+    id = run->id;
+    for (int n = 1; n <= 3; ++n) {
+      json payload = {{"n", n}};
+      if (n == 3) {
+        payload["done"] = true;
+      }
+      auto resumed = rt->resume_hook("order:B", payload);
+      ASSERT_TRUE(resumed.ok()) << resumed.error().to_string();
+      EXPECT_EQ(*resumed, id);
+    }
+  }
+  clock_->advance_ms(2 * 3'600'000);  // the sleep ends while the node is down
+  auto rt = open();
+  auto done = rt->wait(id, wait_max);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->output, json::array({1, 2, 3}));
+}
+
+TEST_F(HookTest, StartTokenBindsToTheStartHookWithoutANewRecord) {
+  auto rt = open();
+  auto run = rt->start("collect", {{"token", "order:C"}}, with_hook("order:C"));
+  ASSERT_TRUE(run.ok());
+  ASSERT_TRUE(rt->resume_hook("order:C", {{"n", 1}, {"done", true}}).ok());
+  auto done = rt->wait(run->id, wait_max);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->output, json::array({1}));
+  EXPECT_EQ(count_events(*rt, run->id, "hook-created"), 0u);
+}
+
+TEST_F(HookTest, OptionsOnTheStartHookAreAnErrorNamingTheOption) {
+  auto rt = open();
+  auto run =
+      rt->start("bad-bind", {{"token", "order:D"}}, with_hook("order:D"));
+  ASSERT_TRUE(run.ok());
+  auto done = rt->wait(run->id, wait_max);
+  ASSERT_EQ(done->status, run_status::failed);
+  EXPECT_NE(done->error->message.find("'metadata'"), std::string::npos)
+      << done->error->message;
+}
+
+TEST_F(HookTest, UnopenedStartHookCompletesAndReleasesTheToken) {
+  auto rt = open();
+  auto run = rt->start("never-opens", json::object(), with_hook("order:E"));
+  ASSERT_TRUE(run.ok());
+  ASSERT_EQ(rt->wait(run->id, wait_max)->status, run_status::completed);
+  ASSERT_TRUE(eventually([&] { return hook_is_free(*rt, "order:E"); }));
+  auto next = rt->start("never-opens", json::object(), with_hook("order:E"));
+  ASSERT_TRUE(next.ok()) << next.error().to_string();
+  EXPECT_NE(next->id, run->id);
+}
+
+TEST_F(HookTest, RetentionKeepsFinishedOwnerUntilDeadline) {
+  auto rt = open();
+  auto run = rt->start("never-opens", json::object(),
+                       with_hook("order:F", "1h", json{{"orderId", "F"}}));
+  ASSERT_TRUE(run.ok());
+  ASSERT_EQ(rt->wait(run->id, wait_max)->status, run_status::completed);
+  ASSERT_TRUE(eventually([&] {
+    auto hook = rt->get_hook_by_token("order:F");
+    return hook && hook->state == "retained";
+  }));
+  auto hook = rt->get_hook_by_token("order:F");
+  EXPECT_EQ(hook->owner_run_id, run->id);
+  EXPECT_EQ(hook->metadata["orderId"], "F");
+  EXPECT_EQ(hook->retain_until_ms, run->created_at_ms + 3'600'000);
+  auto duplicate =
+      rt->start("never-opens", json::object(), with_hook("order:F"));
+  ASSERT_FALSE(duplicate.ok());
+  EXPECT_EQ(duplicate.error().code, errc::hook_conflict);
+  EXPECT_EQ(duplicate.error().run_id, run->id);
+  EXPECT_EQ(rt->resume_hook("order:F", json::object()).error().code,
+            errc::hook_not_found);
+  rt.reset();  // retention survives a restart
+  rt = open();
+  EXPECT_EQ(rt->start("never-opens", json::object(), with_hook("order:F"))
+                .error()
+                .code,
+            errc::hook_conflict);
+  clock_->advance_ms(3'600'001);
+  auto after = rt->start("never-opens", json::object(), with_hook("order:F"));
+  ASSERT_TRUE(after.ok()) << after.error().to_string();
+}
+
+TEST_F(HookTest, RetentionBeyondTheCapIsRefused) {
+  auto rt = open();
+  auto run =
+      rt->start("never-opens", json::object(), with_hook("order:G", "40 days"));
+  ASSERT_FALSE(run.ok());
+  EXPECT_EQ(run.error().code, errc::invalid_argument);
+  EXPECT_NE(run.error().message.find("cap"), std::string::npos);
+  EXPECT_EQ(
+      rt->start("never-opens", json::object(), with_hook("order:G", "soon"))
+          .error()
+          .code,
+      errc::invalid_argument);
+  EXPECT_TRUE(rt->list({})->runs.empty());
+}
+
+TEST_F(HookTest, CancellingTheOwnerReleasesTheToken) {
+  auto rt = open();
+  auto run = rt->start("collect", {{"token", "order:H"}}, with_hook("order:H"));
+  ASSERT_TRUE(run.ok());
+  ASSERT_TRUE(
+      eventually([&] { return status_is(*rt, run->id, run_status::waiting); }));
+  ASSERT_TRUE(rt->cancel(run->id).ok());
+  ASSERT_TRUE(eventually([&] {
+    return rt->start("never-opens", json::object(), with_hook("order:H")).ok();
+  }));
+}
+
+TEST_F(HookTest, DisposingReleasesTheTokenAtOnceWhileTheRunGoesOn) {
+  auto rt = open();
+  auto run = rt->start("scoped-then-sleep", {{"token", "order:I"}});
+  ASSERT_TRUE(run.ok());
+  ASSERT_TRUE(eventually([&] {
+    auto hook = rt->get_hook_by_token("order:I");
+    return hook && hook->owner_run_id == run->id;
+  }));
+  ASSERT_TRUE(rt->resume_hook("order:I", {{"n", 1}}).ok());
+  ASSERT_TRUE(eventually([&] { return hook_is_free(*rt, "order:I"); }));
+  EXPECT_EQ(rt->get(run->id)->status, run_status::waiting);
+  EXPECT_EQ(count_events(*rt, run->id, "hook-disposed"), 1u);
+  auto other = rt->start("report-conflict", {{"token", "order:I"}});
+  EXPECT_EQ(rt->wait(other->id, wait_max)->output["owned"], true);
+}
+
+TEST_F(HookTest, ForceClaimDeliversEarlierPayloadsThenRaisesInTheOldOwner) {
+  auto rt = open();
+  auto old = rt->start("superseded", {{"token", "order:J"}});
+  ASSERT_TRUE(eventually([&] {
+    auto hook = rt->get_hook_by_token("order:J");
+    return hook && hook->owner_run_id == old->id;
+  }));
+  ASSERT_TRUE(rt->resume_hook("order:J", {{"n", 1}}).ok());
+  auto newer = rt->start("superseder", {{"token", "order:J"}});
+  ASSERT_TRUE(eventually([&] {
+    auto hook = rt->get_hook_by_token("order:J");
+    return hook && hook->owner_run_id == newer->id;
+  }));
+  auto resumed = rt->resume_hook("order:J", {{"n", 2}});
+  ASSERT_TRUE(resumed.ok());
+  EXPECT_EQ(*resumed, newer->id);
+  auto old_done = rt->wait(old->id, wait_max);
+  ASSERT_TRUE(old_done.ok());
+  EXPECT_EQ(old_done->output["got"], json::array({json{{"n", 1}}}));
+  EXPECT_EQ(old_done->output["claimedBy"], newer->id);
+  auto new_done = rt->wait(newer->id, wait_max);
+  EXPECT_EQ(new_done->output["got"]["n"], 2);
+}
+
+TEST_F(HookTest, ResumeWithARecordedResumeIdIsNotRecordedAgain) {
+  auto rt = open();
+  auto run = rt->start("collect", {{"token", "order:K"}}, with_hook("order:K"));
+  resume_options once;
+  once.resume_id = "msg-1";
+  ASSERT_TRUE(rt->resume_hook("order:K", {{"n", 1}}, once).ok());
+  auto retried = rt->resume_hook("order:K", {{"n", 1}}, once);
+  ASSERT_TRUE(retried.ok());
+  EXPECT_EQ(*retried, run->id);
+  ASSERT_TRUE(rt->resume_hook("order:K", {{"n", 2}, {"done", true}}).ok());
+  EXPECT_EQ(rt->wait(run->id, wait_max)->output, json::array({1, 2}));
+}
+
+TEST_F(HookTest, ResumeOfAnUnknownTokenIsHookNotFound) {
+  auto rt = open();
+  auto missing = rt->resume_hook("order:none", json::object());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code, errc::hook_not_found);
+  EXPECT_EQ(rt->get_hook_by_token("").error().code, errc::invalid_argument);
+}
+
+TEST_F(HookTest, OrderNotesExampleReadsNotesUntilDone) {
+  auto rt = open();
+  auto run = rt->start("acme.order-notes", {{"orderId", "N-1"}, {"note", "a"}},
+                       with_hook("order:N-1"));
+  ASSERT_TRUE(run.ok());
+  ASSERT_TRUE(rt->resume_hook("order:N-1", {{"note", "b"}}).ok());
+  ASSERT_TRUE(
+      rt->resume_hook("order:N-1", {{"note", "c"}, {"done", true}}).ok());
+  auto done = rt->wait(run->id, wait_max);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->output["notes"], json::array({"a", "b", "c"}));
+}
+
+TEST_F(HookTest, SixtyFourStartsWithOneTokenMakeOneRun) {
+  auto rt = open();
+  for (int race = 0; race < 20; ++race) {
+    std::string token = "race:" + std::to_string(race);
+    std::vector<std::thread> threads;
+    std::vector<result<run_info>> outcomes(
+        64, make_error(errc::internal, "not run"));
+    for (int i = 0; i < 64; ++i) {
+      threads.emplace_back([&, i] {
+        outcomes[i] =
+            rt->start("collect", {{"token", token}}, with_hook(token));
+      });
+    }
+    for (auto& thread : threads) {
+      thread.join();
+    }
+    std::string winner;
+    int wins = 0;
+    for (auto& outcome : outcomes) {
+      if (outcome) {
+        ++wins;
+        winner = outcome->id;
+      }
+    }
+    ASSERT_EQ(wins, 1) << "race " << race;
+    for (auto& outcome : outcomes) {
+      if (!outcome) {
+        // The winner waits on its hook, so it holds the token throughout.
+        EXPECT_EQ(outcome.error().code, errc::hook_conflict);
+        EXPECT_EQ(outcome.error().run_id, winner);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace durin
