@@ -1,10 +1,18 @@
 // The durin command line. `durin run FLOW` runs one flow on a node with an
-// embedded store and prints the run and its history.
+// embedded store and prints the run and its history; `durin serve` runs a
+// node with the HTTP API; `durin runs|hooks|api-keys|tenants ...` talk to a
+// server (--server or DURIN_SERVER, key from --api-key, DURIN_API_KEY or the
+// data dir's admin.key) and print its JSON answers. Errors print
+// `code: message` on stderr and exit non-zero.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
 
 #include "bin/example_flows.hpp"
+#include "cluster/http_client.hpp"
+#include "cluster/server.hpp"
 #include "durin/durin.hpp"
 
 namespace {
@@ -51,6 +59,144 @@ int run_command(const std::string& data_dir, const std::string& flow,
   return done->status == durin::run_status::completed ? 0 : 1;
 }
 
+// Options every client subcommand shares.
+struct client_options {
+  std::string server;
+  std::string api_key;
+  std::string data_dir = "./durin-data";
+  std::string idempotency_key;
+  std::int64_t timeout_ms = 60'000;
+};
+
+std::string env_or(const char* name, std::string fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? std::string(value) : fallback;
+}
+
+std::string percent_encode(std::string_view text) {
+  static constexpr char digits[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' ||
+        c == ':') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(digits[c >> 4]);
+      out.push_back(digits[c & 0xF]);
+    }
+  }
+  return out;
+}
+
+// Sends one request and prints the answer: the JSON body on stdout (exit 0)
+// or `code: message` on stderr (exit 1).
+int call(const client_options& options, const std::string& method,
+         const std::string& target, const durin::json* body) {
+  auto server = durin::cluster::parse_server_url(
+      options.server.empty() ? env_or("DURIN_SERVER", "http://127.0.0.1:7070")
+                             : options.server);
+  if (!server) {
+    return fail(server.error());
+  }
+  std::string key =
+      options.api_key.empty() ? env_or("DURIN_API_KEY", "") : options.api_key;
+  if (key.empty()) {
+    std::ifstream file(options.data_dir + "/admin.key");
+    std::getline(file, key);
+  }
+  if (key.empty()) {
+    std::cerr << "unauthorized: no API key: pass --api-key, set "
+                 "DURIN_API_KEY, or run next to the server's data dir\n";
+    return 1;
+  }
+  std::vector<std::pair<std::string, std::string>> headers = {
+      {"Authorization", "Bearer " + key}};
+  std::string payload;
+  if (body != nullptr) {
+    headers.emplace_back("Content-Type", "application/json");
+    payload = body->dump();
+  }
+  if (!options.idempotency_key.empty()) {
+    headers.emplace_back("Idempotency-Key", options.idempotency_key);
+  }
+  durin::cluster::http_connection connection(*server, options.timeout_ms);
+  auto answer = connection.send(method, target, headers, payload);
+  if (!answer) {
+    return fail(answer.error());
+  }
+  auto parsed = durin::json::parse(answer->body, nullptr, false);
+  if (answer->status >= 300) {
+    if (!parsed.is_discarded() && parsed.is_object() &&
+        parsed.contains("code")) {
+      std::cerr << parsed.value("code", "") << ": "
+                << parsed.value("message", "") << "\n";
+    } else {
+      std::cerr << "http-" << answer->status << ": " << answer->body << "\n";
+    }
+    return 1;
+  }
+  if (parsed.is_discarded()) {
+    std::cout << answer->body << "\n";
+  } else {
+    std::cout << parsed.dump(2) << "\n";
+  }
+  return 0;
+}
+
+std::optional<durin::json> parse_json_option(const std::string& name,
+                                             const std::string& text) {
+  auto value = durin::json::parse(text, nullptr, false);
+  if (value.is_discarded()) {
+    std::cerr << "invalid-argument: " << name << " is not JSON\n";
+    return std::nullopt;
+  }
+  return value;
+}
+
+void add_client_options(CLI::App* command, client_options& options,
+                        bool mutating) {
+  command->add_option("--server", options.server,
+                      "server URL (default $DURIN_SERVER or "
+                      "http://127.0.0.1:7070)");
+  command->add_option("--api-key", options.api_key,
+                      "API key (default $DURIN_API_KEY or DATA_DIR/admin.key)");
+  command->add_option("--data-dir", options.data_dir,
+                      "a local node's data dir, for its admin.key");
+  command->add_option("--timeout-ms", options.timeout_ms,
+                      "how long to wait for the answer");
+  if (mutating) {
+    command->add_option("--idempotency-key", options.idempotency_key,
+                        "retry-safe key: a repeat gets the first answer");
+  }
+}
+
+int serve_command(const std::string& data_dir, const std::string& listen,
+                  std::int64_t read_timeout_ms) {
+  durin::cluster::serve_options options;
+  options.data_dir = data_dir;
+  auto colon = listen.rfind(':');
+  if (colon == std::string::npos) {
+    std::cerr << "invalid-argument: --listen is HOST:PORT\n";
+    return 2;
+  }
+  options.gateway.address = listen.substr(0, colon);
+  try {
+    auto port = std::stoul(listen.substr(colon + 1));
+    if (port > 65535) {
+      throw std::out_of_range("port");
+    }
+    options.gateway.port = static_cast<std::uint16_t>(port);
+  } catch (const std::exception&) {
+    std::cerr << "invalid-argument: --listen port must be 0 to 65535\n";
+    return 2;
+  }
+  options.gateway.read_timeout_ms = read_timeout_ms;
+  durin::registry flows;
+  durin::examples::register_examples(flows);
+  return durin::cluster::serve(options, std::move(flows), std::cout, std::cerr);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -69,9 +215,166 @@ int main(int argc, char** argv) {
   run->add_option("--data-dir", data_dir, "where the node keeps its store");
   run->add_option("--timeout-ms", timeout_ms, "how long to wait for the end");
 
+  std::string listen = "127.0.0.1:7070";
+  std::int64_t read_timeout_ms = 10'000;
+  auto* serve = app.add_subcommand(
+      "serve", "run a node with the HTTP API until SIGTERM or SIGINT");
+  serve->add_option("--data-dir", data_dir, "where the node keeps its store");
+  serve->add_option("--listen", listen,
+                    "HOST:PORT to listen on (port 0: any free port)");
+  serve->add_option("--read-timeout-ms", read_timeout_ms,
+                    "a request must arrive within this");
+
+  client_options client;
+  std::string id;
+  std::string payload = "{}";
+  std::string name;
+  std::string hook_token;
+  std::string min_retention;
+  bool no_wait = false;
+  std::string status_filter;
+  std::string flow_filter;
+  std::string cursor;
+  int limit = 0;
+  std::string reason;
+
+  auto* runs = app.add_subcommand("runs", "start and inspect runs");
+  runs->require_subcommand(1);
+  auto* runs_start = runs->add_subcommand("start", "start a run");
+  runs_start->add_option("--flow", flow, "flow name")->required();
+  runs_start->add_option("--input", input, "the flow's input, as JSON");
+  runs_start->add_flag("--no-wait", no_wait, "answer once admitted");
+  runs_start->add_option("--hook-token", hook_token, "start hook token");
+  runs_start->add_option("--min-retention", min_retention,
+                         "how long the start hook's token stays held");
+  add_client_options(runs_start, client, true);
+  auto* runs_get = runs->add_subcommand("get", "the run now");
+  runs_get->add_option("id", id, "run id")->required();
+  add_client_options(runs_get, client, false);
+  auto* runs_list = runs->add_subcommand("list", "runs, newest first");
+  runs_list->add_option("--status", status_filter, "only this status");
+  runs_list->add_option("--flow", flow_filter, "only this flow");
+  runs_list->add_option("--limit", limit, "page size, 1 to 1000");
+  runs_list->add_option("--cursor", cursor, "from a previous nextCursor");
+  add_client_options(runs_list, client, false);
+  auto* runs_history = runs->add_subcommand("history", "recorded events");
+  runs_history->add_option("id", id, "run id")->required();
+  add_client_options(runs_history, client, false);
+  auto* runs_cancel = runs->add_subcommand("cancel", "cancel a run");
+  runs_cancel->add_option("id", id, "run id")->required();
+  runs_cancel->add_option("--reason", reason, "why");
+  add_client_options(runs_cancel, client, true);
+
+  auto* hooks = app.add_subcommand("hooks", "hooks by token");
+  hooks->require_subcommand(1);
+  auto* hooks_get = hooks->add_subcommand("get", "the hook on a token");
+  hooks_get->add_option("token", id, "hook token")->required();
+  add_client_options(hooks_get, client, false);
+  auto* hooks_resume = hooks->add_subcommand("resume", "deliver a payload");
+  hooks_resume->add_option("token", id, "hook token")->required();
+  hooks_resume->add_option("--payload", payload, "the payload, as JSON");
+  add_client_options(hooks_resume, client, true);
+
+  auto* api_keys = app.add_subcommand("api-keys", "the tenant's API keys");
+  api_keys->require_subcommand(1);
+  auto* keys_create = api_keys->add_subcommand("create", "a new key");
+  keys_create->add_option("--name", name, "a label");
+  add_client_options(keys_create, client, true);
+  auto* keys_list = api_keys->add_subcommand("list", "the keys");
+  add_client_options(keys_list, client, false);
+  auto* keys_revoke = api_keys->add_subcommand("revoke", "revoke a key");
+  keys_revoke->add_option("id", id, "key id")->required();
+  add_client_options(keys_revoke, client, true);
+
+  auto* tenants = app.add_subcommand("tenants", "tenants (admin key)");
+  tenants->require_subcommand(1);
+  auto* tenants_create =
+      tenants->add_subcommand("create", "a tenant with its first key");
+  tenants_create->add_option("--name", name, "the tenant's name")->required();
+  add_client_options(tenants_create, client, true);
+
   CLI11_PARSE(app, argc, argv);
   if (run->parsed()) {
     return run_command(data_dir, flow, input, timeout_ms);
+  }
+  if (serve->parsed()) {
+    return serve_command(data_dir, listen, read_timeout_ms);
+  }
+  if (runs_start->parsed()) {
+    auto parsed = parse_json_option("--input", input);
+    if (!parsed) {
+      return 2;
+    }
+    durin::json body = {{"flow", flow}, {"input", *parsed}};
+    if (no_wait) {
+      body["wait"] = false;
+    }
+    if (!hook_token.empty()) {
+      body["hook"] = {{"token", hook_token}};
+      if (!min_retention.empty()) {
+        body["hook"]["minRetention"] = min_retention;
+      }
+    }
+    return call(client, "POST", "/v1/runs", &body);
+  }
+  if (runs_get->parsed()) {
+    return call(client, "GET", "/v1/runs/" + percent_encode(id), nullptr);
+  }
+  if (runs_list->parsed()) {
+    std::string query;
+    auto add = [&query](const std::string& key, const std::string& value) {
+      if (!value.empty()) {
+        query +=
+            (query.empty() ? "?" : "&") + key + "=" + percent_encode(value);
+      }
+    };
+    add("status", status_filter);
+    add("flow", flow_filter);
+    add("limit", limit > 0 ? std::to_string(limit) : "");
+    add("cursor", cursor);
+    return call(client, "GET", "/v1/runs" + query, nullptr);
+  }
+  if (runs_history->parsed()) {
+    return call(client, "GET", "/v1/runs/" + percent_encode(id) + "/history",
+                nullptr);
+  }
+  if (runs_cancel->parsed()) {
+    durin::json body = durin::json::object();
+    if (!reason.empty()) {
+      body["reason"] = reason;
+    }
+    return call(client, "POST", "/v1/runs/" + percent_encode(id) + "/cancel",
+                &body);
+  }
+  if (hooks_get->parsed()) {
+    return call(client, "GET", "/v1/hooks/" + percent_encode(id), nullptr);
+  }
+  if (hooks_resume->parsed()) {
+    auto parsed = parse_json_option("--payload", payload);
+    if (!parsed) {
+      return 2;
+    }
+    durin::json body = {{"payload", *parsed}};
+    return call(client, "POST", "/v1/hooks/" + percent_encode(id) + "/resume",
+                &body);
+  }
+  if (keys_create->parsed()) {
+    durin::json body = durin::json::object();
+    if (!name.empty()) {
+      body["name"] = name;
+    }
+    return call(client, "POST", "/v1/api-keys", &body);
+  }
+  if (keys_list->parsed()) {
+    return call(client, "GET", "/v1/api-keys", nullptr);
+  }
+  if (keys_revoke->parsed()) {
+    return call(client, "DELETE", "/v1/api-keys/" + percent_encode(id),
+                nullptr);
+  }
+  if (tenants_create->parsed()) {
+    durin::json body = {{"name", name}};
+    return call(client, "POST", "/v1/tenants", &body);
   }
   return 2;
 }

@@ -36,8 +36,8 @@ std::string encode_key(const api_key_record& key) {
 result<json> decode_json(std::string_view bytes, std::string_view family_name) {
   auto body = codec::decode_bytes(bytes);
   if (!body) {
-    return make_error(errc::corrupt_record, std::string(family_name) + ": " +
-                                                body.error().message);
+    return make_error(errc::corrupt_record,
+                      std::string(family_name) + ": " + body.error().message);
   }
   auto value = json::parse(*body, nullptr, false);
   if (value.is_discarded() || !value.is_object()) {
@@ -152,6 +152,24 @@ result<std::vector<api_key_record>> auth_store::list_api_keys(
   if (!it->status().ok()) {
     return make_error(errc::storage_error,
                       "api_keys: " + it->status().ToString());
+  }
+  return found;
+}
+
+result<std::vector<std::string>> auth_store::list_tenant_ids(
+    std::size_t max) const {
+  std::vector<std::string> found;
+  std::unique_ptr<rocksdb::Iterator> it(store_.raw_db().NewIterator(
+      rocksdb::ReadOptions{}, store_.handle(family::tenants)));
+  for (it->SeekToFirst(); it->Valid() && found.size() < max; it->Next()) {
+    auto tenant = decode_tenant(it->value().ToStringView());
+    if (tenant) {
+      found.push_back(std::move(tenant->id));
+    }
+  }
+  if (!it->status().ok()) {
+    return make_error(errc::storage_error,
+                      "tenants: " + it->status().ToString());
   }
   return found;
 }

@@ -46,6 +46,9 @@ class auth_store {
   result<std::vector<api_key_record>> list_api_keys(std::string_view tenant,
                                                     std::size_t max) const;
 
+  // Tenant ids in id order, at most `max`.
+  result<std::vector<std::string>> list_tenant_ids(std::size_t max) const;
+
   // The tenant and its first key in one atomic write (sync).
   status create_tenant(const tenant_record& tenant,
                        const api_key_record& first_key);

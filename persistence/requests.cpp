@@ -190,10 +190,10 @@ result<std::size_t> request_store::sweep(std::int64_t now_ms,
     auto record = decode_request(it->value().ToStringView());
     bool remove = !record;  // an undecodable record is of no use to anyone
     if (record) {
-      remove = record->expires_at_ms <= now_ms ||
-               (!instance_id.empty() &&
-                record->state == request_state::in_flight &&
-                record->instance_id != instance_id);
+      remove =
+          record->expires_at_ms <= now_ms ||
+          (!instance_id.empty() && record->state == request_state::in_flight &&
+           record->instance_id != instance_id);
     }
     if (remove) {
       batch.raw().Delete(store_.handle(family::requests), it->key());

@@ -1,0 +1,79 @@
+// The HTTP API of a node, independent of sockets: one `http_request` in, one
+// `http_response` out. Routes, bodies, limits and error codes are listed in
+// README.md ("HTTP API"). Every mutating route honours `Idempotency-Key`
+// (cluster/idempotency.hpp). Bad input of any kind is answered with
+// {"code", "message"} and changes nothing.
+//
+// Thread-safety: `handle` may be called from many threads at once. It blocks
+// (durable writes, a waited start up to `wait_ms_max`): call it from gateway
+// worker threads, never from an actor.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "cluster/auth.hpp"
+#include "cluster/http_message.hpp"
+#include "cluster/idempotency.hpp"
+#include "cluster/metrics.hpp"
+#include "durin/runtime.hpp"
+
+namespace durin::cluster {
+
+struct api_options {
+  // A waited start answers at the latest after this, with the run as it is.
+  std::int64_t wait_ms_max = 25'000;
+  // How often a waited start looks whether its run waits for something.
+  std::int64_t wait_poll_ms = 20;
+  std::size_t json_depth_max = 64;
+  std::size_t path_bytes_max = 2048;
+  std::size_t id_bytes_max = 256;
+};
+
+class api {
+ public:
+  // REQUIRES: every argument outlives the api.
+  api(runtime& node, auth& keys, idempotency& requests, metrics& counters,
+      std::function<std::string()> extra_metrics, api_options options = {});
+
+  http_response handle(const http_request& request);
+
+ private:
+  struct context;
+  http_response route(context& ctx);
+  http_response mutate(context& ctx, bool carries_secret,
+                       const std::function<http_response()>& act);
+
+  http_response start_run(context& ctx);
+  http_response get_run(context& ctx, const std::string& id);
+  http_response list_runs(context& ctx);
+  http_response run_history(context& ctx, const std::string& id);
+  http_response cancel_run(context& ctx, const std::string& id);
+  http_response get_hook(context& ctx, const std::string& token);
+  http_response resume_hook(context& ctx, const std::string& token);
+  http_response webhook(context& ctx, const std::string& token);
+  http_response create_key(context& ctx);
+  http_response list_keys(context& ctx);
+  http_response revoke_key(context& ctx, const std::string& id);
+  http_response create_tenant(context& ctx);
+
+  http_response run_response(unsigned status, const run_info& run);
+
+  runtime& node_;
+  auth& keys_;
+  idempotency& requests_;
+  metrics& metrics_;
+  std::function<std::string()> extra_metrics_;
+  api_options options_;
+};
+
+// The HTTP status of a runtime error code.
+unsigned http_status_of(errc code);
+// {"code", "message"} of a runtime error (adds "runId" / "conflictingRunId").
+http_response error_response(const error& err);
+
+// True when `text` is well-formed UTF-8.
+bool valid_utf8(std::string_view text);
+
+}  // namespace durin::cluster

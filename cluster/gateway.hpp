@@ -1,0 +1,59 @@
+// The HTTP/1.1 server of a node (Boost.Beast on Boost.Asio). It owns its own
+// io_context threads, which only read and write sockets, and a pool of worker
+// threads that run the handler (cluster/api.hpp), which may block on durable
+// writes. No CAF actor thread is ever used or blocked.
+//
+// Limits (explicit, per connection): a request's header at most
+// `header_bytes_max` (431 beyond), its body at most `body_bytes_max` (413
+// beyond); a request must arrive within `read_timeout_ms` of its first byte
+// (408, then the connection closes); an idle keep-alive connection closes
+// after `idle_timeout_ms`.
+//
+// Thread-safety: start, port and stop may be called from any thread; stop
+// is idempotent and waits for in-flight requests to be answered (up to
+// `drain_timeout_ms`).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "cluster/http_message.hpp"
+#include "durin/error.hpp"
+
+namespace durin::cluster {
+
+struct gateway_options {
+  std::string address = "127.0.0.1";
+  std::uint16_t port = 7070;  // 0: any free port (see gateway::port)
+  std::size_t io_threads = 2;
+  std::size_t worker_threads = 64;
+  std::size_t header_bytes_max = 16 * 1024;
+  std::size_t body_bytes_max = 1024 * 1024;
+  std::int64_t read_timeout_ms = 10'000;
+  std::int64_t drain_timeout_ms = 30'000;
+};
+
+using http_handler = std::function<http_response(const http_request&)>;
+
+class gateway_impl;
+
+class gateway {
+ public:
+  // Binds and starts serving; invalid-argument for a bad address or a
+  // failed bind, naming the reason.
+  static result<std::unique_ptr<gateway>> start(gateway_options options,
+                                                http_handler handler);
+  ~gateway();  // stop()
+
+  std::uint16_t port() const;  // the bound port
+  // Stops accepting, answers in-flight requests, closes every connection.
+  void stop();
+
+ private:
+  explicit gateway(std::unique_ptr<gateway_impl> impl);
+  std::unique_ptr<gateway_impl> impl_;
+};
+
+}  // namespace durin::cluster

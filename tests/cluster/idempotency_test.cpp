@@ -1,0 +1,121 @@
+// Request idempotency on a real store with a fake clock: the lease of a key
+// whose request stopped without answering (rule 3: within 30 s), markers of
+// another process (free at once), expiry after 24 h and the sweep (rule 8),
+// and the persistence of request records.
+#include "cluster/idempotency.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "persistence/committer.hpp"
+#include "persistence/requests.hpp"
+#include "persistence/store.hpp"
+#include "tests/support/temp_dir.hpp"
+
+namespace durin::cluster {
+namespace {
+
+class IdempotencyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto opened = persistence::store::open(dir_.path());
+    ASSERT_TRUE(opened.ok());
+    store_ = std::move(opened.value());
+    writer_ = std::make_unique<persistence::committer>(*store_);
+    requests_ = std::make_unique<persistence::request_store>(*store_, *writer_);
+  }
+  std::unique_ptr<idempotency> make(const std::string& instance) {
+    return std::make_unique<idempotency>(*requests_, instance,
+                                         [this] { return now_ms_.load(); });
+  }
+  http_response ok(const std::string& body) {
+    http_response response;
+    response.body = body;
+    return response;
+  }
+
+  testing::temp_dir dir_;
+  std::unique_ptr<persistence::store> store_;
+  std::unique_ptr<persistence::committer> writer_;
+  std::unique_ptr<persistence::request_store> requests_;
+  std::atomic<std::int64_t> now_ms_{1'000'000};
+  persistence::request_address key_{"default", "key_a", "k"};
+};
+
+TEST_F(IdempotencyTest, Rule3_AHeldKeyIsFreeAfterItsThirtySecondLease) {
+  auto keys = make("one");
+  auto first = keys->begin(key_, "fp");
+  ASSERT_EQ(first.kind, idempotency::outcome::proceed);
+  now_ms_ += 29'000;
+  auto during = keys->begin(key_, "fp");
+  EXPECT_EQ(during.kind, idempotency::outcome::answered);
+  EXPECT_EQ(during.response.status, 409u);
+  now_ms_ += 1'001;
+  auto after = keys->begin(key_, "fp");
+  EXPECT_EQ(after.kind, idempotency::outcome::proceed);
+  // The stale holder's finish does not release the new holder.
+  (void)keys->finish(key_, "fp", first.generation, ok("{}"), false);
+  (void)keys->finish(key_, "fp", after.generation, ok("{\"b\":1}"), false);
+  auto replay = keys->begin(key_, "fp");
+  EXPECT_EQ(replay.response.body, "{\"b\":1}");
+}
+
+TEST_F(IdempotencyTest, Rule3_KeysOfAnotherProcessAreFreeAtOnce) {
+  auto old_process = make("old");
+  ASSERT_EQ(old_process->begin(key_, "fp").kind, idempotency::outcome::proceed);
+  auto new_process = make("new");
+  EXPECT_EQ(new_process->begin(key_, "fp").kind, idempotency::outcome::proceed);
+}
+
+TEST_F(IdempotencyTest, Rule3_ARunRecordedByACrashedHolderIsAnsweredAgain) {
+  auto old_process = make("old");
+  ASSERT_EQ(old_process->begin(key_, "fp").kind, idempotency::outcome::proceed);
+  ASSERT_TRUE(old_process->note_run(key_, "fp", "run_1").ok());
+  auto new_process = make("new");
+  auto retry = new_process->begin(key_, "fp");
+  EXPECT_EQ(retry.kind, idempotency::outcome::proceed);
+  EXPECT_EQ(retry.recorded_run_id, "run_1");
+  EXPECT_EQ(new_process->begin(key_, "other").response.status, 409u);
+}
+
+TEST_F(IdempotencyTest, Rule8_KeptAnswersExpireAfter24HoursAndAreSwept) {
+  auto keys = make("one");
+  auto first = keys->begin(key_, "fp");
+  (void)keys->finish(key_, "fp", first.generation, ok("{}"), false);
+  now_ms_ += 24LL * 3600 * 1000 - 1;
+  EXPECT_EQ(keys->begin(key_, "fp").response.body, "{}");
+  auto swept = requests_->sweep(now_ms_, "");
+  ASSERT_TRUE(swept.ok());
+  EXPECT_EQ(*swept, 0u);
+  now_ms_ += 1;
+  swept = requests_->sweep(now_ms_, "");
+  ASSERT_TRUE(swept.ok());
+  EXPECT_EQ(*swept, 1u);
+  auto gone = requests_->get(key_);
+  ASSERT_TRUE(gone.ok());
+  EXPECT_FALSE(gone->has_value());
+}
+
+TEST_F(IdempotencyTest, RequestRecordsRoundTripAndRefuseCorruptBytes) {
+  persistence::request_record record;
+  record.state = persistence::request_state::kept;
+  record.fingerprint = "POST\n/v1/runs\n{}";
+  record.http_status = 200;
+  record.body = std::string("\0{}", 3);
+  record.expires_at_ms = 42;
+  auto bytes = persistence::encode(record);
+  auto back = persistence::decode_request(bytes);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->body, record.body);
+  EXPECT_EQ(back->http_status, 200u);
+  for (std::size_t cut = 0; cut < bytes.size(); ++cut) {
+    EXPECT_FALSE(persistence::decode_request(bytes.substr(0, cut)).ok());
+  }
+  bytes[5] ^= 1;
+  EXPECT_EQ(persistence::decode_request(bytes).error().code,
+            errc::corrupt_record);
+}
+
+}  // namespace
+}  // namespace durin::cluster

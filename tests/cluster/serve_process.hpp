@@ -1,0 +1,203 @@
+// A real `durin serve` child process on 127.0.0.1 with a port the kernel
+// picked (--listen 127.0.0.1:0; the port is read from its stdout), and
+// helpers to talk to it. For the gateway's end-to-end tests.
+#pragma once
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cluster/http_client.hpp"
+#include "durin/json.hpp"
+
+namespace durin::testing {
+
+class serve_process {
+ public:
+  // Starts `durin serve` on `data_dir` with extra environment `env`
+  // ("NAME=value") and waits until it listens. Throws when it does not.
+  serve_process(std::string data_dir, std::vector<std::string> env = {},
+                std::int64_t read_timeout_ms = 1000)
+      : data_dir_(std::move(data_dir)) {
+    int out[2];
+    if (::pipe(out) != 0) {
+      throw std::runtime_error("pipe");
+    }
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      ::dup2(out[1], 1);
+      ::close(out[0]);
+      ::close(out[1]);
+      for (auto& entry : env) {
+        ::putenv(entry.data());
+      }
+      auto timeout = std::to_string(read_timeout_ms);
+      ::execl(DURIN_CLI, "durin", "serve", "--data-dir", data_dir_.c_str(),
+              "--listen", "127.0.0.1:0", "--read-timeout-ms", timeout.c_str(),
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    stdout_fd_ = out[0];
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (port_ == 0 && std::chrono::steady_clock::now() < deadline) {
+      pollfd poll_fd{stdout_fd_, POLLIN, 0};
+      if (::poll(&poll_fd, 1, 100) <= 0) {
+        continue;
+      }
+      char chunk[512];
+      auto got = ::read(stdout_fd_, chunk, sizeof chunk);
+      if (got <= 0) {
+        break;
+      }
+      output_.append(chunk, static_cast<std::size_t>(got));
+      auto at = output_.find("listening on 127.0.0.1:");
+      if (at != std::string::npos) {
+        auto end = output_.find('\n', at);
+        if (end != std::string::npos) {
+          port_ = std::stoi(output_.substr(at + 23, end - at - 23));
+        }
+      }
+    }
+    if (port_ == 0) {
+      kill9();
+      throw std::runtime_error("durin serve did not start: " + output_);
+    }
+    std::ifstream key_file(data_dir_ + "/admin.key");
+    std::getline(key_file, admin_key_);
+  }
+
+  ~serve_process() {
+    if (pid_ > 0) {
+      kill9();
+    }
+    if (stdout_fd_ >= 0) {
+      ::close(stdout_fd_);
+    }
+  }
+
+  serve_process(const serve_process&) = delete;
+  serve_process& operator=(const serve_process&) = delete;
+
+  int port() const { return port_; }
+  const std::string& admin_key() const { return admin_key_; }
+  cluster::server_address address() const {
+    return {"127.0.0.1", std::to_string(port_)};
+  }
+
+  void kill9() {
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+  // SIGTERM, then the exit code (-1 when it did not exit normally in time).
+  int terminate() {
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 300; ++i) {
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      ::usleep(100'000);
+    }
+    kill9();
+    return -1;
+  }
+
+  // Waits for the process to end on its own (a kill point); true when it
+  // died of SIGKILL.
+  bool wait_killed() {
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+  }
+
+ private:
+  std::string data_dir_;
+  pid_t pid_ = -1;
+  int stdout_fd_ = -1;
+  int port_ = 0;
+  std::string output_;
+  std::string admin_key_;
+};
+
+// One keep-alive connection with a key and convenience calls.
+class api_client {
+ public:
+  api_client(cluster::server_address address, std::string key)
+      : connection_(std::move(address), 30'000), key_(std::move(key)) {}
+
+  struct answer {
+    unsigned status = 0;
+    std::string body;
+    json value;  // parsed body (null when not JSON)
+    std::map<std::string, std::string> headers;
+    std::string error;  // transport failure, empty otherwise
+
+    std::string code() const {
+      return value.is_object() ? value.value("code", "") : "";
+    }
+  };
+
+  answer send(const std::string& method, const std::string& target,
+              const std::string& body = "",
+              std::vector<std::pair<std::string, std::string>> extra = {}) {
+    std::vector<std::pair<std::string, std::string>> headers;
+    if (!key_.empty()) {
+      headers.emplace_back("Authorization", "Bearer " + key_);
+    }
+    for (auto& header : extra) {
+      headers.push_back(std::move(header));
+    }
+    answer out;
+    auto got = connection_.send(method, target, headers, body);
+    if (!got) {
+      out.error = got.error().to_string();
+      return out;
+    }
+    out.status = got->status;
+    out.body = got->body;
+    out.value = json::parse(got->body, nullptr, false);
+    if (out.value.is_discarded()) {
+      out.value = nullptr;
+    }
+    for (auto& [name, value] : got->headers) {
+      out.headers[name] = value;
+    }
+    return out;
+  }
+
+  answer post(const std::string& target, const json& body,
+              const std::string& idempotency_key = "") {
+    std::vector<std::pair<std::string, std::string>> extra;
+    if (!idempotency_key.empty()) {
+      extra.emplace_back("Idempotency-Key", idempotency_key);
+    }
+    return send("POST", target, body.dump(), std::move(extra));
+  }
+
+  answer get(const std::string& target) { return send("GET", target); }
+
+ private:
+  cluster::http_connection connection_;
+  std::string key_;
+};
+
+}  // namespace durin::testing

@@ -1,0 +1,653 @@
+// End-to-end tests of `durin serve`: every rule of request idempotency
+// (seeds/001, issue 4 rules 1-7), every route, auth and tenants, bad input,
+// crashes and races, against real server processes over loopback.
+//
+// Method: each test starts its own `durin serve` on a fresh data dir with
+// --listen 127.0.0.1:0 (tests/cluster/serve_process.hpp) and talks HTTP to
+// it. Test-only knobs of the server: DURIN_TEST_HOLD_MS (a keyed request
+// holds its key that long before acting, so a repeat can arrive while it
+// runs) and DURIN_KILL_AT=gateway.after_hold:1 / gateway.after_admit:1 (the
+// server SIGKILLs itself at that point of a keyed request).
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "tests/cluster/serve_process.hpp"
+#include "tests/support/temp_dir.hpp"
+
+namespace durin::testing {
+namespace {
+
+const std::string conflict_text =
+    "Idempotency-Key was reused with a different request body. Use a fresh "
+    "key or the original body.";
+const std::string in_flight_text =
+    "A request with this Idempotency-Key is still running. Retry after it "
+    "answers (Retry-After), and you'll get its answer.";
+
+json review(const std::string& order) {
+  return {{"flow", "acme.review-order"}, {"input", {{"orderId", order}}}};
+}
+
+class ServeTest : public ::testing::Test {
+ protected:
+  void start(std::vector<std::string> env = {}) {
+    server_.reset();
+    server_ = std::make_unique<serve_process>(dir_.path(), std::move(env));
+  }
+  api_client admin() { return {server_->address(), server_->admin_key()}; }
+  api_client as(const std::string& key) { return {server_->address(), key}; }
+
+  // Runs of the tenant of `client` whose input names `order`.
+  int runs_for(api_client& client, const std::string& order) {
+    auto page = client.get("/v1/runs?limit=1000");
+    EXPECT_EQ(page.status, 200u) << page.body;
+    int count = 0;
+    for (auto& run : page.value["runs"]) {
+      if (run["input"].value("orderId", "") == order) {
+        ++count;
+      }
+    }
+    return count;
+  }
+
+  void SetUp() override { start(); }
+
+  temp_dir dir_;
+  std::unique_ptr<serve_process> server_;
+};
+
+// Rule 1: a repeat after the first answered gets it again byte for byte,
+// marked as a replay, with the status as it was then.
+TEST_F(ServeTest, Rule1_RepeatAfterAnswerReplaysTheFirstResponse) {
+  auto client = admin();
+  auto first = client.post("/v1/runs", review("A-1"), "key-1");
+  ASSERT_EQ(first.status, 200u) << first.body;
+  EXPECT_EQ(first.value["status"], "completed");
+  EXPECT_EQ(first.headers.count("idempotent-replayed"), 0u);
+  auto again = client.post("/v1/runs", review("A-1"), "key-1");
+  ASSERT_EQ(again.status, 200u);
+  EXPECT_EQ(again.body, first.body);
+  EXPECT_EQ(again.headers["idempotent-replayed"], "true");
+  // The status as it was then: a background start answered `pending`.
+  json background = review("A-2");
+  background["wait"] = false;
+  auto pending = client.post("/v1/runs", background, "key-2");
+  ASSERT_EQ(pending.status, 202u) << pending.body;
+  std::string id = pending.value["id"];
+  ASSERT_TRUE(eventually([&] {
+    return client.get("/v1/runs/" + id).value["status"] == "completed";
+  }));
+  auto replay = client.post("/v1/runs", background, "key-2");
+  EXPECT_EQ(replay.body, pending.body);
+  EXPECT_EQ(replay.value["status"], pending.value["status"]);
+  EXPECT_EQ(runs_for(client, "A-1"), 1);
+  EXPECT_EQ(runs_for(client, "A-2"), 1);
+}
+
+// Rule 2 (and rule 4 while running): a repeat while the first still runs is
+// refused with idempotency-key-in-flight and Retry-After: 5; another
+// request with the key is a conflict; after the first answers, the repeat
+// gets its answer.
+TEST_F(ServeTest, Rule2_RepeatWhileInFlightIsRefused) {
+  start({"DURIN_TEST_HOLD_MS=1500"});
+  api_client::answer first;
+  std::thread runner([&] {
+    auto client = admin();
+    first = client.post("/v1/runs", review("B-1"), "key-b");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  auto client = admin();
+  auto repeat = client.post("/v1/runs", review("B-1"), "key-b");
+  EXPECT_EQ(repeat.status, 409u);
+  EXPECT_EQ(repeat.code(), "idempotency-key-in-flight");
+  EXPECT_EQ(repeat.value["message"], in_flight_text);
+  EXPECT_EQ(repeat.headers["retry-after"], "5");
+  auto other = client.post("/v1/runs", review("B-2"), "key-b");
+  EXPECT_EQ(other.status, 409u);
+  EXPECT_EQ(other.code(), "conflict");
+  EXPECT_EQ(other.value["message"], conflict_text);
+  runner.join();
+  ASSERT_EQ(first.status, 200u) << first.body;
+  auto after = client.post("/v1/runs", review("B-1"), "key-b");
+  EXPECT_EQ(after.body, first.body);
+  EXPECT_EQ(runs_for(client, "B-1"), 1);
+  EXPECT_EQ(runs_for(client, "B-2"), 0);
+}
+
+// Rule 3: the server dies (SIGKILL) after holding the key durably and before
+// starting; after a restart the key is free at once and the retry starts one
+// run.
+TEST_F(ServeTest, Rule3_KeyOfACrashedRequestIsFreeAfterRestart) {
+  start({"DURIN_KILL_AT=gateway.after_hold:1"});
+  {
+    auto client = admin();
+    auto lost = client.post("/v1/runs", review("C-1"), "key-c");
+    EXPECT_FALSE(lost.error.empty()) << lost.body;
+  }
+  EXPECT_TRUE(server_->wait_killed());
+  start();
+  auto client = admin();
+  auto retry = client.post("/v1/runs", review("C-1"), "key-c");
+  ASSERT_EQ(retry.status, 200u) << retry.body;
+  EXPECT_EQ(runs_for(client, "C-1"), 1);
+}
+
+// Rule 3, crash after the run was admitted: the retry answers that run and
+// never starts a second one.
+TEST_F(ServeTest, Rule3_CrashAfterAdmissionRetryGivesTheSameSingleRun) {
+  start({"DURIN_KILL_AT=gateway.after_admit:1"});
+  {
+    auto client = admin();
+    auto lost = client.post("/v1/runs", review("C-2"), "key-c2");
+    EXPECT_FALSE(lost.error.empty()) << lost.body;
+  }
+  EXPECT_TRUE(server_->wait_killed());
+  start();
+  auto client = admin();
+  auto retry = client.post("/v1/runs", review("C-2"), "key-c2");
+  ASSERT_EQ(retry.status, 200u) << retry.body;
+  EXPECT_EQ(runs_for(client, "C-2"), 1);
+  auto again = client.post("/v1/runs", review("C-2"), "key-c2");
+  EXPECT_EQ(again.body, retry.body);
+}
+
+// Rule 3, kill -9 from outside while a keyed start is in flight.
+TEST_F(ServeTest, Rule3_KillNineMidKeyedStartThenRetryGivesOneRun) {
+  start({"DURIN_TEST_HOLD_MS=2000"});
+  std::thread runner([&] {
+    auto client = admin();
+    (void)client.post("/v1/runs", review("C-3"), "key-c3");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  server_->kill9();
+  runner.join();
+  start();
+  auto client = admin();
+  auto retry = client.post("/v1/runs", review("C-3"), "key-c3");
+  ASSERT_EQ(retry.status, 200u) << retry.body;
+  EXPECT_EQ(runs_for(client, "C-3"), 1);
+}
+
+// Rule 4: the same key with another body, other options or another route is
+// a conflict and starts nothing; spacing and key order do not matter.
+TEST_F(ServeTest, Rule4_SameKeyWithADifferentRequestIsAConflict) {
+  auto client = admin();
+  auto first = client.post("/v1/runs", review("D-1"), "key-d");
+  ASSERT_EQ(first.status, 200u);
+  auto other_body = client.post("/v1/runs", review("D-2"), "key-d");
+  EXPECT_EQ(other_body.status, 409u);
+  EXPECT_EQ(other_body.code(), "conflict");
+  EXPECT_EQ(other_body.value["message"], conflict_text);
+  json other_options = review("D-1");
+  other_options["wait"] = false;
+  EXPECT_EQ(client.post("/v1/runs", other_options, "key-d").code(), "conflict");
+  std::string id = first.value["id"];
+  EXPECT_EQ(
+      client.post("/v1/runs/" + id + "/cancel", json::object(), "key-d").code(),
+      "conflict");
+  auto reordered = client.send("POST", "/v1/runs",
+                               "{ \"input\" : {\"orderId\":\"D-1\"},\n  "
+                               "\"flow\":\"acme.review-order\" }",
+                               {{"Idempotency-Key", "key-d"}});
+  EXPECT_EQ(reordered.status, 200u);
+  EXPECT_EQ(reordered.body, first.body);
+  EXPECT_EQ(runs_for(client, "D-2"), 0);
+  EXPECT_EQ(runs_for(client, "D-1"), 1);
+}
+
+// Rule 5: refused requests keep nothing; the key works once the cause is
+// fixed.
+TEST_F(ServeTest, Rule5_OnlySuccessfulAnswersAreKept) {
+  auto client = admin();
+  auto missing = client.post(
+      "/v1/runs", {{"flow", "acme.not-yet"}, {"input", json::object()}},
+      "key-e");
+  EXPECT_EQ(missing.status, 404u);
+  EXPECT_EQ(missing.code(), "flow-not-found");
+  auto bad = client.post("/v1/runs", {{"flow", 7}}, "key-e");
+  EXPECT_EQ(bad.status, 400u);
+  EXPECT_EQ(bad.code(), "invalid-argument");
+  auto fixed = client.post("/v1/runs", review("E-1"), "key-e");
+  EXPECT_EQ(fixed.status, 200u) << fixed.body;
+  EXPECT_EQ(fixed.headers.count("idempotent-replayed"), 0u);
+  auto gone = client.post("/v1/runs/run_nope/cancel", json::object(), "key-e2");
+  EXPECT_EQ(gone.code(), "run-not-found");
+  auto works = client.post("/v1/runs", review("E-2"), "key-e2");
+  EXPECT_EQ(works.status, 200u) << works.body;
+}
+
+// Rule 6: keys are per tenant and per caller.
+TEST_F(ServeTest, Rule6_KeysArePerTenantAndPerCaller) {
+  auto client = admin();
+  auto mine = client.post("/v1/runs", review("F-1"), "key-f");
+  ASSERT_EQ(mine.status, 200u);
+  auto second = client.post("/v1/api-keys", {{"name", "second"}});
+  ASSERT_EQ(second.status, 201u) << second.body;
+  auto colleague = as(second.value["secret"]);
+  auto theirs = colleague.post("/v1/runs", review("F-1"), "key-f");
+  ASSERT_EQ(theirs.status, 200u);
+  EXPECT_EQ(theirs.headers.count("idempotent-replayed"), 0u);
+  EXPECT_NE(theirs.value["id"], mine.value["id"]);
+  auto tenant = client.post("/v1/tenants", {{"name", "other"}});
+  ASSERT_EQ(tenant.status, 201u) << tenant.body;
+  auto stranger = as(tenant.value["apiKey"]["secret"]);
+  auto foreign = stranger.post("/v1/runs", review("F-1"), "key-f");
+  ASSERT_EQ(foreign.status, 200u);
+  EXPECT_NE(foreign.value["id"], mine.value["id"]);
+  EXPECT_EQ(runs_for(client, "F-1"), 2);
+  EXPECT_EQ(runs_for(stranger, "F-1"), 1);
+}
+
+// Rule 7: an answer with a secret is never kept; a retry is refused with
+// idempotency-key-replay-withheld and creates nothing.
+TEST_F(ServeTest, Rule7_SecretsAreNeverReplayed) {
+  auto client = admin();
+  auto created = client.post("/v1/api-keys", {{"name", "ci"}}, "key-g");
+  ASSERT_EQ(created.status, 201u) << created.body;
+  std::string secret = created.value["secret"];
+  auto retry = client.post("/v1/api-keys", {{"name", "ci"}}, "key-g");
+  EXPECT_EQ(retry.status, 409u);
+  EXPECT_EQ(retry.code(), "idempotency-key-replay-withheld");
+  EXPECT_NE(retry.value["message"].get<std::string>().find("succeeded at"),
+            std::string::npos);
+  EXPECT_EQ(retry.body.find(secret), std::string::npos);
+  auto keys = client.get("/v1/api-keys");
+  EXPECT_EQ(keys.value["apiKeys"].size(), 2u) << keys.body;  // admin + ci
+  auto tenant = client.post("/v1/tenants", {{"name", "t"}}, "key-h");
+  ASSERT_EQ(tenant.status, 201u);
+  auto again = client.post("/v1/tenants", {{"name", "t"}}, "key-h");
+  EXPECT_EQ(again.code(), "idempotency-key-replay-withheld");
+  EXPECT_EQ(
+      again.body.find(tenant.value["apiKey"]["secret"].get<std::string>()),
+      std::string::npos);
+}
+
+// Rule 8: kept keys survive a restart (they are in the `requests` family).
+TEST_F(ServeTest, Rule8_KeptAnswersSurviveARestart) {
+  std::string body;
+  {
+    auto client = admin();
+    body = client.post("/v1/runs", review("H-1"), "key-h").body;
+  }
+  ASSERT_EQ(server_->terminate(), 0);
+  start();
+  auto client = admin();
+  auto replay = client.post("/v1/runs", review("H-1"), "key-h");
+  EXPECT_EQ(replay.body, body);
+  EXPECT_EQ(replay.headers["idempotent-replayed"], "true");
+}
+
+// 64 clients send the same keyed start at once: one run; every answer is the
+// run or idempotency-key-in-flight.
+TEST_F(ServeTest, RaceOf64SameKeyStartsGivesOneRun) {
+  constexpr int clients = 64;
+  std::vector<api_client::answer> answers(clients);
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < clients; ++i) {
+    threads.emplace_back([&, i] {
+      auto client = admin();
+      (void)client.get("/healthz");  // connect first
+      ready.fetch_add(1);
+      while (ready.load() < clients) {
+        std::this_thread::yield();
+      }
+      answers[i] = client.post("/v1/runs", review("R-1"), "key-race");
+    });
+  }
+  for (auto& thread : threads) {
+    thread.join();
+  }
+  std::string id;
+  int runs = 0;
+  for (auto& answer : answers) {
+    if (answer.status == 200) {
+      ++runs;
+      if (id.empty()) {
+        id = answer.value["id"];
+      }
+      EXPECT_EQ(answer.value["id"], id);
+    } else {
+      EXPECT_EQ(answer.status, 409u) << answer.body << answer.error;
+      EXPECT_EQ(answer.code(), "idempotency-key-in-flight");
+    }
+  }
+  EXPECT_GE(runs, 1);
+  auto client = admin();
+  EXPECT_EQ(runs_for(client, "R-1"), 1);
+}
+
+// Every route answers as documented, with tenants isolated.
+TEST_F(ServeTest, RoutesAnswerAsDocumented) {
+  auto client = admin();
+  auto health = api_client(server_->address(), "").get("/healthz");
+  EXPECT_EQ(health.status, 200u);
+  auto run = client.post("/v1/runs", review("K-1"));
+  ASSERT_EQ(run.status, 200u);
+  for (auto field : {"id", "flow", "status", "input", "output", "error",
+                     "createdAt", "startedAt", "completedAt"}) {
+    EXPECT_TRUE(run.value.contains(field)) << field;
+  }
+  EXPECT_EQ(run.value["output"]["orderId"], "K-1");
+  std::string created = run.value["createdAt"];
+  EXPECT_EQ(created.size(), 24u) << created;  // 2026-01-01T00:00:00.000Z
+  std::string id = run.value["id"];
+  EXPECT_EQ(client.get("/v1/runs/" + id).value["id"], id);
+  auto history = client.get("/v1/runs/" + id + "/history");
+  ASSERT_EQ(history.status, 200u);
+  EXPECT_GE(history.value["events"].size(), 2u);
+  EXPECT_EQ(history.value["events"][0]["sequence"], 1);
+  (void)client.post("/v1/runs", review("K-2"));
+  auto page = client.get("/v1/runs?limit=1&flow=acme.review-order");
+  ASSERT_EQ(page.value["runs"].size(), 1u);
+  EXPECT_EQ(page.value["runs"][0]["input"]["orderId"], "K-2");  // newest
+  std::string cursor = page.value["nextCursor"];
+  auto next = client.get("/v1/runs?limit=1&cursor=" + cursor);
+  EXPECT_EQ(next.value["runs"][0]["input"]["orderId"], "K-1");
+  EXPECT_EQ(client.get("/v1/runs?status=completed").value["runs"].size(), 2u);
+  EXPECT_EQ(client.get("/v1/runs?status=bogus").code(), "invalid-argument");
+  // Cancel a sleeping run; cancelling again is run-finished.
+  auto sleeper = client.post(
+      "/v1/runs", {{"flow", "acme.sleep"}, {"input", {{"ms", 600000}}}});
+  ASSERT_EQ(sleeper.status, 200u) << sleeper.body;
+  EXPECT_EQ(sleeper.value["status"], "waiting");
+  std::string sleeper_id = sleeper.value["id"];
+  auto cancelled = client.post("/v1/runs/" + sleeper_id + "/cancel",
+                               {{"reason", "test"}}, "cancel-1");
+  EXPECT_EQ(cancelled.status, 200u) << cancelled.body;
+  EXPECT_EQ(cancelled.value["status"], "cancelled");
+  auto replayed = client.post("/v1/runs/" + sleeper_id + "/cancel",
+                              {{"reason", "test"}}, "cancel-1");
+  EXPECT_EQ(replayed.body, cancelled.body);
+  auto twice =
+      client.post("/v1/runs/" + sleeper_id + "/cancel", json::object());
+  EXPECT_EQ(twice.status, 409u);
+  EXPECT_EQ(twice.code(), "run-finished");
+  auto flaky = client.post(
+      "/v1/runs", {{"flow", "acme.flaky"}, {"input", {{"failures", 1}}}});
+  ASSERT_EQ(flaky.status, 200u) << flaky.body;
+  EXPECT_TRUE(flaky.value["status"] == "completed" ||
+              flaky.value["status"] == "waiting");
+  EXPECT_EQ(client.get("/v1/runs/run_missing").code(), "run-not-found");
+  EXPECT_EQ(client.get("/v1/runs/run_missing").status, 404u);
+  // Another tenant sees none of it.
+  auto tenant = client.post("/v1/tenants", {{"name", "acme"}});
+  ASSERT_EQ(tenant.status, 201u);
+  EXPECT_TRUE(tenant.value["id"].is_string());
+  EXPECT_TRUE(tenant.value["apiKey"]["id"].is_string());
+  auto stranger = as(tenant.value["apiKey"]["secret"]);
+  EXPECT_EQ(stranger.get("/v1/runs/" + id).code(), "run-not-found");
+  EXPECT_EQ(stranger.get("/v1/runs/" + id + "/history").code(),
+            "run-not-found");
+  EXPECT_EQ(stranger.post("/v1/runs/" + id + "/cancel", json::object()).code(),
+            "run-not-found");
+  EXPECT_EQ(stranger.get("/v1/runs").value["runs"].size(), 0u);
+  EXPECT_EQ(stranger.post("/v1/tenants", {{"name", "x"}}).status, 403u);
+  // Keys: create, list, revoke; a revoked key is refused.
+  auto key = client.post("/v1/api-keys", {{"name", "temp"}});
+  ASSERT_EQ(key.status, 201u);
+  for (auto field : {"id", "name", "secret", "createdAt"}) {
+    EXPECT_TRUE(key.value.contains(field)) << field;
+  }
+  auto temp = as(key.value["secret"]);
+  EXPECT_EQ(temp.get("/v1/runs").status, 200u);
+  std::string key_id = key.value["id"];
+  EXPECT_EQ(stranger.send("DELETE", "/v1/api-keys/" + key_id).code(),
+            "api-key-not-found");
+  EXPECT_EQ(client.send("DELETE", "/v1/api-keys/" + key_id).status, 200u);
+  EXPECT_EQ(temp.get("/v1/runs").status, 401u);
+  EXPECT_EQ(client.send("DELETE", "/v1/api-keys/" + key_id).status, 404u);
+  // Metrics.
+  auto metrics = client.get("/metrics");
+  EXPECT_EQ(metrics.status, 200u);
+  EXPECT_NE(metrics.body.find("durin_http_requests_total"), std::string::npos);
+  EXPECT_NE(metrics.body.find("durin_gateway_commit_batches_per_group"),
+            std::string::npos);
+  // Webhooks: an unknown token is 404 with an empty body, without a key.
+  auto unknown = api_client(server_->address(), "")
+                     .post("/v1/webhooks/wh_unknown", json::object());
+  EXPECT_EQ(unknown.status, 404u);
+  EXPECT_TRUE(unknown.body.empty());
+}
+
+// Hooks: a waiting run's hook by token, resume (idempotent with a key), a
+// start hook, hook-conflict naming the owner, tenants isolated.
+TEST_F(ServeTest, HookRoutesResumeAndConflict) {
+  auto client = admin();
+  auto run = client.post("/v1/runs",
+                         {{"flow", "acme.order-notes"},
+                          {"input", {{"orderId", "N-1"}, {"note", "first"}}}});
+  if (run.code() == "flow-not-found") {
+    GTEST_SKIP() << "acme.order-notes is not registered on this build";
+  }
+  ASSERT_EQ(run.status, 200u) << run.body;
+  EXPECT_EQ(run.value["status"], "waiting");
+  std::string id = run.value["id"];
+  auto hook = client.get("/v1/hooks/order:N-1");
+  ASSERT_EQ(hook.status, 200u) << hook.body;
+  EXPECT_EQ(hook.value["runId"], id);
+  auto tenant = client.post("/v1/tenants", {{"name", "other"}});
+  auto stranger = as(tenant.value["apiKey"]["secret"]);
+  EXPECT_EQ(stranger.get("/v1/hooks/order:N-1").code(), "hook-not-found");
+  EXPECT_EQ(
+      stranger.post("/v1/hooks/order:N-1/resume", {{"payload", 1}}).code(),
+      "hook-not-found");
+  auto resumed = client.post(
+      "/v1/hooks/order:N-1/resume",
+      {{"payload", {{"note", "second"}, {"done", true}}}}, "resume-1");
+  ASSERT_EQ(resumed.status, 200u) << resumed.body;
+  EXPECT_EQ(resumed.value["runId"], id);
+  auto again = client.post("/v1/hooks/order:N-1/resume",
+                           {{"payload", {{"note", "second"}, {"done", true}}}},
+                           "resume-1");
+  EXPECT_EQ(again.body, resumed.body);
+  EXPECT_EQ(again.headers["idempotent-replayed"], "true");
+  ASSERT_TRUE(eventually([&] {
+    return client.get("/v1/runs/" + id).value["status"] == "completed";
+  }));
+  auto done = client.get("/v1/runs/" + id);
+  EXPECT_EQ(done.value["output"]["notes"].size(), 2u) << done.body;
+  EXPECT_EQ(client.post("/v1/hooks/nobody/resume", {{"payload", 1}}).code(),
+            "hook-not-found");
+  EXPECT_EQ(client.post("/v1/hooks/x/resume", json::object()).code(),
+            "invalid-argument");
+  // A start hook: the token is held by the run; a second start on it is a
+  // hook-conflict naming the owner, and keeps nothing.
+  json with_hook = {
+      {"flow", "acme.order-notes"},
+      {"input", {{"orderId", "N-2"}, {"note", "a"}}},
+      {"wait", false},
+      {"hook", {{"token", "order:N-2"}, {"metadata", {{"shop", "x"}}}}}};
+  auto owner = client.post("/v1/runs", with_hook, "hook-key");
+  ASSERT_EQ(owner.status, 202u) << owner.body;
+  auto meta = client.get("/v1/hooks/order:N-2");
+  EXPECT_EQ(meta.value["metadata"]["shop"], "x") << meta.body;
+  auto conflict = client.post("/v1/runs", with_hook, "hook-key-2");
+  EXPECT_EQ(conflict.status, 409u) << conflict.body;
+  EXPECT_EQ(conflict.code(), "hook-conflict");
+  EXPECT_EQ(conflict.value["conflictingRunId"], owner.value["id"]);
+  EXPECT_EQ(client.post("/v1/runs", with_hook, "hook-key-2").code(),
+            "hook-conflict");  // nothing kept
+  EXPECT_EQ(client
+                .post("/v1/runs",
+                      {{"flow", "acme.order-notes"}, {"hook", {{"token", 5}}}})
+                .code(),
+            "invalid-argument");
+}
+
+// Bad input of every kind gets a clear error and changes nothing.
+TEST_F(ServeTest, BadInputIsRefusedClearly) {
+  auto client = admin();
+  auto expect = [&](const api_client::answer& answer, unsigned status,
+                    const std::string& code) {
+    EXPECT_EQ(answer.status, status) << answer.body << answer.error;
+    EXPECT_EQ(answer.code(), code) << answer.body;
+    EXPECT_FALSE(answer.value.value("message", "").empty()) << answer.body;
+  };
+  expect(client.send("POST", "/v1/runs", "{\"flow\":"), 400, "invalid-json");
+  expect(client.send("POST", "/v1/runs", "[1,2]"), 400, "invalid-argument");
+  expect(client.post("/v1/runs", {{"flow", 1}}), 400, "invalid-argument");
+  expect(client.post("/v1/runs", {{"input", {}}}), 400, "invalid-argument");
+  expect(client.post("/v1/runs", {{"flow", "acme.sleep"}, {"wait", "yes"}}),
+         400, "invalid-argument");
+  expect(client.post("/v1/runs", {{"flow", "acme.sleep"}, {"extra", 1}}), 400,
+         "invalid-argument");
+  expect(client.send("POST", "/v1/runs",
+                     "{\"flow\":\"acme.review-order\",\"input\":{\"orderId\":"
+                     "\"\xff\xfe\"}}"),
+         400, "invalid-json");
+  expect(client.send("POST", "/v1/runs", std::string(2 << 20, ' ')), 413,
+         "payload-too-large");
+  std::string deep(200, '[');
+  expect(client.send("POST", "/v1/runs", "{\"flow\":" + deep), 400,
+         "invalid-json");
+  expect(client.post("/v1/runs", review("x"), std::string(300, 'k')), 400,
+         "invalid-argument");
+  expect(api_client(server_->address(), "").get("/v1/runs"), 401,
+         "unauthorized");
+  expect(api_client(server_->address(), "wrong").get("/v1/runs"), 401,
+         "unauthorized");
+  expect(api_client(server_->address(),
+                    "dk_key_0000000000000000_" + std::string(64, '0'))
+             .get("/v1/runs"),
+         401, "unauthorized");
+  for (auto target : {"/v1/runs/../api-keys", "/v1/runs/%2e%2e", "//v1/runs",
+                      "/v1/runs/a%2Fb", "/v1/runs/%zz", "/v1/runs/a%00b"}) {
+    expect(client.get(target), 400, "invalid-path");
+  }
+  expect(client.get("/v1/nothing"), 404, "not-found");
+  expect(client.send("PUT", "/v1/runs"), 405, "method-not-allowed");
+  expect(client.get("/v1/runs?limit=0"), 400, "invalid-argument");
+  expect(client.get("/v1/runs?limit=abc"), 400, "invalid-argument");
+  expect(client.get("/v1/runs?bogus=1"), 400, "invalid-argument");
+  EXPECT_EQ(client.get("/v1/runs").value["runs"].size(), 0u);
+}
+
+// Slow and half-closed connections are timed out or closed; the server
+// keeps serving.
+TEST_F(ServeTest, SlowAndHalfClosedConnectionsAreClosed) {
+  namespace asio = boost::asio;
+  asio::io_context io;
+  auto connect = [&] {
+    asio::ip::tcp::socket socket(io);
+    socket.connect({asio::ip::make_address("127.0.0.1"),
+                    static_cast<unsigned short>(server_->port())});
+    return socket;
+  };
+  auto read_all = [](asio::ip::tcp::socket& socket) {
+    std::string text;
+    boost::system::error_code ec;
+    char chunk[4096];
+    for (;;) {
+      auto got = socket.read_some(asio::buffer(chunk), ec);
+      if (ec) {
+        break;
+      }
+      text.append(chunk, got);
+    }
+    return text;
+  };
+  {
+    auto slow = connect();
+    asio::write(slow, asio::buffer(std::string("POST /v1/runs HTTP/1.1\r\n")));
+    auto started = std::chrono::steady_clock::now();
+    auto text = read_all(slow);  // the server answers 408 and closes
+    EXPECT_NE(text.find("408"), std::string::npos) << text;
+    EXPECT_NE(text.find("request-timeout"), std::string::npos) << text;
+    EXPECT_LT(std::chrono::steady_clock::now() - started,
+              std::chrono::seconds(5));
+  }
+  {
+    auto slow_body = connect();
+    asio::write(slow_body,
+                asio::buffer(std::string("POST /v1/runs HTTP/1.1\r\nHost: x\r\n"
+                                         "Content-Length: 100\r\n\r\n{")));
+    auto text = read_all(slow_body);
+    EXPECT_NE(text.find("408"), std::string::npos) << text;
+  }
+  {
+    auto half = connect();
+    asio::write(half, asio::buffer(std::string("GET /v1/ru")));
+    half.shutdown(asio::ip::tcp::socket::shutdown_send);
+    auto text = read_all(half);  // closed, perhaps with an error answer
+    EXPECT_EQ(text.find("200 OK"), std::string::npos) << text;
+  }
+  {
+    auto idle = connect();
+    auto text = read_all(idle);  // closed after the read timeout
+    EXPECT_TRUE(text.empty()) << text;
+  }
+  {
+    auto garbage = connect();
+    asio::write(garbage,
+                asio::buffer(std::string("HELLO\x01\x02 world\r\n\r\n")));
+    auto text = read_all(garbage);
+    EXPECT_NE(text.find("400"), std::string::npos) << text;
+  }
+  auto client = admin();
+  EXPECT_EQ(client.get("/healthz").status, 200u);
+  EXPECT_EQ(client.get("/v1/runs").value["runs"].size(), 0u);
+}
+
+// SIGTERM stops the server cleanly; what it acknowledged is still there.
+TEST_F(ServeTest, SigtermStopsCleanly) {
+  std::string id;
+  {
+    auto client = admin();
+    id = client.post("/v1/runs", review("S-1"), "key-s").value["id"];
+  }
+  EXPECT_EQ(server_->terminate(), 0);
+  start();
+  auto client = admin();
+  EXPECT_EQ(client.get("/v1/runs/" + id).value["status"], "completed");
+}
+
+// The seed's CLI example, run twice: the same id and createdAt.
+TEST_F(ServeTest, CliStartWithIdempotencyKeyTwicePrintsTheSameRun) {
+  auto run_cli = [&] {
+    std::string command = std::string(DURIN_CLI) +
+                          " runs start --flow=acme.review-order "
+                          "--input='{\"orderId\":\"A-100\"}' "
+                          "--idempotency-key=order-A-100-review --server "
+                          "http://127.0.0.1:" +
+                          std::to_string(server_->port()) + " --data-dir " +
+                          dir_.path();
+    std::string out;
+    FILE* pipe = ::popen(command.c_str(), "r");
+    char chunk[4096];
+    while (auto got = std::fread(chunk, 1, sizeof chunk, pipe)) {
+      out.append(chunk, got);
+    }
+    EXPECT_EQ(::pclose(pipe), 0) << out;
+    return json::parse(out);
+  };
+  auto first = run_cli();
+  auto second = run_cli();
+  EXPECT_EQ(first["id"], second["id"]);
+  EXPECT_EQ(first["createdAt"], second["createdAt"]);
+  EXPECT_EQ(first["status"], "completed");
+  // Errors: code: message on stderr, non-zero exit.
+  std::string command = std::string(DURIN_CLI) +
+                        " runs get run_missing --server http://127.0.0.1:" +
+                        std::to_string(server_->port()) + " --data-dir " +
+                        dir_.path() + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  char chunk[4096];
+  std::string out;
+  while (auto got = std::fread(chunk, 1, sizeof chunk, pipe)) {
+    out.append(chunk, got);
+  }
+  EXPECT_NE(::pclose(pipe), 0);
+  EXPECT_EQ(out.rfind("run-not-found: ", 0), 0u) << out;
+}
+
+}  // namespace
+}  // namespace durin::testing
