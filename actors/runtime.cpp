@@ -329,16 +329,22 @@ void runtime::start_with_hook(persistence::run_record record,
   auto address = persistence::keys::token(record.tenant, hook.token);
   auto answer =
       std::make_shared<std::function<void(result<run_info>)>>(std::move(done));
-  actors::start_claim claim{record, std::move(token),
-                            [node, record, info = std::move(info),
-                             answer](result<run_info> admitted) mutable {
-                              if (admitted) {
-                                node->runs->activate_fresh(std::move(record));
-                                (*answer)(std::move(info));
-                              } else {
-                                (*answer)(std::move(admitted));
-                              }
-                            }};
+  actors::start_claim claim{
+      record, std::move(token),
+      [node, record, info = std::move(info),
+       answer](result<run_info> admitted) mutable {
+        if (admitted) {
+          node->runs->activate_fresh(std::move(record));
+          (*answer)(std::move(info));
+          return;
+        }
+        // If the admission did land, the run must not
+        // wait for a restart: activation finds out.
+        if (admitted.error().code == errc::start_outcome_unknown) {
+          node->runs->activate(record.id);
+        }
+        (*answer)(std::move(admitted));
+      }};
   if (!services.tokens->deliver(address, actors::start_claim_atom::value,
                                 std::move(claim))) {
     (*answer)(make_error(errc::shutting_down, "the runtime is closing"));
@@ -545,6 +551,24 @@ void runtime::notify_on_finish(std::string_view run_id,
     impl_->services.finished.remove(id, token);
     send_once(*now);
   }
+}
+
+void runtime::set_storage_fault_for_testing(std::function<int()> decide) {
+  using fault = persistence::committer::fault;
+  if (!decide) {
+    impl_->services.committer->set_fault_injector(nullptr);
+    return;
+  }
+  impl_->services.committer->set_fault_injector([decide] {
+    switch (decide()) {
+      case 1:
+        return fault::fail_before_write;
+      case 2:
+        return fault::fail_after_write;
+      default:
+        return fault::none;
+    }
+  });
 }
 
 std::size_t runtime::active_run_actors() const {

@@ -409,6 +409,9 @@ caf::behavior token_actor_behavior(self_pointer self, node* services,
         run_waiting(self);
       },
       [self](reload_atom) { run_waiting(self); },
+      // The directory activates every actor it spawns; a token loads
+      // lazily, with its first request.
+      [](activate_atom) {},
       [self](start_claim_atom, start_claim& claim) {
         serve(self, [self, claim]() mutable { handle_start(self, claim); });
       },

@@ -160,6 +160,11 @@ class runtime {
   caf::actor_system& system();
   std::int64_t now_ms() const;
 
+  // Tests only: `decide` is asked before each group write to storage and
+  // answers 0 (write), 1 (fail before writing) or 2 (write, then report a
+  // failure): an indefinite outcome. Null restores normal writes.
+  void set_storage_fault_for_testing(std::function<int()> decide);
+
  private:
   explicit runtime(std::unique_ptr<runtime_impl> impl);
   void start_with_hook(persistence::run_record record, const start_hook& hook,

@@ -421,3 +421,121 @@ TEST_F(HookTest, SixtyFourStartsWithOneTokenMakeOneRun) {
 
 }  // namespace
 }  // namespace durin
+
+namespace durin {
+namespace {
+
+TEST_F(HookTest, StartOutcomeUnknownThenRetryGivesOneRun) {
+  auto rt = open();
+  // The admission lands but is reported as failed: indefinite.
+  rt->set_storage_fault_for_testing(
+      [faults = std::make_shared<std::atomic<int>>(1)] {
+        return faults->exchange(0) > 0 ? 2 : 0;
+      });
+  auto first =
+      rt->start("collect", {{"token", "order:U"}}, with_hook("order:U"));
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.error().code, errc::start_outcome_unknown);
+  auto candidate = first.error().run_id;
+  ASSERT_FALSE(candidate.empty());
+  auto retry =
+      rt->start("collect", {{"token", "order:U"}}, with_hook("order:U"));
+  ASSERT_FALSE(retry.ok());
+  EXPECT_EQ(retry.error().code, errc::hook_conflict);
+  EXPECT_EQ(retry.error().run_id, candidate);
+  // The candidate was admitted after all and runs without a restart.
+  ASSERT_TRUE(rt->resume_hook("order:U", {{"n", 1}, {"done", true}}).ok());
+  EXPECT_EQ(rt->wait(candidate, wait_max)->status, run_status::completed);
+  EXPECT_EQ(rt->list({})->runs.size(), 1u);
+
+  // Nothing lands: the retry becomes the owner. (Once the node is quiet, so
+  // that the fault hits the admission.)
+  ASSERT_TRUE(eventually([&] { return hook_is_free(*rt, "order:U"); }));
+  std::this_thread::sleep_for(50ms);
+  rt->set_storage_fault_for_testing(
+      [calls = std::make_shared<std::atomic<int>>(1)] {
+        return calls->exchange(0) > 0 ? 1 : 0;
+      });
+  auto lost =
+      rt->start("collect", {{"token", "order:V"}}, with_hook("order:V"));
+  ASSERT_FALSE(lost.ok());
+  EXPECT_EQ(lost.error().code, errc::start_outcome_unknown);
+  auto owner =
+      rt->start("collect", {{"token", "order:V"}}, with_hook("order:V"));
+  ASSERT_TRUE(owner.ok()) << owner.error().to_string();
+  EXPECT_NE(owner->id, lost.error().run_id);
+  EXPECT_EQ(rt->get(lost.error().run_id).error().code, errc::run_not_found);
+}
+
+// A webhook's token is random; the flow publishes it through a step.
+std::mutex webhook_mutex;
+std::string webhook_token_seen;
+
+flow<json> webhook_flow(context& ctx, json) {
+  auto hook = ctx.create_webhook<json>();
+  // Named, not a temporary in the co_await: g++ 12 destroys a lambda
+  // temporary with a non-trivial capture twice inside a co_await expression.
+  auto publish = [token = hook.token()] {
+    std::lock_guard<std::mutex> lock(webhook_mutex);
+    webhook_token_seen = token;
+    return token;
+  };
+  co_await ctx.step("publish", publish);
+  json got = co_await hook;
+  co_return got;
+}
+
+TEST_F(HookTest, WebhookHasARandomTokenThatResumesIt) {
+  flows_.flow("webhook", webhook_flow);
+  auto rt = open();
+  auto run = rt->start("webhook", json::object());
+  ASSERT_TRUE(run.ok());
+  std::string token;
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard<std::mutex> lock(webhook_mutex);
+    token = webhook_token_seen;
+    return !token.empty();
+  }));
+  EXPECT_EQ(token.rfind("wh_", 0), 0u);
+  EXPECT_GE(token.size(), 35u);
+  ASSERT_TRUE(eventually([&] {
+    auto hook = rt->get_hook_by_token(token);
+    return hook && hook->owner_run_id == run->id;
+  }));
+  ASSERT_TRUE(rt->resume_hook(token, {{"method", "POST"}}).ok());
+  EXPECT_EQ(rt->wait(run->id, wait_max)->output["method"], "POST");
+}
+
+TEST_F(HookTest, SixtyFourRunsCreatingOneTokenGiveOneOwner) {
+  auto rt = open();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 64; ++i) {
+    ids.push_back(rt->start("report-conflict", {{"token", "shared:1"}})->id);
+  }
+  int owners = 0;
+  std::string owner;
+  for (auto& id : ids) {
+    auto done = rt->wait(id, wait_max);
+    ASSERT_TRUE(done.ok());
+    if (done->output.value("owned", false)) {
+      ++owners;
+      owner = id;
+    }
+  }
+  // report-conflict ends at once, so a later run may own the token after an
+  // earlier owner ended; while one is active every other sees it. Each
+  // conflict names a run that did own the token.
+  EXPECT_GE(owners, 1);
+  for (auto& id : ids) {
+    auto done = rt->get(id);
+    if (done->output.contains("conflict")) {
+      auto named = done->output["conflict"].get<std::string>();
+      auto named_run = rt->get(named);
+      ASSERT_TRUE(named_run.ok());
+      EXPECT_TRUE(named_run->output.value("owned", false)) << named;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace durin
