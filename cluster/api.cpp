@@ -575,9 +575,10 @@ http_response api::start_run(context& ctx) {
   }
   if (ctx.recorded_run_id.empty()) {
     metrics_.count_start();
-    if (ctx.held_key) {
+    if (ctx.held_key && wait) {
       // A crash from here on leaves the run named in the key's marker, so
-      // the retry answers it instead of starting a second one.
+      // the retry answers it instead of starting a second one. (A start
+      // without wait answers at once: keeping its answer names the run.)
       if (auto noted =
               requests_.note_run(*ctx.held_key, ctx.fingerprint, started->id);
           !noted) {

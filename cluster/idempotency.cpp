@@ -75,6 +75,15 @@ http_response withheld_response(std::int64_t succeeded_at_ms) {
           "another.");
 }
 
+http_response replay_response(const request_record& record) {
+  http_response replay;
+  replay.status = record.http_status;
+  replay.content_type = record.content_type;
+  replay.body = record.body;
+  replay.headers.emplace_back("Idempotent-Replayed", "true");
+  return replay;
+}
+
 }  // namespace
 
 idempotency::decision idempotency::begin(
@@ -82,6 +91,20 @@ idempotency::decision idempotency::begin(
     const std::string& fingerprint) {
   const auto key = map_key(address);
   const auto now = now_ms_();
+  // Fast path, no lock: a kept or withheld answer is final for its life, so
+  // repeats of a finished request never wait on a holder.
+  if (auto early = requests_.get(address);
+      early && *early && (*early)->expires_at_ms > now &&
+      (*early)->state != request_state::in_flight) {
+    const auto& record = **early;
+    if (record.fingerprint != fingerprint) {
+      return {outcome::answered, conflict_response()};
+    }
+    if (record.state == request_state::withheld) {
+      return {outcome::answered, withheld_response(record.succeeded_at_ms)};
+    }
+    return {outcome::answered, replay_response(record)};
+  }
   std::uint64_t generation = 0;
   {
     std::lock_guard lock(mutex_);
@@ -113,12 +136,7 @@ idempotency::decision idempotency::begin(
         if (!same) {
           return answered(conflict_response());
         }
-        http_response replay;
-        replay.status = record.http_status;
-        replay.content_type = record.content_type;
-        replay.body = record.body;
-        replay.headers.emplace_back("Idempotent-Replayed", "true");
-        return answered(std::move(replay));
+        return answered(replay_response(record));
       }
       case request_state::withheld:
         return answered(same ? withheld_response(record.succeeded_at_ms)
