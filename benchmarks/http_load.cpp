@@ -8,7 +8,9 @@
 //
 // keyed-start: POST /v1/runs {"wait": false} with a fresh Idempotency-Key
 //   per request; replay: the same keyed start again and again (answered
-//   from the kept response); get-run: GET /v1/runs/{id} of one run.
+//   from the kept response); get-run: GET /v1/runs/{id} of one run;
+// raw-keyed: POST --path with --body and a fresh Idempotency-Key per
+//   request (any server: the side-by-side comparison with a peer).
 // Every non-2xx answer counts as an error and is reported.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -43,7 +45,11 @@ int main(int argc, char** argv) {
   int connections = 64;
   double seconds = 10;
   app.add_option("--server", server, "server URL");
-  app.add_option("--api-key", api_key, "API key")->required();
+  std::string path = "/v1/runs";
+  std::string raw_body;
+  app.add_option("--api-key", api_key, "API key (none: no Authorization)");
+  app.add_option("--path", path, "raw-keyed: the route");
+  app.add_option("--body", raw_body, "raw-keyed: the JSON body");
   app.add_option("--workload", workload, "keyed-start, replay or get-run");
   app.add_option("--flow", flow, "flow for starts");
   app.add_option("--connections", connections, "keep-alive connections");
@@ -55,9 +61,11 @@ int main(int argc, char** argv) {
     std::cerr << address.error().to_string() << "\n";
     return 2;
   }
-  const std::vector<std::pair<std::string, std::string>> auth = {
-      {"Authorization", "Bearer " + api_key},
+  std::vector<std::pair<std::string, std::string>> auth = {
       {"Content-Type", "application/json"}};
+  if (!api_key.empty()) {
+    auth.emplace_back("Authorization", "Bearer " + api_key);
+  }
   const std::string start_body = durin::json{
       {"flow", flow},
       {"input", {{"orderId", "bench"}}},
@@ -74,7 +82,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     run_id = durin::json::parse(first->body).at("id").get<std::string>();
-  } else if (workload != "keyed-start") {
+  } else if (workload != "keyed-start" && workload != "raw-keyed") {
     std::cerr << "unknown workload '" << workload << "'\n";
     return 2;
   }
@@ -98,7 +106,13 @@ int main(int argc, char** argv) {
         std::string method = "POST";
         std::string target = "/v1/runs";
         std::string body = start_body;
-        if (workload == "keyed-start") {
+        if (workload == "raw-keyed") {
+          target = path;
+          body = raw_body;
+          headers.emplace_back("Idempotency-Key",
+                               "bench-" + run_tag + "-" + std::to_string(i) +
+                                   "-" + std::to_string(sequence++));
+        } else if (workload == "keyed-start") {
           headers.emplace_back("Idempotency-Key",
                                "bench-" + run_tag + "-" + std::to_string(i) +
                                    "-" + std::to_string(sequence++));

@@ -171,8 +171,23 @@ void add_client_options(CLI::App* command, client_options& options,
   }
 }
 
+// Flows for the side-by-side benchmark (benchmarks/compare_restate.sh):
+// a no-op, and ten steps in a row.
+durin::flow<durin::json> bench_noop(durin::context&, durin::json input) {
+  co_return input;
+}
+
+durin::flow<durin::json> bench_ten_steps(durin::context& ctx,
+                                         durin::json input) {
+  int total = 0;
+  for (int i = 0; i < 10; ++i) {
+    total += co_await ctx.step("step-" + std::to_string(i), [i] { return i; });
+  }
+  co_return durin::json{{"total", total}, {"input", input}};
+}
+
 int serve_command(const std::string& data_dir, const std::string& listen,
-                  std::int64_t read_timeout_ms) {
+                  std::int64_t read_timeout_ms, bool bench_flows) {
   durin::cluster::serve_options options;
   options.data_dir = data_dir;
   auto colon = listen.rfind(':');
@@ -194,6 +209,10 @@ int serve_command(const std::string& data_dir, const std::string& listen,
   options.gateway.read_timeout_ms = read_timeout_ms;
   durin::registry flows;
   durin::examples::register_examples(flows);
+  if (bench_flows) {
+    flows.flow("bench.noop", bench_noop);
+    flows.flow("bench.ten-steps", bench_ten_steps);
+  }
   return durin::cluster::serve(options, std::move(flows), std::cout, std::cerr);
 }
 
@@ -224,6 +243,9 @@ int main(int argc, char** argv) {
                     "HOST:PORT to listen on (port 0: any free port)");
   serve->add_option("--read-timeout-ms", read_timeout_ms,
                     "a request must arrive within this");
+  bool bench_flows = false;
+  serve->add_flag("--bench-flows", bench_flows,
+                  "also register bench.noop and bench.ten-steps");
 
   client_options client;
   std::string id;
@@ -298,7 +320,7 @@ int main(int argc, char** argv) {
     return run_command(data_dir, flow, input, timeout_ms);
   }
   if (serve->parsed()) {
-    return serve_command(data_dir, listen, read_timeout_ms);
+    return serve_command(data_dir, listen, read_timeout_ms, bench_flows);
   }
   if (runs_start->parsed()) {
     auto parsed = parse_json_option("--input", input);

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Side by side, in one run: durin serve vs the Restate server, the same load
+# generator (benchmarks/http_load, keep-alive connections on loopback) and
+# concurrency, two workloads: a no-op flow started with an idempotency key,
+# and a 10-step flow (durin steps vs Restate ctx.run). Both are waited calls
+# (durin "wait": true, Restate's request-response ingress). Prints both
+# figures and the ratio durin/Restate.
+#
+#   benchmarks/compare_restate.sh [BUILD_DIR] [SECONDS] [CONNECTIONS]
+#
+# Installs @restatedev/restate-server@1.7.12 and @restatedev/restate-sdk from
+# the npm registry into $RESTATE_DIR (default /tmp/durin-restate-bench).
+set -euo pipefail
+build=${1:-build}
+seconds=${2:-10}
+connections=${3:-64}
+here=$(cd "$(dirname "$0")" && pwd)
+restate_dir=${RESTATE_DIR:-/tmp/durin-restate-bench}
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+mkdir -p "$restate_dir"
+if [ ! -x "$restate_dir/node_modules/.bin/restate-server" ]; then
+  (cd "$restate_dir" && npm init -y >/dev/null &&
+   npm install --no-audit --no-fund @restatedev/restate-server@1.7.12 \
+     @restatedev/restate-sdk >/dev/null)
+fi
+cp "$here/restate/service.js" "$restate_dir/service.js"
+
+# durin
+"$build/bin/durin" serve --bench-flows --data-dir "$work/durin" \
+  --listen 127.0.0.1:0 > "$work/durin.out" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+  grep -q "listening on" "$work/durin.out" 2>/dev/null && break
+  sleep 0.1
+done
+port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$work/durin.out")
+key=$(cat "$work/durin/admin.key")
+
+# Restate
+(cd "$work" && RESTATE_BASE_DIR="$work/restate" \
+  "$restate_dir/node_modules/.bin/restate-server" > "$work/restate.out" 2>&1) &
+pids+=($!)
+(cd "$restate_dir" && PORT=9080 node service.js > "$work/service.out" 2>&1) &
+pids+=($!)
+for _ in $(seq 300); do
+  curl -sf http://127.0.0.1:9070/health >/dev/null 2>&1 && break
+  sleep 0.1
+done
+sleep 1
+curl -sf -X POST http://127.0.0.1:9070/deployments \
+  -H 'content-type: application/json' \
+  -d '{"uri":"http://127.0.0.1:9080"}' >/dev/null
+sleep 1
+
+load="$build/benchmarks/http_load --connections $connections --seconds $seconds --workload raw-keyed"
+rate() { sed -n 's/.*throughput=\([0-9]*\).*/\1/p'; }
+run() {
+  local name=$1; shift
+  local out
+  out=$("$@")
+  echo "$name: $out" >&2
+  echo "$out" | rate
+}
+d_noop=$(run "durin   noop      " $load --server "http://127.0.0.1:$port" \
+  --api-key "$key" --path /v1/runs \
+  --body '{"flow":"bench.noop","input":{}}')
+r_noop=$(run "restate noop      " $load --server http://127.0.0.1:8080 \
+  --path /Bench/noop --body '{}')
+d_ten=$(run "durin   ten-steps " $load --server "http://127.0.0.1:$port" \
+  --api-key "$key" --path /v1/runs \
+  --body '{"flow":"bench.ten-steps","input":{}}')
+r_ten=$(run "restate ten-steps " $load --server http://127.0.0.1:8080 \
+  --path /Bench/tenSteps --body '{}')
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+echo "workload   durin/s  restate/s  durin/restate"
+echo "noop       $d_noop  $r_noop  $(ratio "$d_noop" "$r_noop")"
+echo "ten-steps  $d_ten  $r_ten  $(ratio "$d_ten" "$r_ten")"
