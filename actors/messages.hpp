@@ -36,6 +36,8 @@ using owner_end_atom = caf::atom_constant<caf::atom("tkownerend")>;
 using claimed_atom = caf::atom_constant<caf::atom("hkclaimed")>;
 using payload_atom = caf::atom_constant<caf::atom("hkpayload")>;
 using lost_atom = caf::atom_constant<caf::atom("hklost")>;
+// To run actors: a run they watch ended; (run id, JSON state).
+using watched_atom = caf::atom_constant<caf::atom("watched")>;
 
 // A run admitted just now: its record, and no history yet.
 struct fresh_run {

@@ -110,6 +110,43 @@ void send_to_token(self_pointer self, token_message message) {
   }
 }
 
+json run_state(const node& services, const std::string& tenant,
+               const std::string& run_id) {
+  auto record = services.store->get_run(run_id);
+  if (!record || !*record || (*record)->tenant != tenant) {
+    return json{{"id", run_id}, {"status", "not-found"}};
+  }
+  auto info = describe_run(**record);
+  json out = {{"id", run_id},
+              {"status", std::string(to_string(info.status))},
+              {"output", info.output},
+              {"error", nullptr}};
+  if (info.error) {
+    out["error"] = {{"code", info.error->code},
+                    {"message", info.error->message}};
+  }
+  return out;
+}
+
+// Reports the end of `run_id` to this run, at once if it has ended.
+void watch_run(self_pointer self, const std::string& run_id) {
+  auto& st = self->state;
+  auto* services = st.services;
+  auto me = st.run_id;
+  auto tenant = st.tenant;
+  auto report = [services, me, tenant, run_id](const run_info&) {
+    services->runs->deliver(me, watched_atom::value, run_id,
+                            run_state(*services, tenant, run_id).dump());
+  };
+  services->finished.add(run_id, report);
+  auto state = run_state(*services, tenant, run_id);
+  auto status = state["status"].get<std::string>();
+  if (status == "completed" || status == "failed" || status == "cancelled" ||
+      status == "not-found") {
+    report(run_info{});
+  }
+}
+
 // Carries out what the engine asked for, then looks whether to stop.
 void drain(self_pointer self) {
   auto& st = self->state;
@@ -145,6 +182,9 @@ void drain(self_pointer self) {
   }
   for (auto& message : out.token_messages) {
     send_to_token(self, std::move(message));
+  }
+  for (auto& watched : out.watches) {
+    watch_run(self, watched);
   }
   if (st.engine->blocked() != st.blocked_reported) {
     st.blocked_reported = st.engine->blocked();
@@ -195,9 +235,15 @@ void activate(self_pointer self, std::optional<persistence::run_record> fresh) {
       history = std::move(*events);
     }
   }
-  engine_environment env{&st.services->flows, st.services->clock.get(),
+  auto* services = st.services;
+  auto tenant = st.tenant;
+  engine_environment env{&st.services->flows,
+                         st.services->clock.get(),
                          st.services->options.passivate_after,
                          st.services->options.retention_max.count(),
+                         [services, tenant](const std::string& run_id) {
+                           return run_state(*services, tenant, run_id);
+                         },
                          persistence::spec_version};
   st.engine =
       std::make_unique<run_engine>(env, std::move(record), std::move(history));
@@ -273,6 +319,13 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, node* services,
       [self](lost_atom, const hook_loss& loss) {
         if (self->state.engine) {
           self->state.engine->on_hook_lost(loss);
+        }
+        drain(self);
+      },
+      [self](watched_atom, const std::string& run_id,
+             const std::string& state) {
+        if (self->state.engine) {
+          self->state.engine->on_watched_run(run_id, json::parse(state));
         }
         drain(self);
       },

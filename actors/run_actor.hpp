@@ -32,7 +32,9 @@ using run_actor = caf::typed_actor<
     // From token actors: a claim's answer, a payload, a token lost.
     caf::reacts_to<claimed_atom, claim_outcome>,
     caf::reacts_to<payload_atom, hook_delivery>,
-    caf::reacts_to<lost_atom, hook_loss>>;
+    caf::reacts_to<lost_atom, hook_loss>,
+    // A run this one watches ended.
+    caf::reacts_to<watched_atom, std::string, std::string>>;
 
 // Spawns the actor of `run_id` on `system`. `services` must outlive it.
 caf::actor spawn_run_actor(caf::actor_system& system, node& services,

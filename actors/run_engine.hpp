@@ -79,6 +79,7 @@ struct engine_output {
   std::vector<persistence::timer_record> timers;  // durable: schedule them
   std::vector<std::function<void()>> replies;     // answers to send now
   std::vector<token_message> token_messages;      // send now
+  std::vector<std::string> watches;               // runs whose end to report
   bool finished = false;                          // the run ended, durably
 };
 
@@ -87,6 +88,8 @@ struct engine_environment {
   durin::clock* clock = nullptr;
   std::chrono::milliseconds passivate_after{2000};
   std::int64_t retention_max_ms = 30LL * 24 * 3600 * 1000;
+  // Reads another run of the same tenant: {"id","status","output","error"}.
+  std::function<json(const std::string& run_id)> read_run;
   std::uint32_t spec_version = persistence::spec_version;
 };
 
@@ -148,7 +151,12 @@ class run_engine final : public detail::driver {
   bool hook_conflict(std::size_t hook, detail::call_outcome* out) override;
   bool hook_next(std::size_t hook, detail::call_outcome* out) override;
   void hook_dispose(std::size_t hook) override;
+  bool begin_watch(const std::string& run_id, bool until_end,
+                   detail::call_outcome* out) override;
   const std::string& run_id() const override { return record_.id; }
+
+  // A watched run ended (from the node's finish listeners).
+  void on_watched_run(const std::string& run_id, const json& state);
 
  private:
   enum class call_kind : std::uint8_t {
@@ -160,6 +168,7 @@ class run_engine final : public detail::driver {
     hook_next,
     hook_dispose,
     hook_conflict,  // waiting on a claim: not a call of its own
+    watch,
   };
 
   struct hook_entry {
@@ -194,6 +203,8 @@ class run_engine final : public detail::driver {
     std::int64_t due_ms = 0;
     // hook_next, hook_conflict
     std::size_t hook = 0;
+    // watch
+    std::string watched;
   };
 
   // Recorded events of one call, for replay.

@@ -474,6 +474,58 @@ void run_engine::hook_dispose(std::size_t hook) {
   }
 }
 
+bool run_engine::begin_watch(const std::string& run_id, bool until_end,
+                             detail::call_outcome* out) {
+  auto number = next_call_++;
+  std::string name = (until_end ? "run-result:" : "run-status:") + run_id;
+  if (stopped() || !check_replay(number, call_kind::value, name)) {
+    return false;
+  }
+  if (const auto* rec = recorded(number)) {
+    out->value = decode_payload(rec->events.front()->data);
+    return true;
+  }
+  auto record_state = [this, number, name](const json& state) {
+    stage({.kind = event_kind::value_recorded,
+           .call = number,
+           .at_ms = now(),
+           .name = name,
+           .data = encode_payload(state)});
+    ++staged_values_;
+  };
+  auto state = env_.read_run ? env_.read_run(run_id) : json();
+  auto status = state.value("status", std::string("not-found"));
+  bool ended = status == "completed" || status == "failed" ||
+               status == "cancelled" || status == "not-found";
+  if (!until_end || ended) {
+    record_state(state);
+    out->value = std::move(state);
+    return true;
+  }
+  pending_ = pending_call{};
+  pending_.kind = call_kind::watch;
+  pending_.call = number;
+  pending_.out = out;
+  pending_.watched = run_id;
+  output_.watches.push_back(run_id);
+  return false;
+}
+
+void run_engine::on_watched_run(const std::string& run_id, const json& state) {
+  if (stopped() || pending_.kind != call_kind::watch ||
+      pending_.watched != run_id) {
+    return;
+  }
+  stage({.kind = event_kind::value_recorded,
+         .call = pending_.call,
+         .at_ms = now(),
+         .name = "run-result:" + run_id,
+         .data = encode_payload(state)});
+  ++staged_values_;
+  pending_.out->value = state;
+  resume_parked();
+}
+
 void run_engine::send(token_message message) {
   output_.token_messages.push_back(std::move(message));
 }

@@ -264,6 +264,9 @@ void runtime::start_async(std::string_view flow, json input,
   }
   record.created_at_ms = services.clock->now_ms();
   record.tenant = options.tenant;
+  if (services.options.spec_version != 0) {
+    record.spec_version = services.options.spec_version;
+  }
   auto info = actors::describe_run(record);
   info.input = std::move(input);
   auto* node = &services;

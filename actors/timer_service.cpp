@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "persistence/keys.hpp"
+
 namespace durin::actors {
 
 namespace {
@@ -33,6 +35,9 @@ void timer_service::start() {
   clock_.on_jump([waker = waker_] {
     std::lock_guard<std::mutex> lock(waker->mutex);
     if (waker->target != nullptr) {
+      // Under the service's mutex, so the wake-up cannot fall between its
+      // check of the clock and its wait.
+      std::lock_guard<std::mutex> service_lock(waker->target->mutex_);
       waker->target->wake_.notify_all();
     }
   });
@@ -74,7 +79,14 @@ std::size_t timer_service::loaded() const {
 // REQUIRES: mutex_ held.
 void timer_service::reload(std::int64_t now_ms) {
   std::int64_t until = now_ms + window_ms_;
-  auto loaded = store_.timers_until(until, reload_slice_max);
+  // Continue after what is loaded: after the last key of a slice that was
+  // cut short, else after every timer due by loaded_until_ms_.
+  std::string after = resume_key_;
+  if (after.empty() && loaded_until_ms_ >= 0) {
+    // Shorter than any timer key, so no timer equals it.
+    after = persistence::keys::timer_upper_bound(loaded_until_ms_);
+  }
+  auto loaded = store_.timers_until(until, reload_slice_max, after);
   if (!loaded) {
     std::fprintf(stderr, "durin: timer reload failed: %s\n",
                  loaded.error().to_string().c_str());
@@ -82,16 +94,16 @@ void timer_service::reload(std::int64_t now_ms) {
     return;
   }
   for (auto& timer : *loaded) {
-    if (timer.due_ms > loaded_until_ms_) {
-      heap_.push(timer);
-    }
+    heap_.push(timer);
   }
-  // A full slice may have stopped short of `until`: only what was read is
-  // known to be loaded.
+  // A full slice may have stopped short of `until`, even inside a group of
+  // timers due at the same time: the next reload goes on after its last key.
   if (loaded->size() == reload_slice_max) {
-    loaded_until_ms_ = std::max(loaded_until_ms_, loaded->back().due_ms);
+    resume_key_ = persistence::keys::timer(loaded->back());
+    loaded_until_ms_ = std::max(loaded_until_ms_, loaded->back().due_ms - 1);
     next_reload_ms_ = now_ms;
   } else {
+    resume_key_.clear();
     loaded_until_ms_ = until;
     next_reload_ms_ = now_ms + window_ms_ / 2;
   }

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <queue>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -68,6 +69,7 @@ class timer_service {
       heap_;
   std::int64_t loaded_until_ms_ = -1;  // every timer due <= this is in heap_
   std::int64_t next_reload_ms_ = 0;
+  std::string resume_key_;  // after a cut-short reload: its last key
   bool stopping_ = false;
   std::thread thread_;
   // The clock may outlive this service; its jump listener reaches us only

@@ -373,8 +373,8 @@ result<std::vector<std::string>> store::active_runs() const {
   });
 }
 
-result<std::vector<timer_record>> store::timers_until(std::int64_t until_ms,
-                                                      std::size_t max) const {
+result<std::vector<timer_record>> store::timers_until(
+    std::int64_t until_ms, std::size_t max, std::string_view after_key) const {
   using answer = result<std::vector<timer_record>>;
   return guarded("timers until", [&]() -> answer {
     std::vector<timer_record> timers;
@@ -387,7 +387,15 @@ result<std::vector<timer_record>> store::timers_until(std::int64_t until_ms,
     options.iterate_upper_bound = &upper_slice;
     std::unique_ptr<rocksdb::Iterator> it(
         db_->NewIterator(options, handle(family::timers)));
-    for (it->SeekToFirst(); it->Valid() && timers.size() < max; it->Next()) {
+    if (after_key.empty()) {
+      it->SeekToFirst();
+    } else {
+      it->Seek(rocksdb::Slice(after_key.data(), after_key.size()));
+      if (it->Valid() && view(it->key()) == after_key) {
+        it->Next();
+      }
+    }
+    for (; it->Valid() && timers.size() < max; it->Next()) {
       auto timer = keys::decode_timer(view(it->key()));
       if (!timer) {
         return corrupt(family::timers, "key " + printable(view(it->key())),

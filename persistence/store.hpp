@@ -74,8 +74,11 @@ class store {
 
   // Timers due at or before `until_ms`, in due order (then run id, call,
   // kind), at most `max`. A malformed entry is corrupt-record.
-  result<std::vector<timer_record>> timers_until(std::int64_t until_ms,
-                                                 std::size_t max) const;
+  // With `after_key` (a timers key, see keys::timer), only timers whose key
+  // sorts after it: a reload continues where the last one stopped.
+  result<std::vector<timer_record>> timers_until(
+      std::int64_t until_ms, std::size_t max,
+      std::string_view after_key = {}) const;
 
   // Runs newest first (ids sort by creation time), strictly older than
   // `before_id` when it is non-empty, that pass the filter; at most `max`

@@ -16,9 +16,12 @@ using admitted_atom = caf::atom_constant<caf::atom("admitted")>;
 
 durin::flow<durin::json> ship_order(durin::context& ctx, durin::json input) {
   auto order = input.at("orderId").get<std::string>();
-  auto label = co_await ctx.step("print-label", [order] {
+  // A named lambda: g++ 12 destroys a lambda temporary with a non-trivial
+  // capture twice when it is written inside the co_await expression.
+  auto print_label = [order] {
     return "label for " + order + " (" + durin::step_metadata().step_id + ")";
-  });
+  };
+  auto label = co_await ctx.step("print-label", print_label);
   co_await ctx.sleep(std::chrono::milliseconds(50));
   co_return durin::json{{"orderId", order}, {"label", label}};
 }

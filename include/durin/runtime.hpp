@@ -42,6 +42,9 @@ struct runtime_options {
   std::chrono::milliseconds passivate_after{2000};
   // Time source; null means the system clock.
   std::shared_ptr<durin::clock> clock;
+  // The spec version new runs record; 0: this build's. Lower values make
+  // the node behave as an older release would (tests of mixed versions).
+  std::uint32_t spec_version = 0;
   // The longest min_retention a hook may ask for.
   std::chrono::milliseconds retention_max{30LL * 24 * 3600 * 1000};
 };

@@ -539,3 +539,187 @@ TEST_F(HookTest, SixtyFourRunsCreatingOneTokenGiveOneOwner) {
 
 }  // namespace
 }  // namespace durin
+
+namespace durin {
+namespace {
+
+TEST_F(HookTest, RunOfAnOlderSpecVersionCannotBeTakenFrom) {
+  std::string old_owner;
+  {
+    runtime_options options;
+    options.data_dir = dir_.path();
+    options.clock = clock_;
+    options.spec_version = 1;  // a node of an older release
+    auto rt = runtime::open(options, flows_);
+    ASSERT_TRUE(rt.ok());
+    auto run = (*rt)->start("collect", {{"token", "order:old"}});
+    old_owner = run->id;
+    ASSERT_TRUE(eventually([&] {
+      auto hook = (*rt)->get_hook_by_token("order:old");
+      return hook && hook->owner_run_id == old_owner;
+    }));
+  }
+  auto rt = open();
+  auto forced = rt->start("superseder", {{"token", "order:old"}});
+  auto done = rt->wait(forced->id, wait_max);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->output["conflict"], old_owner);
+  EXPECT_EQ(rt->get_hook_by_token("order:old")->owner_run_id, old_owner);
+}
+
+}  // namespace
+}  // namespace durin
+
+// The seed's conflict-handling strategies, written as ordinary flow code.
+namespace durin {
+namespace {
+
+runtime* current_runtime = nullptr;
+
+// Adopt the owner's result: callers cannot tell which run did the work.
+flow<json> adopt_owner(context& ctx, json input) {
+  auto hook = ctx.create_scoped_hook<json>({.token = input.at("token")});
+  if (auto owner = co_await hook.conflict()) {
+    auto state = co_await ctx.run_result(*owner);
+    co_return state["output"];
+  }
+  json work = co_await hook;  // the owner waits for its go-ahead
+  co_return json{{"processedBy", ctx.run_id()}, {"work", work}};
+}
+
+// Inspect the owner: reuse a completed owner's result, reject the others.
+flow<json> inspect_owner(context& ctx, json input) {
+  auto hook = ctx.create_hook<json>(
+      {.token = input.at("token"), .min_retention = "1h"});
+  if (auto owner = co_await hook.conflict()) {
+    auto state = co_await ctx.run_status(*owner);
+    if (state["status"] == "completed") {
+      co_return state["output"];
+    }
+    co_return json{{"status", "duplicate"}, {"runId", *owner}};
+  }
+  json work = co_await hook;
+  co_return json{{"processedBy", ctx.run_id()}, {"work", work}};
+}
+
+// Forward to the owner: a step delivers this run's data to the owner's hook.
+flow<json> forward_to_owner(context& ctx, json input) {
+  auto hook = ctx.create_hook<json>({.token = input.at("token")});
+  if (auto owner = co_await hook.conflict()) {
+    auto state = co_await ctx.run_status(*owner);
+    if (state["status"] == "running" || state["status"] == "waiting") {
+      auto forward = [token = hook.token(), note = input.at("note")] {
+        auto resumed = current_runtime->resume_hook(token, note);
+        if (!resumed) {
+          throw std::runtime_error(resumed.error().to_string());
+        }
+        return *resumed;
+      };
+      auto delivered_to = co_await ctx.step("forward", forward);
+      co_return json{{"status", "forwarded"}, {"runId", delivered_to}};
+    }
+    co_return json{{"status", "duplicate"}, {"runId", *owner}};
+  }
+  json first = co_await hook;
+  co_return json{{"status", "processed"}, {"note", first}};
+}
+
+class HookPatternTest : public HookTest {
+ protected:
+  HookPatternTest() {
+    flows_.flow("adopt-owner", adopt_owner);
+    flows_.flow("inspect-owner", inspect_owner);
+    flows_.flow("forward-to-owner", forward_to_owner);
+  }
+};
+
+TEST_F(HookPatternTest, AdoptTheOwnersResult) {
+  auto rt = open();
+  auto owner = rt->start("adopt-owner", {{"token", "p:1"}});
+  ASSERT_TRUE(eventually([&] {
+    auto hook = rt->get_hook_by_token("p:1");
+    return hook && hook->owner_run_id == owner->id;
+  }));
+  auto duplicate = rt->start("adopt-owner", {{"token", "p:1"}});
+  std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(rt->resume_hook("p:1", "go").ok());
+  auto a = rt->wait(owner->id, wait_max);
+  auto b = rt->wait(duplicate->id, wait_max);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->output, b->output);
+  EXPECT_EQ(b->output["processedBy"], owner->id);
+}
+
+TEST_F(HookPatternTest, InspectTheOwnerBeforeDeciding) {
+  auto rt = open();
+  auto owner = rt->start("inspect-owner", {{"token", "p:2"}});
+  ASSERT_TRUE(eventually([&] {
+    auto hook = rt->get_hook_by_token("p:2");
+    return hook && hook->owner_run_id == owner->id;
+  }));
+  auto early = rt->start("inspect-owner", {{"token", "p:2"}});
+  auto rejected = rt->wait(early->id, wait_max);
+  EXPECT_EQ(rejected->output["status"], "duplicate");
+  EXPECT_EQ(rejected->output["runId"], owner->id);
+  ASSERT_TRUE(rt->resume_hook("p:2", "go").ok());
+  auto finished = rt->wait(owner->id, wait_max);
+  // The owner retains the token for an hour: a late duplicate reuses it.
+  auto late = rt->start("inspect-owner", {{"token", "p:2"}});
+  auto reused = rt->wait(late->id, wait_max);
+  EXPECT_EQ(reused->output, finished->output);
+}
+
+TEST_F(HookPatternTest, ForwardToTheOwner) {
+  auto rt = open();
+  current_runtime = rt.get();
+  auto owner = rt->start("forward-to-owner", {{"token", "p:3"}, {"note", "a"}});
+  ASSERT_TRUE(eventually([&] {
+    auto hook = rt->get_hook_by_token("p:3");
+    return hook && hook->owner_run_id == owner->id;
+  }));
+  auto second =
+      rt->start("forward-to-owner", {{"token", "p:3"}, {"note", "b"}});
+  auto forwarded = rt->wait(second->id, wait_max);
+  EXPECT_EQ(forwarded->output["status"], "forwarded");
+  EXPECT_EQ(forwarded->output["runId"], owner->id);
+  auto processed = rt->wait(owner->id, wait_max);
+  EXPECT_EQ(processed->output["note"], "b");
+  current_runtime = nullptr;
+}
+
+TEST_F(HookPatternTest, StartOrRouteToTheOwnerNeedsAtMostTwoCalls) {
+  auto rt = open();
+  auto start_or_route =
+      [&](const std::string& note) -> std::pair<int, std::string> {
+    int calls = 0;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      ++calls;
+      auto started =
+          rt->start("acme.order-notes", {{"orderId", "R-1"}, {"note", note}},
+                    with_hook("order:R-1"));
+      if (started) {
+        return {calls, started->id};
+      }
+      EXPECT_EQ(started.error().code, errc::hook_conflict);
+      ++calls;
+      auto resumed = rt->resume_hook("order:R-1", {{"note", note}});
+      if (resumed) {
+        return {calls, *resumed};
+      }
+      EXPECT_EQ(resumed.error().code, errc::hook_not_found);
+    }
+    return {calls, ""};
+  };
+  auto [first_calls, first_run] = start_or_route("one");
+  auto [second_calls, second_run] = start_or_route("two");
+  EXPECT_EQ(first_calls, 1);
+  EXPECT_LE(second_calls, 2);
+  EXPECT_EQ(second_run, first_run);
+  ASSERT_TRUE(
+      rt->resume_hook("order:R-1", {{"note", "three"}, {"done", true}}).ok());
+  auto done = rt->wait(first_run, wait_max);
+  EXPECT_EQ(done->output["notes"], json::array({"one", "two", "three"}));
+}
+
+}  // namespace
+}  // namespace durin

@@ -96,6 +96,12 @@ class driver {
   // Disposes the hook (a durable call): the token is released at once.
   virtual void hook_dispose(std::size_t hook) = 0;
 
+  // Another run of the same tenant, recorded: with `until_end`, once it has
+  // ended. out->value: {"id","status","output","error"}; status "not-found"
+  // for a run that does not exist.
+  virtual bool begin_watch(const std::string& run_id, bool until_end,
+                           call_outcome* out) = 0;
+
   virtual const std::string& run_id() const = 0;
 };
 
