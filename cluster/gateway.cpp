@@ -254,6 +254,16 @@ class session : public std::enable_shared_from_this<session> {
     request.body = std::move(message.body());
     bool keep_alive = message.keep_alive();
     stream_.expires_never();
+    if (owner_.options_.run_inline && owner_.options_.run_inline(request)) {
+      http_response response;
+      try {
+        response = owner_.handler_(request);
+      } catch (const std::exception& e) {
+        response = error_response(500, "internal",
+                                  std::string("unexpected error: ") + e.what());
+      }
+      return write(std::move(response), keep_alive);
+    }
     owner_.request_began();
     asio::post(owner_.workers_, [self = shared_from_this(),
                                  request = std::move(request), keep_alive] {

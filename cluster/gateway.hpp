@@ -24,7 +24,12 @@
 
 namespace durin::cluster {
 
+using http_handler = std::function<http_response(const http_request&)>;
+
 struct gateway_options {
+  // Requests for which this answers true run on the io thread that read
+  // them (no hop to a worker): only for handlers that never block (reads).
+  std::function<bool(const http_request&)> run_inline;
   std::string address = "127.0.0.1";
   std::uint16_t port = 7070;  // 0: any free port (see gateway::port)
   std::size_t io_threads = 2;
@@ -34,8 +39,6 @@ struct gateway_options {
   std::int64_t read_timeout_ms = 10'000;
   std::int64_t drain_timeout_ms = 30'000;
 };
-
-using http_handler = std::function<http_response(const http_request&)>;
 
 class gateway_impl;
 

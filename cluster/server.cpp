@@ -96,6 +96,11 @@ int serve(serve_options options, registry flows, std::ostream& out,
     return text;
   };
   api routes(**node, keys, held, counters, commit_metrics, options.api);
+  // Reads never block (a store read, a bounded scan): answer them on the io
+  // thread. Everything that writes goes to the worker pool.
+  options.gateway.run_inline = [](const http_request& request) {
+    return request.method == "GET";
+  };
   auto server =
       gateway::start(options.gateway, [&routes](const http_request& request) {
         return routes.handle(request);
