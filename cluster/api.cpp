@@ -315,7 +315,7 @@ http_response api::handle(const http_request& request) {
   return response;
 }
 
-http_response api::route(context& ctx) {
+std::optional<http_response> api::parse_target(context& ctx) {
   const auto& request = ctx.request;
   std::string_view target = request.target;
   if (target.empty() || target[0] != '/' ||
@@ -372,9 +372,62 @@ http_response api::route(context& ctx) {
     }
     query = amp == std::string_view::npos ? "" : query.substr(amp + 1);
   }
+  ctx.route = route_of(ctx.path, request.method);
+  return std::nullopt;
+}
+
+std::string api::fingerprint_of(const context& ctx) {
+  // Bodies compare as parsed JSON: the canonical dump sorts keys and drops
+  // spacing.
+  return ctx.request.method + "\n" + ctx.path_text + "\n" + ctx.body.dump() +
+         "\n" + std::string(ctx.request.header("content-type"));
+}
+
+std::optional<http_response> api::try_replay(const http_request& request) {
+  auto key = request.header("idempotency-key");
+  if ((request.method != "POST" && request.method != "DELETE") || key.empty() ||
+      key.size() > 255 || !printable_ascii(key)) {
+    return std::nullopt;
+  }
+  const auto began = clock_type::now();
+  context ctx{request};
+  if (parse_target(ctx) || ctx.path.size() < 2 || ctx.path[0] != "v1" ||
+      ctx.path[1] == "webhooks") {
+    return std::nullopt;
+  }
+  auto who = keys_.authenticate(request.header("authorization"));
+  if (!who) {
+    return std::nullopt;
+  }
+  auto parsed = parse_body(request.body, options_.json_depth_max);
+  if (parsed.problem) {
+    return std::nullopt;
+  }
+  ctx.body = std::move(parsed.value);
+  persistence::request_address address{who->tenant, who->key_id,
+                                       std::string(key)};
+  auto answer = requests_.peek(address, fingerprint_of(ctx));
+  if (answer) {
+    if (answer->status < 300) {
+      metrics_.count_replay();
+    } else {
+      metrics_.count_refusal();
+    }
+    metrics_.observe(ctx.route, answer->status,
+                     std::chrono::duration_cast<std::chrono::microseconds>(
+                         clock_type::now() - began)
+                         .count());
+  }
+  return answer;
+}
+
+http_response api::route(context& ctx) {
+  if (auto problem = parse_target(ctx)) {
+    return *problem;
+  }
+  const auto& request = ctx.request;
   const auto& method = request.method;
   const auto& p = ctx.path;
-  ctx.route = route_of(p, method);
   auto method_not_allowed = [&] {
     return error_response(405, "method-not-allowed",
                           method + " is not allowed on " + ctx.path_text);
@@ -489,11 +542,7 @@ http_response api::mutate(context& ctx, bool carries_secret,
   }
   persistence::request_address address{ctx.caller.tenant, ctx.caller.key_id,
                                        std::string(key)};
-  // Bodies compare as parsed JSON: the canonical dump sorts keys and drops
-  // spacing.
-  std::string fingerprint = ctx.request.method + "\n" + ctx.path_text + "\n" +
-                            ctx.body.dump() + "\n" +
-                            std::string(ctx.request.header("content-type"));
+  std::string fingerprint = fingerprint_of(ctx);
   auto decision = requests_.begin(address, fingerprint);
   if (decision.kind == idempotency::outcome::answered) {
     bool replay = decision.response.status < 300;

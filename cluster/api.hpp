@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "cluster/auth.hpp"
@@ -39,8 +40,16 @@ class api {
 
   http_response handle(const http_request& request);
 
+  // Never blocks: the kept answer (or its refusal) of a keyed mutating
+  // request whose key already finished, without acting; nullopt for anything
+  // else (then call handle, off the io thread). Counts the answer in the
+  // metrics like handle does.
+  std::optional<http_response> try_replay(const http_request& request);
+
  private:
   struct context;
+  std::optional<http_response> parse_target(context& ctx);
+  static std::string fingerprint_of(const context& ctx);
   http_response route(context& ctx);
   http_response mutate(context& ctx, bool carries_secret,
                        const std::function<http_response()>& act);

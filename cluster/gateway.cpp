@@ -254,15 +254,17 @@ class session : public std::enable_shared_from_this<session> {
     request.body = std::move(message.body());
     bool keep_alive = message.keep_alive();
     stream_.expires_never();
-    if (owner_.options_.run_inline && owner_.options_.run_inline(request)) {
-      http_response response;
+    if (owner_.options_.answer_inline) {
+      std::optional<http_response> response;
       try {
-        response = owner_.handler_(request);
+        response = owner_.options_.answer_inline(request);
       } catch (const std::exception& e) {
         response = error_response(500, "internal",
                                   std::string("unexpected error: ") + e.what());
       }
-      return write(std::move(response), keep_alive);
+      if (response) {
+        return write(std::move(*response), keep_alive);
+      }
     }
     owner_.request_began();
     asio::post(owner_.workers_, [self = shared_from_this(),
@@ -302,11 +304,40 @@ class session : public std::enable_shared_from_this<session> {
     http::async_write(stream_, *message,
                       [self = shared_from_this(), message, keep_alive](
                           beast::error_code ec, std::size_t) {
-                        if (ec || !keep_alive) {
+                        if (ec) {
                           return self->close();
+                        }
+                        if (!keep_alive) {
+                          return self->drain_and_close();
                         }
                         self->read();
                       });
+  }
+
+  // After an answer that ends the connection (413, 408, 400 ...): stop
+  // sending, then read and drop what the client still sends, for at most
+  // drain_bytes_max and read_timeout_ms, so that closing with unread bytes
+  // does not reset the connection before the client has read the answer.
+  void drain_and_close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(
+        std::chrono::milliseconds(owner_.options_.read_timeout_ms));
+    drain();
+  }
+
+  void drain() {
+    static constexpr std::size_t drain_bytes_max = 16u << 20;
+    drain_buffer_.resize(64 * 1024);
+    stream_.async_read_some(
+        asio::buffer(drain_buffer_),
+        [self = shared_from_this()](beast::error_code ec, std::size_t got) {
+          self->drained_bytes_ += got;
+          if (ec || self->drained_bytes_ > drain_bytes_max) {
+            return self->close();
+          }
+          self->drain();
+        });
   }
 
   void close() {
@@ -321,6 +352,8 @@ class session : public std::enable_shared_from_this<session> {
   std::optional<http::request_parser<http::string_body>> parser_;
   asio::steady_timer read_timer_;
   bool timed_out_ = false;
+  std::vector<char> drain_buffer_;
+  std::size_t drained_bytes_ = 0;
 };
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cluster/http_message.hpp"
@@ -27,9 +28,11 @@ namespace durin::cluster {
 using http_handler = std::function<http_response(const http_request&)>;
 
 struct gateway_options {
-  // Requests for which this answers true run on the io thread that read
-  // them (no hop to a worker): only for handlers that never block (reads).
-  std::function<bool(const http_request&)> run_inline;
+  // Tried first, on the io thread that read the request: an answer is sent
+  // at once, nullopt hands the request to the worker pool. It must never
+  // block (reads, replays of kept answers).
+  std::function<std::optional<http_response>(const http_request&)>
+      answer_inline;
   std::string address = "127.0.0.1";
   std::uint16_t port = 7070;  // 0: any free port (see gateway::port)
   std::size_t io_threads = 2;

@@ -102,8 +102,17 @@ class http_connection_impl {
     retry_ok_ = false;
     http::write(*stream_, request, ec);
     if (ec) {
+      // The server may have answered early (413) and stopped reading: read
+      // its answer if there is one.
+      http::response_parser<http::string_body> early;
+      beast::error_code read_ec;
+      http::read(*stream_, buffer_, early, read_ec);
+      if (!read_ec) {
+        return to_response(early.release());
+      }
       retry_ok_ = true;  // nothing reached the server
       stream_.reset();
+      buffer_.clear();
       return make_error(errc::shutting_down, "send failed: " + ec.message());
     }
     http::response_parser<http::string_body> parser;
@@ -125,7 +134,10 @@ class http_connection_impl {
       return make_error(errc::shutting_down,
                         "the server closed the connection: " + ec.message());
     }
-    auto message = parser.release();
+    return to_response(parser.release());
+  }
+
+  result<http_response> to_response(http::response<http::string_body> message) {
     http_response response;
     response.status = message.result_int();
     for (const auto& field : message) {

@@ -86,6 +86,24 @@ http_response replay_response(const request_record& record) {
 
 }  // namespace
 
+std::optional<http_response> idempotency::peek(
+    const persistence::request_address& address,
+    const std::string& fingerprint) {
+  auto early = requests_.get(address);
+  if (!early || !*early || (*early)->expires_at_ms <= now_ms_() ||
+      (*early)->state == request_state::in_flight) {
+    return std::nullopt;
+  }
+  const auto& record = **early;
+  if (record.fingerprint != fingerprint) {
+    return conflict_response();
+  }
+  if (record.state == request_state::withheld) {
+    return withheld_response(record.succeeded_at_ms);
+  }
+  return replay_response(record);
+}
+
 idempotency::decision idempotency::begin(
     const persistence::request_address& address,
     const std::string& fingerprint) {
@@ -93,17 +111,8 @@ idempotency::decision idempotency::begin(
   const auto now = now_ms_();
   // Fast path, no lock: a kept or withheld answer is final for its life, so
   // repeats of a finished request never wait on a holder.
-  if (auto early = requests_.get(address);
-      early && *early && (*early)->expires_at_ms > now &&
-      (*early)->state != request_state::in_flight) {
-    const auto& record = **early;
-    if (record.fingerprint != fingerprint) {
-      return {outcome::answered, conflict_response()};
-    }
-    if (record.state == request_state::withheld) {
-      return {outcome::answered, withheld_response(record.succeeded_at_ms)};
-    }
-    return {outcome::answered, replay_response(record)};
+  if (auto early = peek(address, fingerprint)) {
+    return {outcome::answered, std::move(*early)};
   }
   std::uint64_t generation = 0;
   {

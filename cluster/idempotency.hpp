@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -66,6 +67,12 @@ class idempotency {
 
   decision begin(const persistence::request_address& address,
                  const std::string& fingerprint);
+
+  // Without taking the key: the kept answer (replay), the withheld or
+  // conflict refusal when the key's request finished; nullopt otherwise.
+  // One store read, no write: safe on an io thread.
+  std::optional<http_response> peek(const persistence::request_address& address,
+                                    const std::string& fingerprint);
 
   // Records in the key's in-flight marker (sync) that the request admitted
   // `run_id`, so that a retry after a crash answers that run.

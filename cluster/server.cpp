@@ -96,10 +96,15 @@ int serve(serve_options options, registry flows, std::ostream& out,
     return text;
   };
   api routes(**node, keys, held, counters, commit_metrics, options.api);
-  // Reads never block (a store read, a bounded scan): answer them on the io
-  // thread. Everything that writes goes to the worker pool.
-  options.gateway.run_inline = [](const http_request& request) {
-    return request.method == "GET";
+  // Reads never block (a store read, a bounded scan), nor do replays of kept
+  // answers: answer them on the io thread. Everything that writes goes to
+  // the worker pool.
+  options.gateway.answer_inline =
+      [&routes](const http_request& request) -> std::optional<http_response> {
+    if (request.method == "GET") {
+      return routes.handle(request);
+    }
+    return routes.try_replay(request);
   };
   auto server =
       gateway::start(options.gateway, [&routes](const http_request& request) {

@@ -490,7 +490,9 @@ TEST_F(ServeTest, BadInputIsRefusedClearly) {
                     const std::string& code) {
     EXPECT_EQ(answer.status, status) << answer.body << answer.error;
     EXPECT_EQ(answer.code(), code) << answer.body;
-    EXPECT_FALSE(answer.value.value("message", "").empty()) << answer.body;
+    EXPECT_TRUE(answer.value.is_object() &&
+                !answer.value.value("message", "").empty())
+        << answer.body;
   };
   expect(client.send("POST", "/v1/runs", "{\"flow\":"), 400, "invalid-json");
   expect(client.send("POST", "/v1/runs", "[1,2]"), 400, "invalid-argument");
