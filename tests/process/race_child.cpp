@@ -2,7 +2,7 @@
 // start token ("race:<round>"), until it is killed. Flow "hold" keeps its
 // token by reading its start hook forever. Prints "ROUND <n>" as it goes.
 //
-// Usage: durin_race_child DATA_DIR ROUNDS
+// Usage: durin_race_child DATA_DIR FIRST_ROUND ROUNDS
 #include <atomic>
 #include <barrier>
 #include <cstdio>
@@ -24,8 +24,8 @@ durin::flow<durin::json> hold(durin::context& ctx, durin::json input) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: durin_race_child DATA_DIR ROUNDS\n");
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: durin_race_child DATA_DIR FIRST ROUNDS\n");
     return 2;
   }
   durin::registry flows;
@@ -35,7 +35,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", rt.error().to_string().c_str());
     return 1;
   }
-  const int rounds = std::atoi(argv[2]);
+  const int first = std::atoi(argv[2]);
+  const int rounds = std::atoi(argv[3]);
   constexpr int racers = 64;
   std::string token;
   std::barrier start_line(racers + 1);
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
     });
   }
   for (int round = 0; round < rounds; ++round) {
-    token = "race:" + std::to_string(round);
+    token = "race:" + std::to_string(first + round);
     start_line.arrive_and_wait();
     finish_line.arrive_and_wait();
     std::printf("ROUND %d\n", round);

@@ -22,14 +22,15 @@
 namespace durin {
 namespace {
 
-pid_t spawn_race_child(const std::string& dir, int rounds) {
+pid_t spawn_race_child(const std::string& dir, int first, int rounds) {
   pid_t pid = ::fork();
   if (pid == 0) {
     int null_fd = ::open("/dev/null", O_WRONLY);
     ::dup2(null_fd, STDOUT_FILENO);
     ::dup2(null_fd, STDERR_FILENO);
+    auto first_text = std::to_string(first);
     auto rounds_text = std::to_string(rounds);
-    ::execl(DURIN_RACE_CHILD, DURIN_RACE_CHILD, dir.c_str(),
+    ::execl(DURIN_RACE_CHILD, DURIN_RACE_CHILD, dir.c_str(), first_text.c_str(),
             rounds_text.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
@@ -44,10 +45,21 @@ TEST(RaceKillTest, OneOwnerPerTokenAcrossKillsMidRace) {
   }
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   std::mt19937_64 random(seed);
-  std::uniform_int_distribution<int> delay_ms(100, 900);
-  constexpr int rounds = 40;
+  std::uniform_int_distribution<int> delay_ms(300, 1500);
+  constexpr int rounds = 400;
   for (int kill = 0; kill < 8; ++kill) {
-    pid_t child = spawn_race_child(dir.path(), rounds);
+    // Each child races on from the tokens its predecessor reached, and
+    // again over a few that are already held.
+    std::size_t held = 0;
+    {
+      auto store = persistence::store::open(dir.path());
+      ASSERT_TRUE(store.ok());
+      auto scan = (*store)->scan_runs({}, std::nullopt, std::nullopt, 1000);
+      ASSERT_TRUE(scan.ok());
+      held = scan->runs.size();
+    }
+    int first = std::max(0, static_cast<int>(held) - 3);
+    pid_t child = spawn_race_child(dir.path(), first, rounds);
     ASSERT_GT(child, 0);
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(random)));
     ::kill(child, SIGKILL);
