@@ -747,3 +747,37 @@ TEST_F(HookPatternTest, StartOrRouteToTheOwnerNeedsAtMostTwoCalls) {
 
 }  // namespace
 }  // namespace durin
+
+namespace durin {
+namespace {
+
+// Claims one token three times with different retentions.
+flow<json> extend_retention(context& ctx, json input) {
+  auto first = ctx.create_hook<json>(
+      {.token = input.at("token"), .min_retention = "1h"});
+  co_await first.conflict();
+  auto longer = ctx.create_hook<json>(
+      {.token = input.at("token"), .min_retention = "3h"});
+  co_await longer.conflict();
+  auto shorter = ctx.create_hook<json>(
+      {.token = input.at("token"), .min_retention = "10m"});
+  co_await shorter.conflict();
+  co_return json();
+}
+
+TEST_F(HookTest, ALaterCreateHookExtendsARetentionAndNeverShortensIt) {
+  flows_.flow("extend-retention", extend_retention);
+  auto rt = open();
+  auto run = rt->start("extend-retention", {{"token", "order:X"}});
+  ASSERT_TRUE(run.ok());
+  ASSERT_EQ(rt->wait(run->id, wait_max)->status, run_status::completed);
+  ASSERT_TRUE(eventually([&] {
+    auto hook = rt->get_hook_by_token("order:X");
+    return hook && hook->state == "retained";
+  }));
+  EXPECT_EQ(rt->get_hook_by_token("order:X")->retain_until_ms,
+            clock_->now_ms() + 3 * 3'600'000);
+}
+
+}  // namespace
+}  // namespace durin
