@@ -17,6 +17,8 @@ namespace {
 using persistence::token_record;
 using persistence::token_state;
 
+// Resume writes of one token in flight at once (group commit merges them).
+constexpr std::size_t pipelined_writes_max = 256;
 // Payloads handed to a subscribing run in one go; it asks again for more.
 constexpr std::size_t subscription_batch_max = 1000;
 
@@ -27,8 +29,15 @@ struct token_actor_state {
   std::string token;
   bool loaded = false;
   std::optional<token_record> record;
-  bool busy = false;  // a write is in flight
-  std::deque<std::function<void()>> waiting;
+  std::size_t in_flight = 0;  // writes not yet answered by the committer
+  // Requests in arrival order; `pipelined` ones (resumes without a resume
+  // id) may go while other resumes' writes are in flight: they only append
+  // payloads, and the committer keeps their writes in order.
+  struct request {
+    bool pipelined = false;
+    std::function<void()> run;
+  };
+  std::deque<request> waiting;
   static inline const char* name = "durin.token";
 };
 
@@ -47,12 +56,13 @@ bool is_free(self_pointer self) {
 void run_waiting(self_pointer self);
 
 // Writes `batch`; `then(ok)` runs on this actor once it is durable or
-// failed. While in flight, other requests wait. A failed write leaves the
+// failed. While in flight, other requests wait (but pipelined resumes). A
+// failed write leaves the
 // token's state unknown: it is loaded again before the next request.
 void write(self_pointer self, persistence::write_batch batch,
            std::function<void(bool)> then) {
   auto& st = self->state;
-  st.busy = true;
+  ++st.in_flight;
   auto handle = caf::actor_cast<caf::actor>(self);
   auto done = std::make_shared<std::function<void(bool)>>(std::move(then));
   st.services->committer->submit(
@@ -128,16 +138,17 @@ bool ensure_loaded(self_pointer self) {
   return true;
 }
 
-// Runs `request` now, or after the write in flight.
-void serve(self_pointer self, std::function<void()> request) {
+// Runs `request` now, or once the writes in flight allow it.
+void serve(self_pointer self, std::function<void()> request,
+           bool pipelined = false) {
   auto& st = self->state;
-  st.waiting.push_back(std::move(request));
+  st.waiting.push_back({pipelined, std::move(request)});
   run_waiting(self);
 }
 
 void maybe_leave(self_pointer self) {
   auto& st = self->state;
-  if (st.busy || !st.waiting.empty()) {
+  if (st.in_flight > 0 || !st.waiting.empty()) {
     return;
   }
   auto* actor = self;
@@ -150,9 +161,15 @@ void maybe_leave(self_pointer self) {
 
 void run_waiting(self_pointer self) {
   auto& st = self->state;
-  while (!st.busy && !st.waiting.empty()) {
+  while (!st.waiting.empty()) {
+    bool may_run =
+        st.in_flight == 0 || (st.waiting.front().pipelined && st.loaded &&
+                              st.in_flight < pipelined_writes_max);
+    if (!may_run) {
+      break;
+    }
     if (!ensure_loaded(self)) {
-      if (!st.busy) {
+      if (st.in_flight == 0) {
         // The store could not be read: answer nothing now, try later.
         self->delayed_send(self, std::chrono::milliseconds(100),
                            reload_atom::value);
@@ -160,7 +177,7 @@ void run_waiting(self_pointer self) {
       }
       continue;  // an owner's end is being written first
     }
-    auto next = std::move(st.waiting.front());
+    auto next = std::move(st.waiting.front().run);
     st.waiting.pop_front();
     next();
   }
@@ -401,7 +418,7 @@ caf::behavior token_actor_behavior(self_pointer self, node* services,
       [self](committed_atom, const status& outcome,
              const std::shared_ptr<std::function<void()>>& then) {
         auto& st = self->state;
-        st.busy = false;
+        --st.in_flight;
         if (!outcome.ok()) {
           st.loaded = false;  // indefinite: read the truth again
         }
@@ -419,8 +436,12 @@ caf::behavior token_actor_behavior(self_pointer self, node* services,
         serve(self, [self, claim] { handle_claim(self, claim); });
       },
       [self](resume_atom, resume_request& request) {
-        serve(self,
-              [self, request]() mutable { handle_resume(self, request); });
+        // A resume id is checked against the store, so such a resume waits
+        // until the writes before it are durable.
+        bool pipelined = request.resume_id.empty();
+        serve(
+            self, [self, request]() mutable { handle_resume(self, request); },
+            pipelined);
       },
       [self](subscribe_atom, const subscription& request) {
         serve(self, [self, request] { handle_subscribe(self, request); });
