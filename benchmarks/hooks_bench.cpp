@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "benchmarks/bench_support.hpp"
+#include "benchmarks/run_tracking.hpp"
 #include "durin/caf.hpp"
 #include "durin/durin.hpp"
 #include "durin/runtime.hpp"
@@ -87,7 +88,8 @@ std::unique_ptr<durin::runtime> open_runtime(const std::string& dir) {
   return std::move(*opened);
 }
 
-durin::start_options with_hook(std::string token, json min_retention = nullptr) {
+durin::start_options with_hook(std::string token,
+                               json min_retention = nullptr) {
   durin::start_options options;
   options.hook =
       durin::start_hook{std::move(token), std::move(min_retention), nullptr};
@@ -108,8 +110,7 @@ std::uint64_t dir_bytes(const std::string& dir, bool data_only = false) {
        !ec && it != std::filesystem::recursive_directory_iterator();
        it.increment(ec)) {
     std::error_code size_ec;
-    if (data_only &&
-        it->path().filename().string().rfind("LOG", 0) == 0) {
+    if (data_only && it->path().filename().string().rfind("LOG", 0) == 0) {
       continue;
     }
     if (it->is_regular_file(size_ec)) {
@@ -133,114 +134,38 @@ class run_driver {
   run_driver(durin::runtime& runtime, std::uint64_t expected,
              std::size_t in_flight_max)
       : runtime_(runtime),
-        shared_(std::make_shared<shared>(expected, in_flight_max)) {
-    auto state = shared_;
-    listener_ = runtime.system().spawn(
-        [state](caf::event_based_actor*) -> caf::behavior {
-          return {
-              [state](durin::run_finished_atom, const durin::run_info& info) {
-                state->ended(info.status == durin::run_status::completed);
-              }};
-        });
-    watcher_ = std::thread([this] { watch_loop(); });
-  }
-  ~run_driver() {
-    {
-      std::lock_guard<std::mutex> lock(queue_mutex_);
-      closed_ = true;
-    }
-    queue_wake_.notify_all();
-    watcher_.join();
-    caf::anon_send_exit(listener_, caf::exit_reason::user_shutdown);
-  }
-  run_driver(const run_driver&) = delete;
-  run_driver& operator=(const run_driver&) = delete;
+        tracker_(runtime, expected, in_flight_max),
+        watching_(tracker_) {}
 
   // Starts run `i` of `flow` with `options(i)`; blocks while the in-flight
   // bound is reached.
   template <class OptionsFor>
   void start(const std::string& flow, const OptionsFor& options_for,
              std::uint64_t i) {
-    shared_->slots.acquire();
+    tracker_.acquire_slot();
     runtime_.start_async(flow, json::object(), options_for(i),
                          [this](durin::result<durin::run_info> admitted) {
                            admitted_.fetch_add(1);
                            if (admitted) {
-                             push(std::move(admitted->id));
+                             watching_.push(std::move(admitted->id));
                            } else {
-                             shared_->ended(false);
+                             tracker_.refused();
                            }
                          });
   }
 
   bool wait_all(std::chrono::milliseconds limit) {
-    std::unique_lock<std::mutex> lock(shared_->mutex);
-    return shared_->all_ended.wait_for(lock, limit, [this] {
-      return shared_->ended_count.load() >= shared_->expected;
-    });
+    return tracker_.wait_all(limit);
   }
-  std::uint64_t ended() const { return shared_->ended_count.load(); }
-  std::uint64_t failed() const { return shared_->failed_count.load(); }
+  std::uint64_t ended() const { return tracker_.ended(); }
+  std::uint64_t failed() const { return tracker_.failed(); }
   std::uint64_t admitted() const { return admitted_.load(); }
 
  private:
-  struct shared {
-    shared(std::uint64_t expected_runs, std::size_t in_flight_max)
-        : expected(expected_runs),
-          slots(static_cast<std::ptrdiff_t>(in_flight_max)) {}
-    void ended(bool completed) {
-      if (!completed) {
-        failed_count.fetch_add(1);
-      }
-      slots.release();
-      if (ended_count.fetch_add(1) + 1 == expected) {
-        std::lock_guard<std::mutex> lock(mutex);
-        all_ended.notify_all();
-      }
-    }
-    std::uint64_t expected;
-    std::counting_semaphore<1 << 24> slots;
-    std::atomic<std::uint64_t> ended_count{0};
-    std::atomic<std::uint64_t> failed_count{0};
-    std::mutex mutex;
-    std::condition_variable all_ended;
-  };
-
-  void push(std::string id) {
-    {
-      std::lock_guard<std::mutex> lock(queue_mutex_);
-      queue_.push_back(std::move(id));
-    }
-    queue_wake_.notify_one();
-  }
-
-  void watch_loop() {
-    std::vector<std::string> taken;
-    for (;;) {
-      {
-        std::unique_lock<std::mutex> lock(queue_mutex_);
-        queue_wake_.wait(lock, [this] { return closed_ || !queue_.empty(); });
-        if (queue_.empty()) {
-          return;
-        }
-        taken.swap(queue_);
-      }
-      for (auto& id : taken) {
-        runtime_.notify_on_finish(id, listener_);
-      }
-      taken.clear();
-    }
-  }
-
   durin::runtime& runtime_;
-  std::shared_ptr<shared> shared_;
-  caf::actor listener_;
+  bench::finish_tracker tracker_;
+  bench::watch_queue watching_;
   std::atomic<std::uint64_t> admitted_{0};
-  std::mutex queue_mutex_;
-  std::condition_variable queue_wake_;
-  std::vector<std::string> queue_;
-  bool closed_ = false;
-  std::thread watcher_;
 };
 
 struct drive_result {
@@ -324,8 +249,8 @@ void BM_unique_token_starts(benchmark::State& state) {
   for (auto _ : state) {
     bench::temp_dir dir("hook-starts");
     auto runtime = open_runtime(dir.sub("db"));
-    result = drive_token_runs(*runtime, "bench.hook-noop", "start:", nullptr,
-                              runs);
+    result =
+        drive_token_runs(*runtime, "bench.hook-noop", "start:", nullptr, runs);
     state.SetIterationTime(result.seconds);
   }
   if (result.failed != 0) {
@@ -343,8 +268,8 @@ void BM_unique_token_starts(benchmark::State& state) {
                  rate_text(per_s, "runs/s") + " (admissions " +
                      rate_text(admit_per_s, "/s") + "; " +
                      bench::format("%.0f us CPU/run, ", cpu_us) +
-                     bench::format("2 cores allow %.0f/s", 1e6 / cpu_us *
-                                                               bench::cores()) +
+                     bench::format("2 cores allow %.0f/s",
+                                   1e6 / cpu_us * bench::cores()) +
                      bench::format("; load %.1f)", bench::load_average()),
                  baseline_text(), ratio_text(per_s, 3),
                  per_s >= 20'000 ? "met" : "MISSED"});
@@ -450,10 +375,10 @@ void BM_duplicate_starts_refused(benchmark::State& state) {
   bench::report(
       {"duplicate starts refused (hook-conflict naming the owner)",
        ">= 200,000/s, writing nothing",
-       rate_text(per_s, "refusals/s") + " (" +
-           std::to_string(threads_n) + " threads, blocking start; " +
+       rate_text(per_s, "refusals/s") + " (" + std::to_string(threads_n) +
+           " threads, blocking start; " +
            bench::format("%.1f us CPU each; ", cpu_us) +
-           bench::format("data files grew %.0f bytes", 
+           bench::format("data files grew %.0f bytes",
                          static_cast<double>(dir_growth)) +
            bench::format(" (info LOG %.0f); ",
                          static_cast<double>(log_growth)) +
@@ -462,9 +387,9 @@ void BM_duplicate_starts_refused(benchmark::State& state) {
        baseline_text(),
        bench::format("%.2f of (a), ",
                      per_s / bench::process_baselines().single.per_second()) +
-           bench::format("%.2f of (b)",
-                         per_s /
-                             bench::process_baselines().committer.per_second()),
+           bench::format(
+               "%.2f of (b)",
+               per_s / bench::process_baselines().committer.per_second()),
        per_s >= 200'000 && dir_growth == 0 && runs_after == 1 ? "met"
                                                               : "MISSED"});
 }
@@ -599,9 +524,8 @@ void BM_retained_tokens(benchmark::State& state) {
   // DURIN_BENCH_RETENTION=none: the same runs without retention (tokens
   // released as the runs end), for comparing memory and disk.
   const char* retention_env = std::getenv("DURIN_BENCH_RETENTION");
-  std::string retention = retention_env != nullptr && *retention_env != '\0'
-                              ? retention_env
-                              : "1h";
+  std::string retention =
+      retention_env != nullptr && *retention_env != '\0' ? retention_env : "1h";
   json min_retention = retention == "none" ? json() : json(retention);
   bench::process_baselines();
   drive_result driven;
@@ -618,8 +542,8 @@ void BM_retained_tokens(benchmark::State& state) {
     {
       auto runtime = open_runtime(db_dir);
       before_runs = bench::process_memory();
-      driven = drive_token_runs(*runtime, "bench.hook-noop", "retained:",
-                                min_retention, tokens);
+      driven = drive_token_runs(*runtime, "bench.hook-noop",
+                                "retained:", min_retention, tokens);
       idle_in_time = bench::poll_until(
           [&] { return runtime->active_run_actors() == 0; }, 30s, 10ms);
       // Token actors passivate when idle; give them a moment.
@@ -660,9 +584,9 @@ void BM_retained_tokens(benchmark::State& state) {
       auto which = static_cast<durin::persistence::family>(f);
       (void)db->raw_db().Flush(flush, db->handle(which));
     }
-    (void)db->raw_db().CompactRange(rocksdb::CompactRangeOptions(),
-                                    db->handle(durin::persistence::family::tokens),
-                                    nullptr, nullptr);
+    (void)db->raw_db().CompactRange(
+        rocksdb::CompactRangeOptions(),
+        db->handle(durin::persistence::family::tokens), nullptr, nullptr);
     for (std::size_t f = 0; f < durin::persistence::family_count; ++f) {
       auto which = static_cast<durin::persistence::family>(f);
       auto size = family_bytes(*db, which);
@@ -706,17 +630,16 @@ void BM_retained_tokens(benchmark::State& state) {
            " after the runs (" +
            bench::format("%.0f B/token", rss_growth_mib * 1048576.0 / n) +
            bench::format(", peak %.0f MiB), ", bench::mib(after_runs.peak)) +
-           bench::format("%.0f MiB after malloc_trim", bench::mib(trimmed.rss)) +
-           bench::format(" (%.0f B/token); ",
-                         bench::mib(trimmed.rss - before_runs.rss) *
-                             1048576.0 / n) +
+           bench::format("%.0f MiB after malloc_trim",
+                         bench::mib(trimmed.rss)) +
+           bench::format(
+               " (%.0f B/token); ",
+               bench::mib(trimmed.rss - before_runs.rss) * 1048576.0 / n) +
            std::to_string(retained_checked) + "/" + std::to_string(sample) +
            (retention == "none" ? " sampled tokens free"
-                                 : " sampled tokens retained"),
+                                : " sampled tokens retained"),
        "-", "-",
-       run_actors_after == 0 && retained_checked == sample
-           ? "met"
-           : "MISSED"});
+       run_actors_after == 0 && retained_checked == sample ? "met" : "MISSED"});
   bench::report(
       {std::to_string(tokens) + " tokens, retention " + retention +
            ": bytes on disk per token",
@@ -730,14 +653,14 @@ void BM_retained_tokens(benchmark::State& state) {
            bench::format("%.1f memtable); ", all_mem / n) +
            bench::format("data dir %.1f B/token", dir_total / n),
        "-", "-", "info"});
-  bench::report({std::to_string(tokens) + " tokens, retention " + retention +
-                     ": start to completed",
-                 "-",
-                 rate_text(per_s, "runs/s") +
-                     bench::format(" (%.0f us CPU/run", driven.cpu_seconds *
-                                                             1e6 / n) +
-                     bench::format("; load %.1f)", bench::load_average()),
-                 baseline_text(), ratio_text(per_s, 3), "info"});
+  bench::report(
+      {std::to_string(tokens) + " tokens, retention " + retention +
+           ": start to completed",
+       "-",
+       rate_text(per_s, "runs/s") +
+           bench::format(" (%.0f us CPU/run", driven.cpu_seconds * 1e6 / n) +
+           bench::format("; load %.1f)", bench::load_average()),
+       baseline_text(), ratio_text(per_s, 3), "info"});
 }
 BENCHMARK(BM_retained_tokens)
     ->UseManualTime()
