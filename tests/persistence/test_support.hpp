@@ -17,6 +17,7 @@
 
 #include "durin/error.hpp"
 #include "durin/run.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace durin {
 
@@ -33,29 +34,7 @@ inline void PrintTo(run_status status, std::ostream* out) {
 namespace durin::persistence::testing {
 
 // A fresh directory under /tmp, removed with everything in it.
-class temp_dir {
- public:
-  temp_dir() {
-    std::string pattern = "/tmp/durin-persistence-test-XXXXXX";
-    const char* made = ::mkdtemp(pattern.data());
-    if (made == nullptr) {
-      ADD_FAILURE() << "mkdtemp failed";
-      std::abort();
-    }
-    path_ = made;
-  }
-  ~temp_dir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using durin::testing::temp_dir;
 
 // The seed for a randomized test: DURIN_TEST_SEED if set, else random.
 // Printed so that a failure can be replayed.
