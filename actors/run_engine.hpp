@@ -185,6 +185,7 @@ class run_engine final : public detail::driver {
     std::uint64_t consumed = 0;  // last payload sequence recorded
     std::string lost_to;         // force-claimed by
     std::uint64_t lost_after = 0;
+    hook_claim claim;  // as sent, so a retry asks for exactly the same
   };
 
   struct pending_call {
@@ -226,6 +227,7 @@ class run_engine final : public detail::driver {
 
   bool try_next_payload(hook_entry& entry, detail::call_outcome* out);
   void send(token_message message);
+  void send_claim(const hook_entry& entry);
   void notify_tokens_of_end();
   void dispatch_step();
   void dispatch_when_durable();

@@ -222,18 +222,15 @@ std::size_t run_engine::hook_create(detail::hook_request request) {
   if (request.webhook) {
     entry.token = webhook_token();
   }
-  token_message message;
-  message.what = token_message::kind::claim;
-  message.token = entry.token;
-  message.claim = hook_claim{record_.id,
-                             number,
-                             encode_payload(request.metadata),
-                             *until,
-                             request.force,
-                             request.webhook,
-                             record_.spec_version};
+  entry.claim = hook_claim{record_.id,
+                           number,
+                           encode_payload(request.metadata),
+                           *until,
+                           request.force,
+                           request.webhook,
+                           record_.spec_version};
   hooks_.push_back(std::move(entry));
-  send(std::move(message));
+  send_claim(hooks_.back());
   return index;
 }
 
@@ -253,13 +250,7 @@ void run_engine::on_claim_outcome(const claim_outcome& outcome) {
     }
     if (!outcome.owned && outcome.owner == "unknown") {
       // The token's write failed (indefinite): ask again.
-      token_message again;
-      again.what = token_message::kind::claim;
-      again.token = entry.token;
-      again.claim.run_id = record_.id;
-      again.claim.call = entry.call;
-      again.claim.spec_version = record_.spec_version;
-      send(std::move(again));
+      send_claim(entry);  // the same claim, with all its options
       return;
     }
     json data = {{"owner", outcome.owned ? json() : json(outcome.owner)}};
@@ -528,6 +519,14 @@ void run_engine::on_watched_run(const std::string& run_id, const json& state) {
 
 void run_engine::send(token_message message) {
   output_.token_messages.push_back(std::move(message));
+}
+
+void run_engine::send_claim(const hook_entry& entry) {
+  token_message message;
+  message.what = token_message::kind::claim;
+  message.token = entry.token;
+  message.claim = entry.claim;
+  send(std::move(message));
 }
 
 void run_engine::notify_tokens_of_end() {
