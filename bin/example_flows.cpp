@@ -65,7 +65,7 @@ flow<json> order_notes(context& ctx, json input) {
                                     input.value("note", std::string())));
   auto updates = ctx.create_hook<json>({.token = "order:" + order_id});
   if (auto owner = co_await updates.conflict()) {
-    co_return json{{"orderId", order_id}, {"duplicateOf", *owner}};
+    co_return json{{"orderId", order_id}, {"duplicateOf", owner->run_id()}};
   }
   while (auto update = co_await updates.next()) {
     notes.push_back(co_await ctx.step("record-note", record,

@@ -189,24 +189,6 @@ class [[nodiscard]] sleep_awaitable {
   detail::call_outcome outcome_;
 };
 
-// Awaiting another run's state (see context::run_status / run_result).
-class [[nodiscard]] watch_awaitable {
- public:
-  watch_awaitable(detail::driver& driver, std::string run_id, bool until_end)
-      : driver_(&driver), run_id_(std::move(run_id)), until_end_(until_end) {}
-  bool await_ready() {
-    return driver_->begin_watch(run_id_, until_end_, &outcome_);
-  }
-  void await_suspend(std::coroutine_handle<> handle) { driver_->park(handle); }
-  json await_resume() { return std::move(outcome_.value); }
-
- private:
-  detail::driver* driver_;
-  std::string run_id_;
-  bool until_end_;
-  detail::call_outcome outcome_;
-};
-
 // The flow's handle on its run. Every method records what it returns, so a
 // replay sees the same values. Valid only inside the flow it was passed to.
 class context {
@@ -285,13 +267,10 @@ class context {
     return hook<T>(*driver_, driver_->hook_create(std::move(request)));
   }
 
-  // Another run's state now, recorded: {"id","status","output","error"}.
-  watch_awaitable run_status(std::string run_id) {
-    return watch_awaitable(*driver_, std::move(run_id), false);
-  }
-  // Another run's final state, once it has ended, recorded.
-  watch_awaitable run_result(std::string run_id) {
-    return watch_awaitable(*driver_, std::move(run_id), true);
+  // Another run of this tenant, to ask for its status or await its return
+  // value (see durin/run_handle.hpp).
+  run_handle run(std::string run_id) {
+    return run_handle(*driver_, std::move(run_id));
   }
 
   // 64 random bits, recorded.

@@ -4,7 +4,9 @@
 // key for whole runs.
 //
 //   auto notes = ctx.create_hook<json>({.token = "order:" + id});
-//   if (auto owner = co_await notes.conflict()) { co_return *owner; }
+//   if (auto owner = co_await notes.conflict()) {
+//     co_return owner->run_id();  // or its status(), return_value<T>()
+//   }
 //   while (auto note = co_await notes.next()) { ... }
 //
 // Payloads resumed before the flow reads them are kept, in order. A hook
@@ -20,6 +22,7 @@
 
 #include "durin/detail/driver.hpp"
 #include "durin/json.hpp"
+#include "durin/run_handle.hpp"
 
 namespace durin {
 
@@ -72,10 +75,10 @@ class conflict_awaitable {
   conflict_awaitable(driver& d, std::size_t hook) : driver_(&d), hook_(hook) {}
   bool await_ready() { return driver_->hook_conflict(hook_, &outcome_); }
   void await_suspend(std::coroutine_handle<> h) { driver_->park(h); }
-  // The owner's run id when another run owns the token.
-  std::optional<std::string> await_resume() const {
+  // The owner when another run owns the token.
+  std::optional<run_handle> await_resume() const {
     if (outcome_.value.is_string()) {
-      return outcome_.value.get<std::string>();
+      return run_handle(*driver_, outcome_.value.get<std::string>());
     }
     return std::nullopt;
   }
@@ -131,7 +134,7 @@ class hook {
 
   const std::string& token() const { return driver_->hook_token(id_); }
 
-  // The owning run's id when another run holds the token, else nullopt.
+  // The owning run when another run holds the token, else nullopt.
   detail::conflict_awaitable conflict() { return {*driver_, id_}; }
 
   // The next payload; nullopt once the hook is disposed. Throws

@@ -48,7 +48,7 @@ flow<json> report_conflict(context& ctx, json input) {
     } catch (const hook_conflict_error& e) {
       thrown = e.run_id();
     }
-    co_return json{{"conflict", *owner}, {"thrownOwner", thrown}};
+    co_return json{{"conflict", owner->run_id()}, {"thrownOwner", thrown}};
   }
   co_return json{{"owned", true}};
 }
@@ -85,7 +85,7 @@ flow<json> superseder(context& ctx, json input) {
   auto hook =
       ctx.create_hook<json>({.token = input.at("token"), .force = true});
   if (auto owner = co_await hook.conflict()) {
-    co_return json{{"conflict", *owner}};
+    co_return json{{"conflict", owner->run_id()}};
   }
   json got = co_await hook;
   co_return json{{"got", got}};
@@ -604,8 +604,7 @@ runtime* current_runtime = nullptr;
 flow<json> adopt_owner(context& ctx, json input) {
   auto hook = ctx.create_scoped_hook<json>({.token = input.at("token")});
   if (auto owner = co_await hook.conflict()) {
-    auto state = co_await ctx.run_result(*owner);
-    co_return state["output"];
+    co_return co_await owner->return_value();
   }
   json work = co_await hook;  // the owner waits for its go-ahead
   co_return json{{"processedBy", ctx.run_id()}, {"work", work}};
@@ -616,11 +615,10 @@ flow<json> inspect_owner(context& ctx, json input) {
   auto hook = ctx.create_hook<json>(
       {.token = input.at("token"), .min_retention = "1h"});
   if (auto owner = co_await hook.conflict()) {
-    auto state = co_await ctx.run_status(*owner);
-    if (state["status"] == "completed") {
-      co_return state["output"];
+    if (co_await owner->status() == run_status::completed) {
+      co_return co_await owner->return_value();
     }
-    co_return json{{"status", "duplicate"}, {"runId", *owner}};
+    co_return json{{"status", "duplicate"}, {"runId", owner->run_id()}};
   }
   json work = co_await hook;
   co_return json{{"processedBy", ctx.run_id()}, {"work", work}};
@@ -630,8 +628,8 @@ flow<json> inspect_owner(context& ctx, json input) {
 flow<json> forward_to_owner(context& ctx, json input) {
   auto hook = ctx.create_hook<json>({.token = input.at("token")});
   if (auto owner = co_await hook.conflict()) {
-    auto state = co_await ctx.run_status(*owner);
-    if (state["status"] == "running" || state["status"] == "waiting") {
+    auto status = co_await owner->status();
+    if (status == run_status::running || status == run_status::waiting) {
       auto forward = [token = hook.token(), note = input.at("note")] {
         auto resumed = current_runtime->resume_hook(token, note);
         if (!resumed) {
@@ -642,10 +640,38 @@ flow<json> forward_to_owner(context& ctx, json input) {
       auto delivered_to = co_await ctx.step("forward", forward);
       co_return json{{"status", "forwarded"}, {"runId", delivered_to}};
     }
-    co_return json{{"status", "duplicate"}, {"runId", *owner}};
+    co_return json{{"status", "duplicate"}, {"runId", owner->run_id()}};
   }
   json first = co_await hook;
   co_return json{{"status", "processed"}, {"note", first}};
+}
+
+// Fails at once, so that a handle on it has an error to report.
+flow<json> fails_at_once(context&, json) {
+  throw std::runtime_error("boom");
+  co_return json();
+}
+
+// Asks through run handles about input.of (a run that failed) and an unknown
+// run, then sleeps, so a restart replays the recorded answers.
+flow<json> asks_about_runs(context& ctx, json input) {
+  auto failed = ctx.run(input.at("of").get<std::string>());
+  json out;
+  out["status"] = std::string(to_string(co_await failed.status()));
+  try {
+    co_await failed.return_value();
+  } catch (const run_failed_error& e) {
+    out["code"] = e.code();
+    out["message"] = e.what();
+    out["endedAs"] = e.status();
+  }
+  try {
+    co_await ctx.run("no-such-run").status();
+  } catch (const run_failed_error& e) {
+    out["unknown"] = e.status();
+  }
+  co_await ctx.sleep(std::chrono::hours(1));
+  co_return out;
 }
 
 class HookPatternTest : public HookTest {
@@ -654,8 +680,32 @@ class HookPatternTest : public HookTest {
     flows_.flow("adopt-owner", adopt_owner);
     flows_.flow("inspect-owner", inspect_owner);
     flows_.flow("forward-to-owner", forward_to_owner);
+    flows_.flow("fails-at-once", fails_at_once);
+    flows_.flow("asks-about-runs", asks_about_runs);
   }
 };
+
+TEST_F(HookPatternTest, RunHandleGivesStatusAndReturnValueRecordedForReplay) {
+  auto rt = open();
+  auto failed = rt->start("fails-at-once", json::object());
+  ASSERT_EQ(rt->wait(failed->id, wait_max)->status, run_status::failed);
+  auto asker = rt->start("asks-about-runs", {{"of", failed->id}});
+  ASSERT_TRUE(eventually(
+      [&] { return status_is(*rt, asker->id, run_status::waiting); }));
+  auto values_before = count_events(*rt, asker->id, "value-recorded");
+  EXPECT_EQ(values_before, 3u);  // status, return value, unknown status
+  rt.reset();
+  rt = open();  // the answers are replayed from history, not asked again
+  clock_->advance_ms(3'600'001);
+  auto done = rt->wait(asker->id, wait_max);
+  ASSERT_TRUE(done.ok());
+  ASSERT_EQ(done->status, run_status::completed);
+  EXPECT_EQ(done->output["status"], "failed");
+  EXPECT_EQ(done->output["endedAs"], "failed");
+  EXPECT_EQ(done->output["message"], "boom");
+  EXPECT_EQ(done->output["unknown"], "not-found");
+  EXPECT_EQ(count_events(*rt, asker->id, "value-recorded"), values_before);
+}
 
 TEST_F(HookPatternTest, AdoptTheOwnersResult) {
   auto rt = open();
