@@ -24,6 +24,7 @@ using step_done_atom = caf::atom_constant<caf::atom("stepdone")>;
 using timer_atom = caf::atom_constant<caf::atom("timer")>;
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
 using reload_atom = caf::atom_constant<caf::atom("reload")>;
+using linger_atom = caf::atom_constant<caf::atom("linger")>;
 
 // To token actors.
 using start_claim_atom = caf::atom_constant<caf::atom("tkstart")>;

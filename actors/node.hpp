@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actors/directory.hpp"
+#include "actors/held_tokens.hpp"
 #include "actors/step_executor.hpp"
 #include "actors/timer_service.hpp"
 #include "durin/clock.hpp"
@@ -53,6 +54,7 @@ struct node {
   std::unique_ptr<directory> runs;
   std::unique_ptr<directory> tokens;  // key: keys::token(tenant, token)
   finish_listeners finished;
+  held_tokens held;  // written by token actors, read by starts
 };
 
 }  // namespace durin::actors

@@ -168,6 +168,11 @@ void drain(self_pointer self) {
     return;
   }
   auto out = st.engine->take_output();
+  // Before the end can be read from the store (see held_tokens).
+  for (auto& token : out.ending_tokens) {
+    st.services->held.mark_ending(persistence::keys::token(st.tenant, token),
+                                  st.run_id);
+  }
   for (auto& reply : out.replies) {
     reply();
   }

@@ -596,6 +596,7 @@ void run_engine::complete() {
   run_dirty_ = true;
   staged_.delete_active = true;
   stage(std::move(event));
+  announce_end();
   flush_then([this] { finish(); });
 }
 
@@ -639,6 +640,7 @@ void run_engine::cancel(std::string reason,
          .error_code = "cancelled",
          .error_message = record_.error_message});
   cancelled_ = true;
+  announce_end();
   // Continuations of the flow staged before the cancel must not run.
   staged_after_.clear();
   flush_then([this, reply = std::move(reply)] {

@@ -26,6 +26,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -80,7 +81,10 @@ struct engine_output {
   std::vector<std::function<void()>> replies;     // answers to send now
   std::vector<token_message> token_messages;      // send now
   std::vector<std::string> watches;               // runs whose end to report
-  bool finished = false;                          // the run ended, durably
+  // Tokens the run holds as it ends: marked ending (held_tokens) before the
+  // commit that records the end is submitted.
+  std::vector<std::string> ending_tokens;
+  bool finished = false;  // the run ended, durably
 };
 
 struct engine_environment {
@@ -229,6 +233,11 @@ class run_engine final : public detail::driver {
   void send(token_message message);
   void send_claim(const hook_entry& entry);
   void notify_tokens_of_end();
+  // The tokens the run holds when it ends (its start token, unless disposed,
+  // and the hooks it owns and has not disposed).
+  std::set<std::string> tokens_held_at_end() const;
+  // Called as the run's end is staged, before its commit.
+  void announce_end();
   void dispatch_step();
   void dispatch_when_durable();
   void resume_parked();

@@ -529,7 +529,12 @@ void run_engine::send_claim(const hook_entry& entry) {
   send(std::move(message));
 }
 
-void run_engine::notify_tokens_of_end() {
+void run_engine::announce_end() {
+  auto tokens = tokens_held_at_end();
+  output_.ending_tokens.assign(tokens.begin(), tokens.end());
+}
+
+std::set<std::string> run_engine::tokens_held_at_end() const {
   std::set<std::string> tokens;
   if (!record_.start_token.empty()) {
     tokens.insert(record_.start_token);
@@ -544,7 +549,11 @@ void run_engine::notify_tokens_of_end() {
       tokens.erase(entry.token);
     }
   }
-  for (auto& token : tokens) {
+  return tokens;
+}
+
+void run_engine::notify_tokens_of_end() {
+  for (auto& token : tokens_held_at_end()) {
     token_message message;
     message.what = token_message::kind::owner_end;
     message.token = token;

@@ -250,6 +250,19 @@ void runtime::start_async(std::string_view flow, json input,
                                             "' does not convert: " + e.what()));
     return;
   }
+  if (options.hook) {
+    // A held token refuses the start before a run id is even drawn.
+    auto& token = options.hook->token;
+    if (!token.empty() && token.size() <= hook_token_bytes_max) {
+      auto owner =
+          services.held.holder(persistence::keys::token(options.tenant, token),
+                               services.clock->now_ms());
+      if (owner) {
+        done(actors::token_held_error(token, *owner));
+        return;
+      }
+    }
+  }
   persistence::run_record record;
   record.id = impl_->new_run_id();
   record.flow = std::string(flow);

@@ -21,6 +21,10 @@ using persistence::token_state;
 constexpr std::size_t pipelined_writes_max = 256;
 // Payloads handed to a subscribing run in one go; it asks again for more.
 constexpr std::size_t subscription_batch_max = 1000;
+// How long an idle token actor stays before it passivates: a start is
+// usually followed within milliseconds by its run's claim, end or a resume,
+// which then find the record loaded instead of reading it again.
+constexpr auto linger = std::chrono::milliseconds(250);
 
 struct token_actor_state {
   node* services = nullptr;
@@ -30,6 +34,9 @@ struct token_actor_state {
   bool loaded = false;
   std::optional<token_record> record;
   std::size_t in_flight = 0;  // writes not yet answered by the committer
+  // Writes in flight that may change the owner; while there are any, the
+  // shared held_tokens entry stays erased.
+  std::size_t owner_writes = 0;
   // Requests in arrival order; `pipelined` ones (resumes without a resume
   // id) may go while other resumes' writes are in flight: they only append
   // payloads, and the committer keeps their writes in order.
@@ -38,6 +45,8 @@ struct token_actor_state {
     std::function<void()> run;
   };
   std::deque<request> waiting;
+  std::uint64_t requests_served = 0;  // tells a lingering actor it was used
+  bool linger_armed = false;
   static inline const char* name = "durin.token";
 };
 
@@ -55,16 +64,46 @@ bool is_free(self_pointer self) {
 
 void run_waiting(self_pointer self);
 
+// Shows the durable owner (if any) in the node's held_tokens, or nothing
+// while a write that may change it is in flight or the state is unknown.
+void publish(self_pointer self) {
+  auto& st = self->state;
+  auto& held = st.services->held;
+  if (!st.loaded || st.owner_writes > 0) {
+    held.erase(st.address);
+    return;
+  }
+  auto& record = st.record;
+  if (record && record->state == token_state::active) {
+    held.set(st.address, record->owner_run, held_tokens::while_active);
+  } else if (record && record->retain_until_ms > now_ms(self)) {
+    held.set(st.address, record->owner_run, record->retain_until_ms);
+  } else {
+    held.erase(st.address);
+  }
+}
+
 // Writes `batch`; `then(ok)` runs on this actor once it is durable or
 // failed. While in flight, other requests wait (but pipelined resumes). A
-// failed write leaves the
-// token's state unknown: it is loaded again before the next request.
+// failed write leaves the token's state unknown: it is loaded again before
+// the next request. Only a write that `keeps_owner` (a payload append)
+// leaves the token's held_tokens entry in place meanwhile.
 void write(self_pointer self, persistence::write_batch batch,
-           std::function<void(bool)> then) {
+           std::function<void(bool)> then, bool keeps_owner = false) {
   auto& st = self->state;
   ++st.in_flight;
+  if (!keeps_owner) {
+    ++st.owner_writes;
+    st.services->held.erase(st.address);
+  }
   auto handle = caf::actor_cast<caf::actor>(self);
-  auto done = std::make_shared<std::function<void(bool)>>(std::move(then));
+  auto done = std::make_shared<std::function<void(bool)>>(
+      [self, keeps_owner, then = std::move(then)](bool ok) {
+        if (!keeps_owner) {
+          --self->state.owner_writes;
+        }
+        then(ok);
+      });
   st.services->committer->submit(
       std::move(batch), [handle, done](const status& outcome) {
         caf::anon_send(handle, committed_atom::value,
@@ -74,10 +113,20 @@ void write(self_pointer self, persistence::write_batch batch,
       });
 }
 
+// Deletes the token's payloads and resume ids. A token that never received
+// a payload has none (resume ids come with payloads, and the inbox is dropped
+// whenever the sequence restarts), so it writes no range tombstone, which
+// RocksDB would otherwise keep consulting on every inbox read.
+void drop_inbox(persistence::write_batch& batch, const token_record& record) {
+  if (record.next_payload > 1) {
+    batch.delete_inbox(record.tenant, record.token);
+  }
+}
+
 // Releases the token: no owner, no payloads, no retention.
 void release(persistence::write_batch& batch, const token_record& record) {
   batch.delete_token(record.tenant, record.token);
-  batch.delete_inbox(record.tenant, record.token);
+  drop_inbox(batch, record);
 }
 
 void deliver_to_run(self_pointer self, const std::string& run_id,
@@ -93,7 +142,7 @@ void apply_owner_end(self_pointer self, std::int64_t at_ms) {
   if (record.retain_until_ms > at_ms && record.retain_until_ms > now_ms(self)) {
     record.state = token_state::retained;
     batch.put_token(record);
-    batch.delete_inbox(record.tenant, record.token);
+    drop_inbox(batch, record);
     persistence::timer_record timer{
         .due_ms = record.retain_until_ms,
         .run_id = st.address,
@@ -135,6 +184,7 @@ bool ensure_loaded(self_pointer self) {
       return false;  // the request waits for that write
     }
   }
+  publish(self);
   return true;
 }
 
@@ -142,18 +192,35 @@ bool ensure_loaded(self_pointer self) {
 void serve(self_pointer self, std::function<void()> request,
            bool pipelined = false) {
   auto& st = self->state;
+  ++st.requests_served;
   st.waiting.push_back({pipelined, std::move(request)});
   run_waiting(self);
 }
 
-void maybe_leave(self_pointer self) {
+// Passivates an idle actor once it has lingered unused: `lingered_since` is
+// the requests_served count when the linger began.
+void maybe_leave(self_pointer self,
+                 std::optional<std::uint64_t> lingered_since = std::nullopt) {
   auto& st = self->state;
   if (st.in_flight > 0 || !st.waiting.empty()) {
     return;
   }
+  if (!lingered_since || *lingered_since != st.requests_served) {
+    if (!st.linger_armed) {
+      st.linger_armed = true;
+      self->delayed_send(self, linger, linger_atom::value, st.requests_served);
+    }
+    return;
+  }
   auto* actor = self;
+  // The entry goes with the actor, under the directory's lock, before a new
+  // actor for the token can exist and publish its own.
   if (st.services->tokens->try_passivate(st.address, self->address(), [actor] {
-        return actor->mailbox().empty();
+        if (!actor->mailbox().empty()) {
+          return false;
+        }
+        actor->state.services->held.erase(actor->state.address);
+        return true;
       })) {
     self->quit();
   }
@@ -184,6 +251,30 @@ void run_waiting(self_pointer self) {
   maybe_leave(self);
 }
 
+// An active owner marked ending (held_tokens) may have ended durably while
+// its notice is still on the way: then its end is applied now, so that a
+// request made after someone saw the end finds the token as the end leaves
+// it. True when that write is in flight (the request waits for it).
+bool settle_ended_owner(self_pointer self) {
+  auto& st = self->state;
+  auto& record = st.record;
+  if (!record || record->state != token_state::active ||
+      !st.services->held.is_ending(st.address, record->owner_run)) {
+    return false;
+  }
+  auto owner = st.services->store->get_run(record->owner_run);
+  if (!owner || (*owner && !is_terminal((*owner)->status))) {
+    return false;  // not ended yet (or unreadable): the owner still holds
+  }
+  apply_owner_end(self, *owner ? (*owner)->completed_at_ms : 0);
+  return true;
+}
+
+// Puts `request` back at the head of the queue, behind the write in flight.
+void retry_first(self_pointer self, std::function<void()> request) {
+  self->state.waiting.push_front({false, std::move(request)});
+}
+
 hook_info describe(const token_record& record) {
   hook_info info;
   info.token = record.token;
@@ -201,12 +292,12 @@ hook_info describe(const token_record& record) {
 
 void handle_start(self_pointer self, start_claim& claim) {
   auto& st = self->state;
+  if (!is_free(self) && settle_ended_owner(self)) {
+    retry_first(self, [self, claim]() mutable { handle_start(self, claim); });
+    return;
+  }
   if (!is_free(self)) {
-    error conflict = make_error(
-        errc::hook_conflict,
-        "token '" + st.token + "' is held by run " + st.record->owner_run);
-    conflict.run_id = st.record->owner_run;
-    claim.reply(std::move(conflict));
+    claim.reply(token_held_error(st.token, st.record->owner_run));
     return;
   }
   auto batch = st.services->store->batch();
@@ -254,6 +345,10 @@ void handle_claim(self_pointer self, const hook_claim& claim) {
       return;
     }
     answer(true, "");
+    return;
+  }
+  if (!is_free(self) && settle_ended_owner(self)) {
+    retry_first(self, [self, claim] { handle_claim(self, claim); });
     return;
   }
   bool free = is_free(self);
@@ -334,7 +429,7 @@ void handle_resume(self_pointer self, resume_request& request) {
                      {payload.sequence, payload.owner_run});
   }
   auto reply = std::move(request.reply);
-  write(self, std::move(batch), [self, reply, payload](bool ok) {
+  auto delivered = [self, reply, payload](bool ok) {
     if (!ok) {
       reply(make_error(errc::storage_error,
                        "the payload may or may not be recorded; retry with "
@@ -345,7 +440,8 @@ void handle_resume(self_pointer self, resume_request& request) {
     deliver_to_run(
         self, payload.owner_run, payload_atom::value,
         hook_delivery{self->state.token, payload.sequence, payload.payload});
-  });
+  };
+  write(self, std::move(batch), std::move(delivered), true);
 }
 
 void handle_subscribe(self_pointer self, const subscription& request) {
@@ -386,8 +482,13 @@ void handle_dispose(self_pointer self, const owner_notice& notice) {
 
 void handle_owner_end(self_pointer self, const owner_notice& notice) {
   auto& st = self->state;
+  // The mark goes only once the entry is gone, so no start sees the ended
+  // owner in between; the entry comes back (if still held) from publish.
+  st.services->held.erase(st.address);
+  st.services->held.clear_ending(st.address, notice.run_id);
   if (!st.record || st.record->state != token_state::active ||
       st.record->owner_run != notice.run_id) {
+    publish(self);
     return;
   }
   apply_owner_end(self, notice.at_ms);
@@ -423,9 +524,14 @@ caf::behavior token_actor_behavior(self_pointer self, node* services,
           st.loaded = false;  // indefinite: read the truth again
         }
         (*then)();
+        publish(self);
         run_waiting(self);
       },
       [self](reload_atom) { run_waiting(self); },
+      [self](linger_atom, std::uint64_t since) {
+        self->state.linger_armed = false;
+        maybe_leave(self, since);
+      },
       // The directory activates every actor it spawns; a token loads
       // lazily, with its first request.
       [](activate_atom) {},
@@ -459,6 +565,14 @@ caf::behavior token_actor_behavior(self_pointer self, node* services,
 }
 
 }  // namespace
+
+error token_held_error(std::string_view token, const std::string& owner_run) {
+  error conflict =
+      make_error(errc::hook_conflict, "token '" + std::string(token) +
+                                          "' is held by run " + owner_run);
+  conflict.run_id = owner_run;
+  return conflict;
+}
 
 caf::actor spawn_token_actor(caf::actor_system& system, node& services,
                              const std::string& address) {

@@ -22,6 +22,9 @@ namespace durin::actors {
 caf::actor spawn_token_actor(caf::actor_system& system, node& services,
                              const std::string& address);
 
+// The hook-conflict a start on a held token gets, naming the owner.
+error token_held_error(std::string_view token, const std::string& owner_run);
+
 // What get_hook_by_token shows, read straight from storage (advisory).
 result<hook_info> read_hook(const node& services, std::string_view tenant,
                             std::string_view token);

@@ -36,8 +36,10 @@ constexpr std::size_t block_cache_bytes = 32u << 20;
 constexpr std::size_t write_buffer_bytes = 8u << 20;
 // Cap on all memtables together, so five families cannot hold 5 x 64 MiB.
 constexpr std::size_t db_write_buffer_bytes = 48u << 20;
-// Bits per key of the runs family's bloom filter (~1% false positives).
+// Bits per key of the bloom filters (~1% false positives).
 constexpr double bloom_bits_per_key = 10.0;
+// Share of a memtable spent on its whole-key bloom filter.
+constexpr double memtable_bloom_ratio = 0.02;
 // Messages quote at most this much of an id read from disk.
 constexpr std::size_t printable_bytes_max = 128;
 
@@ -127,13 +129,16 @@ rocksdb::ColumnFamilyOptions family_options(
   options.level_compaction_dynamic_level_bytes = true;
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = cache;
-  if (which == family::runs) {
-    // get_run is a point lookup by the whole key: a bloom filter skips SST
-    // files without the run. history is read by prefix (seek + upper bound)
-    // and the other families by full scans, where a whole-key filter is
-    // never consulted, so they carry none.
+  if (which == family::runs || which == family::tokens) {
+    // get_run and get_token are point lookups by the whole key, and a start
+    // with a new token looks up one that is not there: bloom filters, in the
+    // memtable too, answer most misses without a search. history is read by
+    // prefix (seek + upper bound) and the other families by scans, where a
+    // whole-key filter is never consulted, so they carry none.
     table.filter_policy.reset(
         rocksdb::NewBloomFilterPolicy(bloom_bits_per_key));
+    options.memtable_whole_key_filtering = true;
+    options.memtable_prefix_bloom_size_ratio = memtable_bloom_ratio;
   }
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   return options;

@@ -253,6 +253,29 @@ TEST_F(HookTest, UnopenedStartHookCompletesAndReleasesTheToken) {
   EXPECT_NE(next->id, run->id);
 }
 
+// Rule 6, as a caller sees it: once the owner's end can be read, a start with
+// its token is a new run at once (the get() loop spins to catch the moment
+// the end is durable but its notice has not reached the token yet).
+TEST_F(HookTest, AStartAfterTheOwnersEndIsSeenIsANewRun) {
+  auto rt = open();
+  std::string previous;
+  for (int round = 0; round < 200; ++round) {
+    auto run =
+        rt->start("never-opens", json::object(), with_hook("order:seen"));
+    ASSERT_TRUE(run.ok()) << "round " << round << ": "
+                          << run.error().to_string();
+    EXPECT_NE(run->id, previous);
+    previous = run->id;
+    for (;;) {
+      auto now = rt->get(run->id);
+      ASSERT_TRUE(now.ok());
+      if (is_terminal(now->status)) {
+        break;
+      }
+    }
+  }
+}
+
 TEST_F(HookTest, RetentionKeepsFinishedOwnerUntilDeadline) {
   auto rt = open();
   auto run = rt->start("never-opens", json::object(),
@@ -511,6 +534,10 @@ flow<json> webhook_flow(context& ctx, json) {
 
 TEST_F(HookTest, WebhookHasARandomTokenThatResumesIt) {
   flows_.flow("webhook", webhook_flow);
+  {
+    std::lock_guard<std::mutex> lock(webhook_mutex);
+    webhook_token_seen.clear();  // from an earlier repetition
+  }
   auto rt = open();
   auto run = rt->start("webhook", json::object());
   ASSERT_TRUE(run.ok());
