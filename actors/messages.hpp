@@ -53,6 +53,7 @@ struct step_report {
 
 struct cancel_request {
   std::string reason;
+  std::string command_id;  // recorded in the run-cancelled event
   std::function<void(result<run_info>)> reply;  // runs on the actor's thread
 };
 

@@ -300,7 +300,8 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, node* services,
       },
       [self](cancel_atom, const cancel_request& request) {
         if (self->state.engine) {
-          self->state.engine->cancel(request.reason, request.reply);
+          self->state.engine->cancel(request.reason, request.command_id,
+                                     request.reply);
         } else {
           request.reply(
               make_error(errc::storage_error,

@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "actors/identity.hpp"
 #include "persistence/assert.hpp"
 
 namespace durin::actors {
@@ -606,7 +607,7 @@ void run_engine::finish() {
   notify_tokens_of_end();
 }
 
-void run_engine::cancel(std::string reason,
+void run_engine::cancel(std::string reason, std::string command_id,
                         std::function<void(result<run_info>)> reply) {
   if (finished_ || cancelled_) {
     reply(make_error(errc::run_finished,
@@ -637,6 +638,7 @@ void run_engine::cancel(std::string reason,
   staged_.delete_active = true;
   stage({.kind = event_kind::run_cancelled,
          .at_ms = at,
+         .name = std::move(command_id),
          .error_code = "cancelled",
          .error_message = record_.error_message});
   cancelled_ = true;
@@ -757,6 +759,7 @@ run_info run_engine::info() const {
 run_info describe_run(const persistence::run_record& record) {
   run_info out;
   out.id = record.id;
+  out.instance_id = instance_of_token(record.start_token).value_or(record.id);
   out.flow = record.flow;
   out.status = record.status;
   try {
@@ -785,7 +788,9 @@ history_event describe_event(const std::string& run_id, std::uint64_t sequence,
     out.detail["call"] = event.call;
   }
   if (!event.name.empty()) {
-    out.detail["name"] = event.name;
+    // A cancel records the command that asked for it under its name.
+    out.detail[event.kind == event_kind::run_cancelled ? "commandId" : "name"] =
+        event.name;
   }
   if (is_step_event(event.kind)) {
     out.detail["stepId"] = step_id_of(run_id, event.call);

@@ -128,7 +128,8 @@ class run_engine final : public detail::driver {
 
   // Ends the run as cancelled; `reply` gets the final state once durable,
   // or run-finished when the run had ended already.
-  void cancel(std::string reason, std::function<void(result<run_info>)> reply);
+  void cancel(std::string reason, std::string command_id,
+              std::function<void(result<run_info>)> reply);
 
   engine_output take_output();
 

@@ -6,6 +6,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "actors/identity.hpp"
 #include "actors/run_engine.hpp"
 
 namespace durin::actors {
@@ -192,6 +193,11 @@ std::size_t run_engine::hook_create(detail::hook_request request) {
       (request.token.empty() || request.token.size() > token_bytes_max)) {
     throw std::invalid_argument("a hook token is 1 to 256 bytes; got " +
                                 std::to_string(request.token.size()));
+  }
+  if (!request.webhook && is_reserved_token(request.token)) {
+    throw std::invalid_argument(
+        "a hook token may not begin with byte 0x1F (reserved for instance "
+        "and command ids)");
   }
   auto until =
       retain_until(request.min_retention, now(), env_.retention_max_ms);

@@ -68,6 +68,7 @@ json timestamp(std::int64_t ms) {
 
 json run_info::to_json() const {
   json out = {{"id", id},
+              {"instanceId", instance_id},
               {"flow", flow},
               {"status", std::string(to_string(status))},
               {"input", input},

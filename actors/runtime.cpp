@@ -11,6 +11,7 @@
 #include <future>
 #include <random>
 
+#include "actors/identity.hpp"
 #include "actors/node.hpp"
 #include "actors/run_actor.hpp"
 #include "actors/run_engine.hpp"
@@ -28,6 +29,60 @@ constexpr std::size_t flow_name_bytes_max = 128;
 constexpr std::size_t hook_token_bytes_max = 256;
 constexpr std::size_t metadata_bytes_max = 64 << 10;
 constexpr auto cancel_answer_timeout = std::chrono::seconds(30);
+constexpr std::size_t identity_bytes_max = 200;
+
+// The token that keys a start: the caller's hook, else the instance id's,
+// else the command id's (held for command_retention); none for a plain start.
+result<std::optional<start_hook>> start_token_of(const start_options& options,
+                                                 const runtime_options& node) {
+  for (const auto* id : {&options.instance_id, &options.command_id}) {
+    if (id->size() > identity_bytes_max) {
+      return make_error(errc::invalid_argument,
+                        std::string(id == &options.instance_id ? "instance_id"
+                                                               : "command_id") +
+                            " is at most 200 bytes; got " +
+                            std::to_string(id->size()));
+    }
+  }
+  if (options.hook) {
+    if (!options.instance_id.empty()) {
+      return make_error(errc::invalid_argument,
+                        "instance_id and hook cannot both be set: the hook's "
+                        "token already keys the start");
+    }
+    if (actors::is_reserved_token(options.hook->token)) {
+      return make_error(errc::invalid_argument,
+                        "hook.token may not begin with byte 0x1F (reserved "
+                        "for instance and command ids)");
+    }
+    return std::optional<start_hook>(options.hook);
+  }
+  if (!options.instance_id.empty()) {
+    return std::optional<start_hook>(start_hook{
+        actors::instance_token(options.instance_id), nullptr, nullptr});
+  }
+  if (!options.command_id.empty()) {
+    auto keep = std::min(node.command_retention, node.retention_max);
+    return std::optional<start_hook>(
+        start_hook{actors::command_token(options.command_id),
+                   json(keep.count()), nullptr});
+  }
+  return std::optional<start_hook>();
+}
+
+// duplicate_policy::return_existing_active: a start refused by an active
+// holder of its instance id answers that run instead.
+result<run_info> existing_active_or(const runtime& rt, result<run_info> outcome,
+                                    const std::string& tenant) {
+  if (outcome || outcome.error().code != errc::hook_conflict) {
+    return outcome;
+  }
+  auto holder = rt.get(outcome.error().run_id, tenant);
+  if (holder && !is_terminal(holder->status)) {
+    return holder;
+  }
+  return outcome;
+}
 // Records a list examines at most per page (filters may skip many).
 constexpr std::size_t list_scan_max = 100'000;
 
@@ -250,9 +305,22 @@ void runtime::start_async(std::string_view flow, json input,
                                             "' does not convert: " + e.what()));
     return;
   }
-  if (options.hook) {
-    // A held token refuses the start before a run id is even drawn.
-    auto& token = options.hook->token;
+  auto keyed = start_token_of(options, services.options);
+  if (!keyed) {
+    done(keyed.error());
+    return;
+  }
+  if (*keyed && !options.instance_id.empty() &&
+      options.on_duplicate == duplicate_policy::return_existing_active) {
+    done = [this, tenant = options.tenant,
+            done = std::move(done)](result<run_info> outcome) {
+      done(existing_active_or(*this, std::move(outcome), tenant));
+    };
+  }
+  if (*keyed && options.command_id.empty()) {
+    // A held token refuses the start before a run id is even drawn (a
+    // command's repeat needs the token's actor: it compares command ids).
+    auto& token = (*keyed)->token;
     if (!token.empty() && token.size() <= hook_token_bytes_max) {
       auto owner =
           services.held.holder(persistence::keys::token(options.tenant, token),
@@ -280,12 +348,15 @@ void runtime::start_async(std::string_view flow, json input,
   if (services.options.spec_version != 0) {
     record.spec_version = services.options.spec_version;
   }
+  if (*keyed) {
+    record.start_token = (*keyed)->token;
+  }
   auto info = actors::describe_run(record);
   info.input = std::move(input);
   auto* node = &services;
-  if (options.hook) {
-    start_with_hook(std::move(record), *options.hook, std::move(info),
-                    std::move(done));
+  if (*keyed) {
+    start_with_hook(std::move(record), **keyed, std::move(info),
+                    options.command_id, std::move(done));
     return;
   }
   auto batch = services.store->batch();
@@ -309,6 +380,7 @@ void runtime::start_async(std::string_view flow, json input,
 
 void runtime::start_with_hook(persistence::run_record record,
                               const start_hook& hook, run_info info,
+                              std::string command_id,
                               std::function<void(result<run_info>)> done) {
   auto& services = impl_->services;
   if (hook.token.empty() || hook.token.size() > hook_token_bytes_max) {
@@ -341,6 +413,7 @@ void runtime::start_with_hook(persistence::run_record record,
   token.retain_until_ms = *until;
   token.metadata = std::move(metadata);
   token.owner_spec_version = record.spec_version;
+  token.owner_command = std::move(command_id);
   auto* node = &services;
   auto address = persistence::keys::token(record.tenant, hook.token);
   auto answer =
@@ -349,6 +422,10 @@ void runtime::start_with_hook(persistence::run_record record,
       record, std::move(token),
       [node, record, info = std::move(info),
        answer](result<run_info> admitted) mutable {
+        if (admitted && admitted->id != record.id) {
+          (*answer)(std::move(admitted));  // a repeated command's first run
+          return;
+        }
         if (admitted) {
           node->runs->activate_fresh(std::move(record));
           (*answer)(std::move(info));
@@ -377,9 +454,19 @@ result<std::string> runtime::resume_hook(std::string_view token, json payload,
         errc::invalid_argument,
         "a hook token is 1 to 256 bytes; got " + std::to_string(token.size()));
   }
-  if (options.resume_id.size() > 256) {
+  if (options.resume_id.size() > 256 || options.command_id.size() > 256) {
     return make_error(errc::invalid_argument,
-                      "a resume id is at most 256 bytes");
+                      "a resume id (command id) is at most 256 bytes");
+  }
+  if (!options.command_id.empty() && !options.resume_id.empty() &&
+      options.command_id != options.resume_id) {
+    return make_error(errc::invalid_argument,
+                      "a resume's command id is its resume id: set one, or "
+                      "both to the same value");
+  }
+  if (actors::is_reserved_token(token)) {
+    return make_error(errc::hook_not_found,
+                      "no run can receive payloads for that token");
   }
   auto bytes = actors::encode_payload(payload);
   if (bytes.size() > input_bytes_max) {
@@ -390,10 +477,12 @@ result<std::string> runtime::resume_hook(std::string_view token, json payload,
   }
   auto answer = std::make_shared<std::promise<result<std::string>>>();
   auto future = answer->get_future();
-  actors::resume_request request{std::move(bytes), options.resume_id,
-                                 [answer](result<std::string> outcome) {
-                                   answer->set_value(std::move(outcome));
-                                 }};
+  actors::resume_request request{
+      std::move(bytes),
+      options.resume_id.empty() ? options.command_id : options.resume_id,
+      [answer](result<std::string> outcome) {
+        answer->set_value(std::move(outcome));
+      }};
   auto address = persistence::keys::token(options.tenant, token);
   if (!impl_->services.tokens->deliver(address, actors::resume_atom::value,
                                        std::move(request))) {
@@ -414,7 +503,33 @@ result<hook_info> runtime::get_hook_by_token(std::string_view token,
         errc::invalid_argument,
         "a hook token is 1 to 256 bytes; got " + std::to_string(token.size()));
   }
+  if (actors::is_reserved_token(token)) {
+    return make_error(errc::hook_not_found,
+                      "no hook holds that token (byte 0x1F is reserved)");
+  }
   return actors::read_hook(impl_->services, tenant, token);
+}
+
+result<run_info> runtime::get_instance(std::string_view instance_id,
+                                       std::string_view tenant) const {
+  if (instance_id.empty() || instance_id.size() > identity_bytes_max) {
+    return make_error(errc::invalid_argument,
+                      "an instance id is 1 to 200 bytes; got " +
+                          std::to_string(instance_id.size()));
+  }
+  auto hook = actors::read_hook(impl_->services, tenant,
+                                actors::instance_token(instance_id));
+  if (hook && hook->state == "active") {
+    auto run = get(hook->owner_run_id, tenant);
+    if (run && !is_terminal(run->status)) {
+      return run;
+    }
+  }
+  if (!hook && hook.error().code != errc::hook_not_found) {
+    return hook.error();
+  }
+  return make_error(errc::run_not_found, "no active run holds instance '" +
+                                             std::string(instance_id) + "'");
 }
 
 result<run_info> runtime::start(std::string_view flow, json input,
@@ -525,7 +640,37 @@ result<std::vector<history_event>> runtime::history(
 
 result<run_info> runtime::cancel(std::string_view run_id, std::string reason,
                                  std::string_view tenant) {
-  auto now = get(run_id, tenant);
+  cancel_options options;
+  options.tenant = std::string(tenant);
+  options.reason = std::move(reason);
+  return cancel(run_id, options);
+}
+
+result<run_info> runtime::cancel(std::string_view run_id,
+                                 const cancel_options& options) {
+  if (options.command_id.size() > identity_bytes_max) {
+    return make_error(errc::invalid_argument,
+                      "command_id is at most 200 bytes; got " +
+                          std::to_string(options.command_id.size()));
+  }
+  auto outcome = cancel_once(run_id, options);
+  if (outcome || outcome.error().code != errc::run_finished ||
+      options.command_id.empty()) {
+    return outcome;
+  }
+  // A repeat of the command that cancelled the run: that outcome again.
+  auto events = history(run_id, options.tenant);
+  if (events && !events->empty() && events->back().kind == "run-cancelled" &&
+      events->back().detail.value("commandId", std::string()) ==
+          options.command_id) {
+    return get(run_id, options.tenant);
+  }
+  return outcome;
+}
+
+result<run_info> runtime::cancel_once(std::string_view run_id,
+                                      const cancel_options& options) {
+  auto now = get(run_id, options.tenant);
   if (!now) {
     return now.error();
   }
@@ -536,7 +681,7 @@ result<run_info> runtime::cancel(std::string_view run_id, std::string reason,
   }
   auto answer = std::make_shared<std::promise<result<run_info>>>();
   auto future = answer->get_future();
-  actors::cancel_request request{std::move(reason),
+  actors::cancel_request request{options.reason, options.command_id,
                                  [answer](result<run_info> outcome) {
                                    answer->set_value(std::move(outcome));
                                  }};

@@ -297,6 +297,15 @@ void handle_start(self_pointer self, start_claim& claim) {
     return;
   }
   if (!is_free(self)) {
+    const auto& command = claim.token.owner_command;
+    if (!command.empty() && command == st.record->owner_command) {
+      // A repeat of the start that admitted the owner: its outcome again.
+      auto owner = st.services->store->get_run(st.record->owner_run);
+      if (owner && *owner) {
+        claim.reply(describe_run(**owner));
+        return;
+      }
+    }
     claim.reply(token_held_error(st.token, st.record->owner_run));
     return;
   }

@@ -121,6 +121,9 @@ class reader {
     }
   }
 
+  // True when the body is read to its end (a later field is absent).
+  bool at_end() const { return rest_.empty() && problem_.empty(); }
+
   // The first problem, or "trailing bytes" when the body has bytes left.
   std::optional<std::string> problem() const {
     if (!problem_.empty()) {
@@ -347,10 +350,10 @@ result<event_record> decode_event(std::string_view bytes) {
 // ---- token_record, payload_record, resume_record --------------------------
 
 std::string encode(const token_record& record) {
-  std::string out =
-      begin_frame(record.tenant.size() + record.token.size() +
-                  record.owner_run.size() + record.metadata.size() +
-                  record.previous_owner.size() + 5 * 4 + 3 + 4 + 8 * 5);
+  std::string out = begin_frame(
+      record.tenant.size() + record.token.size() + record.owner_run.size() +
+      record.metadata.size() + record.previous_owner.size() +
+      record.owner_command.size() + 6 * 4 + 3 + 4 + 8 * 5);
   put_string(out, record.tenant);
   put_string(out, record.token);
   put_string(out, record.owner_run);
@@ -365,6 +368,9 @@ std::string encode(const token_record& record) {
   keys::put_u64(out, record.next_payload);
   put_string(out, record.previous_owner);
   keys::put_u64(out, record.previous_owner_last_payload);
+  if (!record.owner_command.empty()) {
+    put_string(out, record.owner_command);  // absent in older records
+  }
   return end_frame(std::move(out));
 }
 
@@ -389,6 +395,9 @@ result<token_record> decode_token(std::string_view bytes) {
   record.next_payload = in.u64("next_payload");
   record.previous_owner = in.string("previous_owner");
   record.previous_owner_last_payload = in.u64("previous_owner_last_payload");
+  if (!in.at_end()) {
+    record.owner_command = in.string("owner_command");
+  }
   if (auto problem = in.problem()) {
     return corrupt("token record", *problem);
   }

@@ -112,6 +112,9 @@ struct token_record {
   // that still belongs to it (delivered before its force-claimed error).
   std::string previous_owner;
   std::uint64_t previous_owner_last_payload = 0;
+  // The command id of the start that claimed the token, if it had one: a
+  // repeat of that start gets the owner instead of a conflict.
+  std::string owner_command;
 
   bool operator==(const token_record&) const = default;
 };

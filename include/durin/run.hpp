@@ -36,6 +36,9 @@ struct run_error {
 
 struct run_info {
   std::string id;
+  // The business process the run belongs to: the instance id it was started
+  // with, else its own id.
+  std::string instance_id;
   std::string flow;
   run_status status = run_status::pending;
   json input;

@@ -47,6 +47,8 @@ struct runtime_options {
   std::uint32_t spec_version = 0;
   // The longest min_retention a hook may ask for.
   std::chrono::milliseconds retention_max{30LL * 24 * 3600 * 1000};
+  // How long a plain start's command id is remembered after admission.
+  std::chrono::milliseconds command_retention{24LL * 3600 * 1000};
 };
 
 // Runs belong to a tenant; another tenant's run answers as run-not-found.
@@ -64,9 +66,24 @@ struct start_hook {
   json metadata;  // returned by get_hook_by_token
 };
 
+// What a start does when its instance id is held by an active run.
+enum class duplicate_policy : std::uint8_t {
+  reject_duplicate,        // hook-conflict naming the active run (default)
+  return_existing_active,  // answer the active run; nothing new is started
+};
+
 struct start_options {
   std::string tenant = std::string(default_tenant);
   std::optional<start_hook> hook;
+  // The business process this run is (1..200 bytes; empty: the run's own
+  // id). At most one active run holds an instance id; it is free again when
+  // that run ends. Not combined with `hook`, which already names the run.
+  std::string instance_id;
+  duplicate_policy on_duplicate = duplicate_policy::reject_duplicate;
+  // Names this start as a command (1..200 bytes): a repeat gets the run the
+  // first one admitted and starts nothing. Kept for command_retention after
+  // a plain start; with a hook or instance id, as long as that token is held.
+  std::string command_id;
 };
 
 struct resume_options {
@@ -74,6 +91,16 @@ struct resume_options {
   // A resume carrying an id already recorded for the token is not recorded
   // again; the first resume's answer is returned.
   std::string resume_id;
+  // The command id of a resume is its resume id (set either, or both equal).
+  std::string command_id;
+};
+
+struct cancel_options {
+  std::string tenant = std::string(default_tenant);
+  std::string reason;
+  // A repeat of the cancel that ended the run answers that run again
+  // instead of run-finished, and records nothing.
+  std::string command_id;
 };
 
 struct hook_info {
@@ -152,6 +179,12 @@ class runtime {
   // timers are ignored. run-finished when it had already ended.
   result<run_info> cancel(std::string_view run_id, std::string reason = {},
                           std::string_view tenant = default_tenant);
+  result<run_info> cancel(std::string_view run_id,
+                          const cancel_options& options);
+
+  // The active run holding `instance_id`; run-not-found when none does.
+  result<run_info> get_instance(std::string_view instance_id,
+                                std::string_view tenant = default_tenant) const;
 
   // Sends `listener` a message (durin::run_finished_atom, durin::run_info)
   // when the run ends, or at once if it has. See durin/caf.hpp.
@@ -170,8 +203,10 @@ class runtime {
 
  private:
   explicit runtime(std::unique_ptr<runtime_impl> impl);
+  result<run_info> cancel_once(std::string_view run_id,
+                               const cancel_options& options);
   void start_with_hook(persistence::run_record record, const start_hook& hook,
-                       run_info info,
+                       run_info info, std::string command_id,
                        std::function<void(result<run_info>)> done);
   std::unique_ptr<runtime_impl> impl_;
 };

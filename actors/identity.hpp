@@ -1,0 +1,38 @@
+// Durable identities built on hook tokens. An instance id and a start's
+// command id are start tokens in namespaces of their own (a byte no caller's
+// token may begin with), so the token actor that makes hook starts atomic
+// and unique makes them unique too: one active run per instance id, and one
+// run per start command for as long as its token is held.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace durin::actors {
+
+// Callers' tokens may not begin with this byte.
+inline constexpr char reserved_token_mark = '\x1f';
+
+inline bool is_reserved_token(std::string_view token) {
+  return !token.empty() && token.front() == reserved_token_mark;
+}
+
+inline std::string instance_token(std::string_view instance_id) {
+  return std::string{reserved_token_mark, 'i', ':'} + std::string(instance_id);
+}
+
+inline std::string command_token(std::string_view command_id) {
+  return std::string{reserved_token_mark, 'c', ':'} + std::string(command_id);
+}
+
+// The instance id a start token stands for, if it is an instance token.
+inline std::optional<std::string> instance_of_token(std::string_view token) {
+  if (token.size() > 3 && token[0] == reserved_token_mark && token[1] == 'i' &&
+      token[2] == ':') {
+    return std::string(token.substr(3));
+  }
+  return std::nullopt;
+}
+
+}  // namespace durin::actors
