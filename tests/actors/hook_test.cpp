@@ -557,35 +557,61 @@ TEST_F(HookTest, WebhookHasARandomTokenThatResumesIt) {
   EXPECT_EQ(rt->wait(run->id, wait_max)->output["method"], "POST");
 }
 
+// Creates a hook on input.token: reports the owner on a conflict, else holds
+// the token until one payload arrives.
+flow<json> own_or_report(context& ctx, json input) {
+  auto hook = ctx.create_hook<json>({.token = input.at("token")});
+  if (auto owner = co_await hook.conflict()) {
+    co_return json{{"conflict", owner->run_id()}};
+  }
+  json got = co_await hook;
+  co_return json{{"owned", true}, {"got", got}};
+}
+
 TEST_F(HookTest, SixtyFourRunsCreatingOneTokenGiveOneOwner) {
+  flows_.flow("own-or-report", own_or_report);
   auto rt = open();
-  std::vector<std::string> ids;
-  for (int i = 0; i < 64; ++i) {
-    ids.push_back(rt->start("report-conflict", {{"token", "shared:1"}})->id);
+  // 64 threads start at once, so the 64 claims reach the token together.
+  std::vector<std::string> ids(64);
+  std::barrier gate(64);
+  std::vector<std::thread> starters;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    starters.emplace_back([&, i] {
+      gate.arrive_and_wait();
+      ids[i] = rt->start("own-or-report", {{"token", "shared:1"}})->id;
+    });
   }
+  for (auto& t : starters) {
+    t.join();
+  }
+  // The owner holds the token until it gets a payload, so every other run
+  // must see that one owner.
+  auto ended = [&] {
+    std::size_t n = 0;
+    for (auto& id : ids) {
+      n += rt->get(id)->status == run_status::completed ? 1 : 0;
+    }
+    return n;
+  };
+  ASSERT_TRUE(eventually([&] { return ended() == 63; }));
+  auto hook = rt->get_hook_by_token("shared:1");
+  ASSERT_TRUE(hook.ok());
+  std::string owner = hook->owner_run_id;
+  ASSERT_TRUE(rt->resume_hook("shared:1", "go").ok());
+  auto done = rt->wait(owner, wait_max);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->output["owned"], true);
   int owners = 0;
-  std::string owner;
   for (auto& id : ids) {
-    auto done = rt->wait(id, wait_max);
-    ASSERT_TRUE(done.ok());
-    if (done->output.value("owned", false)) {
+    auto run = rt->get(id);
+    if (run->output.value("owned", false)) {
       ++owners;
-      owner = id;
+      EXPECT_EQ(id, owner);
+    } else {
+      EXPECT_EQ(run->output["conflict"], owner) << id;
     }
   }
-  // report-conflict ends at once, so a later run may own the token after an
-  // earlier owner ended; while one is active every other sees it. Each
-  // conflict names a run that did own the token.
-  EXPECT_GE(owners, 1);
-  for (auto& id : ids) {
-    auto done = rt->get(id);
-    if (done->output.contains("conflict")) {
-      auto named = done->output["conflict"].get<std::string>();
-      auto named_run = rt->get(named);
-      ASSERT_TRUE(named_run.ok());
-      EXPECT_TRUE(named_run->output.value("owned", false)) << named;
-    }
-  }
+  EXPECT_EQ(owners, 1);
 }
 
 }  // namespace
