@@ -20,6 +20,10 @@ struct run_actor_state {
   std::int64_t reload_backoff_ms = 50;
   bool blocked_reported = false;
   std::string tenant = "default";
+  // Messages handled; a run idle on a hook passivates once a linger of
+  // passivate_after has passed with this unchanged.
+  std::uint64_t messages = 0;
+  bool linger_armed = false;
   static inline const char* name = "durin.run";
 };
 
@@ -29,11 +33,18 @@ constexpr std::int64_t reload_backoff_ms_max = 5000;
 
 // Leaves the directory and stops when nothing more can happen without a
 // message from outside: the run ended, could not load, or sleeps long.
-void maybe_leave(self_pointer self) {
+void maybe_leave(self_pointer self, bool lingered = false) {
   auto& st = self->state;
   bool idle = !st.reloading && (!st.engine || st.engine->finished() ||
-                                st.engine->can_passivate());
+                                st.engine->can_passivate() ||
+                                (lingered && st.engine->idle_on_hook()));
   if (!idle) {
+    if (!st.reloading && st.engine && st.engine->idle_on_hook() &&
+        !st.linger_armed) {
+      st.linger_armed = true;
+      self->delayed_send(self, st.services->options.passivate_after,
+                         linger_atom::value, st.messages);
+    }
     return;
   }
   auto* actor = self;
@@ -150,6 +161,7 @@ void watch_run(self_pointer self, const std::string& run_id) {
 // Carries out what the engine asked for, then looks whether to stop.
 void drain(self_pointer self) {
   auto& st = self->state;
+  ++st.messages;
   if (!st.engine) {
     maybe_leave(self);
     return;
@@ -339,6 +351,11 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, node* services,
         if (self->state.reloading) {
           activate(self, std::nullopt);
         }
+      },
+      [self](linger_atom, std::uint64_t seen) {
+        auto& st = self->state;
+        st.linger_armed = false;
+        maybe_leave(self, seen == st.messages);
       },
   };
 }

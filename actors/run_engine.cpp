@@ -731,6 +731,21 @@ bool run_engine::can_passivate() const {
   return on_timer && pending_.due_ms - now() > env_.passivate_after.count();
 }
 
+bool run_engine::idle_on_hook() const {
+  if (stopped() || in_flight_ || !staged_.empty() || run_dirty_ ||
+      !staged_after_.empty() || pending_.kind != call_kind::hook_next) {
+    return false;
+  }
+  for (const auto& entry : hooks_) {
+    if (entry.state == hook_entry::claim::pending) {
+      return false;  // a claim's answer is on its way
+    }
+  }
+  const auto& entry = hooks_.at(pending_.hook);
+  return entry.state == hook_entry::claim::owned && entry.subscribed &&
+         !entry.disposed;
+}
+
 std::optional<timer_record> run_engine::waiting_timer() const {
   if (stopped()) {
     return std::nullopt;

@@ -141,6 +141,10 @@ class run_engine final : public detail::driver {
   bool storage_failed() const { return storage_failed_; }
   // True while idle on a timer due later than the passivation threshold.
   bool can_passivate() const;
+  // True while idle on a hook it owns and has subscribed to: its payloads
+  // (and a force-claim) reach the run through messages that re-activate it,
+  // and replay subscribes again from the last payload recorded.
+  bool idle_on_hook() const;
   // The durable timer the run waits on, if any.
   std::optional<persistence::timer_record> waiting_timer() const;
 

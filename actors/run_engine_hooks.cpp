@@ -345,9 +345,10 @@ bool run_engine::hook_next(std::size_t hook, detail::call_outcome* out) {
     send(std::move(message));
   }
   stage_status(run_status::waiting);
-  if (!in_flight_) {
-    flush_then([] {});  // so that the stored status says waiting
-  }
+  // Writes what is staged (the payloads read so far, the status waiting)
+  // now or right after the write in flight: nothing else may come to carry
+  // it while the run waits on the outside world.
+  flush_then([] {});
   return false;
 }
 

@@ -121,10 +121,12 @@ class HookTest : public ::testing::Test {
     bodies_started = 0;
   }
 
-  std::unique_ptr<runtime> open() {
+  std::unique_ptr<runtime> open(
+      std::chrono::milliseconds passivate_after = std::chrono::seconds(2)) {
     runtime_options options;
     options.data_dir = dir_.path();
     options.clock = clock_;
+    options.passivate_after = passivate_after;
     auto opened = runtime::open(options, flows_);
     EXPECT_TRUE(opened.ok()) << (opened ? "" : opened.error().to_string());
     return opened ? std::move(*opened) : nullptr;
@@ -274,6 +276,27 @@ TEST_F(HookTest, AStartAfterTheOwnersEndIsSeenIsANewRun) {
       }
     }
   }
+}
+
+// A run idle on a hook leaves memory; each payload brings it back, in order.
+TEST_F(HookTest, ARunWaitingOnAHookPassivatesAndPayloadsWakeIt) {
+  auto rt = open(std::chrono::milliseconds(100));
+  auto run = rt->start("collect", {{"token", "order:P"}}, with_hook("order:P"));
+  ASSERT_TRUE(run.ok());
+  ASSERT_TRUE(rt->resume_hook("order:P", {{"n", 1}}).ok());
+  ASSERT_TRUE(eventually([&] { return rt->active_run_actors() == 0; }));
+  EXPECT_EQ(rt->get(run->id)->status, run_status::waiting);
+  ASSERT_TRUE(rt->resume_hook("order:P", {{"n", 2}}).ok());
+  ASSERT_TRUE(rt->resume_hook("order:P", {{"n", 3}}).ok());
+  ASSERT_TRUE(eventually([&] {
+    return count_events(*rt, run->id, "hook-payload") == 3 &&
+           rt->active_run_actors() == 0;
+  })) << count_events(*rt, run->id, "hook-payload")
+      << " payloads read, " << rt->active_run_actors() << " run actors";
+  ASSERT_TRUE(rt->resume_hook("order:P", {{"n", 4}, {"done", true}}).ok());
+  auto done = rt->wait(run->id, wait_max);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->output, json::array({1, 2, 3, 4}));
 }
 
 TEST_F(HookTest, RetentionKeepsFinishedOwnerUntilDeadline) {
