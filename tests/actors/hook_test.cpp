@@ -537,6 +537,46 @@ TEST_F(HookTest, StartOutcomeUnknownThenRetryGivesOneRun) {
   EXPECT_EQ(rt->get(lost.error().run_id).error().code, errc::run_not_found);
 }
 
+// Claims input.token with metadata and a retention, then reads one payload.
+flow<json> claims_with_metadata(context& ctx, json input) {
+  auto hook = ctx.create_hook<json>({.token = input.at("token"),
+                                     .metadata = json{{"k", "v"}},
+                                     .min_retention = "1h"});
+  co_return co_await hook;
+}
+
+// The writes after the admission fail before landing, so the claim is
+// answered "unknown" and retried (or the run reloads and claims again): the
+// claim that lands still carries its metadata and retention.
+TEST_F(HookTest, ClaimRetriedAfterAFailedTokenWriteKeepsMetadataAndRetention) {
+  flows_.flow("claims-with-metadata", claims_with_metadata);
+  auto rt = open();
+  rt->set_storage_fault_for_testing(
+      [writes = std::make_shared<std::atomic<int>>(0)] {
+        auto n = ++*writes;
+        return n == 2 || n == 3 ? 1 : 0;  // the first write is the admission
+      });
+  auto run = rt->start("claims-with-metadata", {{"token", "order:R"}});
+  ASSERT_TRUE(run.ok()) << run.error().to_string();
+  ASSERT_TRUE(eventually([&] {
+    auto hook = rt->get_hook_by_token("order:R");
+    return hook && hook->owner_run_id == run->id;
+  }));
+  auto hook = rt->get_hook_by_token("order:R");
+  EXPECT_EQ(hook->metadata, (json{{"k", "v"}}));
+  EXPECT_GT(hook->retain_until_ms, run->created_at_ms);
+  ASSERT_TRUE(
+      eventually([&] { return status_is(*rt, run->id, run_status::waiting); }));
+  rt->set_storage_fault_for_testing(nullptr);
+  ASSERT_TRUE(rt->resume_hook("order:R", "go").ok());
+  ASSERT_EQ(rt->wait(run->id, wait_max)->status, run_status::completed);
+  ASSERT_TRUE(eventually([&] {
+    auto kept = rt->get_hook_by_token("order:R");
+    return kept && kept->state == "retained";
+  }));
+  EXPECT_EQ(rt->get_hook_by_token("order:R")->metadata, (json{{"k", "v"}}));
+}
+
 // A webhook's token is random; the flow publishes it through a step.
 std::mutex webhook_mutex;
 std::string webhook_token_seen;
