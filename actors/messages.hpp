@@ -11,6 +11,7 @@
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
 
+#include "actors/admission.hpp"
 #include "actors/step_executor.hpp"
 #include "durin/error.hpp"
 #include "durin/run.hpp"
@@ -62,6 +63,8 @@ struct start_claim {
   persistence::run_record run;
   persistence::token_record token;  // owner, retention, metadata filled in
   std::function<void(result<run_info>)> reply;
+  // Records a node component adds to the admission batch (may be null).
+  std::shared_ptr<const detail::admission_records> admission;
 };
 
 // A flow's create_hook: claim (or force-claim) the token for run_id.

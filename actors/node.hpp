@@ -55,6 +55,10 @@ struct node {
   std::unique_ptr<directory> tokens;  // key: keys::token(tenant, token)
   finish_listeners finished;
   held_tokens held;  // written by token actors, read by starts
+  // Who waits for a run to end or to wait for something: told by the
+  // store's run listener once such a status is durable (runtime.cpp installs
+  // it with the first wait_settled). The info carries only id and status.
+  finish_listeners settled;
 };
 
 }  // namespace durin::actors

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "actors/identity.hpp"
+#include "actors/admission.hpp"
 #include "actors/node.hpp"
 #include "actors/run_actor.hpp"
 #include "actors/run_engine.hpp"
@@ -106,6 +107,7 @@ class runtime_impl {
   std::atomic<bool> closing{false};
   std::mutex ids_mutex;
   std::mt19937_64 ids{std::random_device{}()};
+  std::once_flag settled_listener;
 
   ~runtime_impl() { close(); }
 
@@ -129,6 +131,7 @@ class runtime_impl {
       services.committer->stop();
     }
     services.finished.clear();
+    services.settled.clear();
     own_system.reset();
   }
 
@@ -356,12 +359,15 @@ void runtime::start_async(std::string_view flow, json input,
   auto* node = &services;
   if (*keyed) {
     start_with_hook(std::move(record), **keyed, std::move(info),
-                    options.command_id, std::move(done));
+                    options.command_id, options.admission, std::move(done));
     return;
   }
   auto batch = services.store->batch();
   batch.put_run(record);
   batch.put_active(record.id);
+  if (options.admission && options.admission->add) {
+    options.admission->add(info, batch);
+  }
   services.committer->submit(
       std::move(batch),
       [node, record = std::move(record), info = std::move(info),
@@ -378,10 +384,11 @@ void runtime::start_async(std::string_view flow, json input,
       });
 }
 
-void runtime::start_with_hook(persistence::run_record record,
-                              const start_hook& hook, run_info info,
-                              std::string command_id,
-                              std::function<void(result<run_info>)> done) {
+void runtime::start_with_hook(
+    persistence::run_record record, const start_hook& hook, run_info info,
+    std::string command_id,
+    std::shared_ptr<const detail::admission_records> extra,
+    std::function<void(result<run_info>)> done) {
   auto& services = impl_->services;
   if (hook.token.empty() || hook.token.size() > hook_token_bytes_max) {
     done(make_error(errc::invalid_argument,
@@ -438,6 +445,7 @@ void runtime::start_with_hook(persistence::run_record record,
         }
         (*answer)(std::move(admitted));
       }};
+  claim.admission = std::move(extra);
   if (!services.tokens->deliver(address, actors::start_claim_atom::value,
                                 std::move(claim))) {
     (*answer)(make_error(errc::shutting_down, "the runtime is closing"));
@@ -582,6 +590,58 @@ result<run_info> runtime::wait(std::string_view run_id,
                                        " ms; it goes on");
 }
 
+result<run_info> runtime::wait_settled(std::string_view run_id,
+                                       std::chrono::milliseconds timeout,
+                                       std::string_view tenant) const {
+  auto& services = impl_->services;
+  // Installed on first use, so nodes that never wait this way pay nothing
+  // per write.
+  std::call_once(impl_->settled_listener, [&services] {
+    auto* node = &services;
+    services.store->set_run_listener(
+        [node](std::string_view id, run_status status) {
+          if (status == run_status::waiting || is_terminal(status)) {
+            run_info info;
+            info.id = std::string(id);
+            info.status = status;
+            node->settled.notify(info);
+          }
+        });
+  });
+  struct waiter {
+    std::mutex mutex;
+    std::condition_variable done;
+    bool settled = false;
+  };
+  auto state = std::make_shared<waiter>();
+  std::string id(run_id);
+  auto token = services.settled.add(id, [state](const run_info&) {
+    std::lock_guard<std::mutex> lock(state->mutex);
+    state->settled = true;
+    state->done.notify_all();
+  });
+  auto settled = [](const run_info& info) {
+    return info.status == run_status::waiting || is_terminal(info.status) ||
+           info.status == run_status::blocked;
+  };
+  auto now = get(run_id, tenant);
+  if (!now || settled(*now)) {
+    services.settled.remove(id, token);
+    return now;
+  }
+  std::unique_lock<std::mutex> lock(state->mutex);
+  bool woke =
+      state->done.wait_for(lock, timeout, [&] { return state->settled; });
+  lock.unlock();
+  services.settled.remove(id, token);
+  if (!woke) {
+    return make_error(errc::timeout,
+                      "run " + id + " neither ended nor waited within " +
+                          std::to_string(timeout.count()) + " ms; it goes on");
+  }
+  return get(run_id, tenant);
+}
+
 result<run_page> runtime::list(const run_filter& filter) const {
   if (filter.limit == 0 || filter.limit > 1000) {
     return make_error(errc::invalid_argument, "limit must be 1 to 1000; got " +
@@ -713,6 +773,14 @@ void runtime::notify_on_finish(std::string_view run_id,
     send_once(*now);
   }
 }
+
+namespace actors {
+
+node& services_of(runtime& rt) {
+  return rt.impl_->services;
+}
+
+}  // namespace actors
 
 void runtime::set_storage_fault_for_testing(std::function<int()> decide) {
   using fault = persistence::committer::fault;

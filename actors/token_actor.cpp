@@ -316,9 +316,12 @@ void handle_start(self_pointer self, start_claim& claim) {
   batch.put_run(claim.run);
   batch.put_active(claim.run.id);
   batch.put_token(claim.token);
+  auto info = describe_run(claim.run);
+  if (claim.admission && claim.admission->add) {
+    claim.admission->add(info, batch);  // in the same atomic write
+  }
   st.record = claim.token;
   auto reply = std::move(claim.reply);
-  auto info = describe_run(claim.run);
   write(self, std::move(batch), [self, reply, info](bool ok) {
     if (ok) {
       reply(info);

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "actors/admission.hpp"
 #include "persistence/test_points.hpp"
 
 namespace durin::cluster {
@@ -289,10 +290,12 @@ struct api::context {
   principal caller;
   json body;
   metrics::route route = metrics::route::other;
-  // Set while a keyed request runs: its key, for note_run.
+  // Set while a keyed request runs: its key, for the admission's records.
   std::optional<persistence::request_address> held_key;
   std::string fingerprint;
   std::string recorded_run_id;  // see idempotency::decision
+  // What the request made durable for its key (a start's admission).
+  idempotency::stored stored = idempotency::stored::nothing;
 };
 
 api::api(runtime& node, auth& keys, idempotency& requests, metrics& counters,
@@ -565,7 +568,7 @@ http_response api::mutate(context& ctx, bool carries_secret,
     response = error_response(500, "internal", e.what());
   }
   return requests_.finish(address, fingerprint, decision.generation,
-                          std::move(response), carries_secret);
+                          std::move(response), carries_secret, ctx.stored);
 }
 
 http_response api::run_response(unsigned status, const run_info& run) {
@@ -615,6 +618,33 @@ http_response api::start_run(context& ctx) {
     start.metadata = hook.value("metadata", json());
     options.hook = std::move(start);
   }
+  // A keyed start writes its key's record in the admission batch: the kept
+  // answer itself when it answers at once, else a marker naming the run.
+  // One fsync, and no moment where the run is durable but its key is not.
+  auto kept = std::make_shared<std::optional<http_response>>();
+  if (ctx.held_key && ctx.recorded_run_id.empty()) {
+    auto records = std::make_shared<detail::admission_records>();
+    records->add = [this, address = *ctx.held_key,
+                    fingerprint = ctx.fingerprint, wait, kept](
+                       const run_info& run, persistence::write_batch& batch) {
+      if (!wait) {
+        auto answer = json_response(202, run.to_json());
+        if (requests_
+                .add_to(batch, address,
+                        requests_.admission_answer(fingerprint, answer))
+                .ok()) {
+          *kept = std::move(answer);
+          return;
+        }
+        // Too large to keep in the admission: the marker protects the
+        // run, and finish tries to keep the answer on its own.
+      }
+      (void)requests_.add_to(batch, address,
+                             requests_.admission_marker(fingerprint, run.id));
+    };
+    options.admission = std::move(records);
+    ctx.stored = idempotency::stored::marker;
+  }
   auto started = ctx.recorded_run_id.empty()
                      ? node_.start(body["flow"].get<std::string>(),
                                    std::move(input), options)
@@ -624,56 +654,32 @@ http_response api::start_run(context& ctx) {
   }
   if (ctx.recorded_run_id.empty()) {
     metrics_.count_start();
-    if (ctx.held_key && wait) {
-      // A crash from here on leaves the run named in the key's marker, so
-      // the retry answers it instead of starting a second one. (A start
-      // without wait answers at once: keeping its answer names the run.)
-      if (auto noted =
-              requests_.note_run(*ctx.held_key, ctx.fingerprint, started->id);
-          !noted) {
-        json body = {{"code", "start-outcome-unknown"},
-                     {"message",
-                      "the run was admitted but its "
-                      "Idempotency-Key could not record it: " +
-                          noted.error().message},
-                     {"runId", started->id}};
-        return json_response(503, body);
-      }
-    }
     DURIN_TEST_KILL_POINT("gateway.after_admit");
   }
   if (!wait) {
+    if (*kept) {
+      ctx.stored = idempotency::stored::answer;
+      metrics_.count_run_status(to_string(started->status));
+      return std::move(**kept);
+    }
     return run_response(202, *started);
   }
-  const auto deadline =
-      clock_type::now() + std::chrono::milliseconds(options_.wait_ms_max);
-  run_info last = *started;
-  while (clock_type::now() < deadline) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - clock_type::now());
-    auto slice =
-        std::min(left, std::chrono::milliseconds(options_.wait_poll_ms));
-    if (slice.count() <= 0) {
-      break;
-    }
-    auto ended = node_.wait(started->id, slice, options.tenant);
-    if (ended) {
-      return run_response(200, *ended);
-    }
-    if (ended.error().code != errc::timeout) {
-      return error_response(ended.error());
-    }
-    auto now = node_.get(started->id, options.tenant);
-    if (!now) {
-      return error_response(now.error());
-    }
-    last = *now;
-    if (last.status == run_status::waiting || is_terminal(last.status) ||
-        last.status == run_status::blocked) {
-      break;
-    }
+  // Answers once the run ends or waits for something, told by the store
+  // when that status is durable (no polling).
+  auto settled = node_.wait_settled(
+      started->id, std::chrono::milliseconds(options_.wait_ms_max),
+      options.tenant);
+  if (settled) {
+    return run_response(200, *settled);
   }
-  return run_response(200, last);
+  if (settled.error().code != errc::timeout) {
+    return error_response(settled.error());
+  }
+  auto now = node_.get(started->id, options.tenant);
+  if (!now) {
+    return error_response(now.error());
+  }
+  return run_response(200, *now);
 }
 
 http_response api::get_run(context& ctx, const std::string& id) {

@@ -25,8 +25,6 @@ namespace durin::cluster {
 struct api_options {
   // A waited start answers at the latest after this, with the run as it is.
   std::int64_t wait_ms_max = 25'000;
-  // How often a waited start looks whether its run waits for something.
-  std::int64_t wait_poll_ms = 20;
   std::size_t json_depth_max = 64;
   std::size_t path_bytes_max = 2048;
   std::size_t id_bytes_max = 256;

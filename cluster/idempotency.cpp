@@ -131,14 +131,14 @@ idempotency::decision idempotency::begin(
     return decision{outcome::answered, std::move(response)};
   };
   std::string recorded_run_id;
-  auto stored = requests_.get(address);
-  if (!stored) {
+  auto found = requests_.get(address);
+  if (!found) {
     return answered(error_response(
         503, "storage-error",
-        "cannot read the Idempotency-Key: " + stored.error().message));
+        "cannot read the Idempotency-Key: " + found.error().message));
   }
-  if (*stored && (*stored)->expires_at_ms > now) {
-    const auto& record = **stored;
+  if (*found && (*found)->expires_at_ms > now) {
+    const auto& record = **found;
     const bool same = record.fingerprint == fingerprint;
     switch (record.state) {
       case request_state::kept: {
@@ -167,26 +167,11 @@ idempotency::decision idempotency::begin(
         break;
     }
   }
-  request_record marker;
-  marker.state = request_state::in_flight;
-  marker.fingerprint = fingerprint;
-  marker.instance_id = instance_id_;
-  marker.lease_until_ms = now + options_.lease_ms;
-  marker.expires_at_ms = now + options_.keep_ms;
-  marker.body = recorded_run_id;
-  // Durable before the request acts: a crash now leaves a marker of this
-  // instance, free at the next start.
-  if (auto written = requests_.put(address, marker); !written) {
-    return answered(error_response(
-        503, "storage-error",
-        "cannot hold the Idempotency-Key: " + written.error().message));
-  }
   return {outcome::proceed, {}, generation, std::move(recorded_run_id)};
 }
 
-status idempotency::note_run(const persistence::request_address& address,
-                             const std::string& fingerprint,
-                             const std::string& run_id) {
+request_record idempotency::admission_marker(const std::string& fingerprint,
+                                             const std::string& run_id) {
   const auto now = now_ms_();
   request_record marker;
   marker.state = request_state::in_flight;
@@ -195,17 +180,37 @@ status idempotency::note_run(const persistence::request_address& address,
   marker.lease_until_ms = now + options_.lease_ms;
   marker.expires_at_ms = now + options_.keep_ms;
   marker.body = run_id;
-  return requests_.put(address, marker);
+  return marker;
+}
+
+request_record idempotency::admission_answer(const std::string& fingerprint,
+                                             const http_response& response) {
+  const auto now = now_ms_();
+  request_record record;
+  record.state = request_state::kept;
+  record.fingerprint = fingerprint;
+  record.instance_id = instance_id_;
+  record.expires_at_ms = now + options_.keep_ms;
+  record.succeeded_at_ms = now;
+  record.http_status = static_cast<std::uint16_t>(response.status);
+  record.content_type = response.content_type;
+  record.body = response.body;
+  return record;
 }
 
 http_response idempotency::finish(const persistence::request_address& address,
                                   const std::string& fingerprint,
                                   std::uint64_t generation,
-                                  http_response response, bool carries_secret) {
+                                  http_response response, bool carries_secret,
+                                  stored already) {
   const auto key = map_key(address);
   const auto now = now_ms_();
-  status stored;
-  if (response.status >= 200 && response.status < 300) {
+  status kept;
+  const bool success = response.status >= 200 && response.status < 300;
+  if (already == stored::answer || (!success && already == stored::marker)) {
+    // Durable already, or a marker that may name an admitted run: a retry
+    // must find it.
+  } else if (success) {
     request_record record;
     record.fingerprint = fingerprint;
     record.instance_id = instance_id_;
@@ -219,12 +224,10 @@ http_response idempotency::finish(const persistence::request_address& address,
       record.content_type = response.content_type;
       record.body = response.body;
     }
-    stored = requests_.put(address, record);
-  } else {
-    stored = requests_.erase(address);
+    kept = requests_.put(address, record);
   }
   release(key, generation);
-  if (!stored && response.status >= 200 && response.status < 300 &&
+  if (!kept && response.status >= 200 && response.status < 300 &&
       !carries_secret) {
     // The work is done and durable; only its replay could not be kept.
     response.headers.emplace_back("Idempotency-Key-Kept", "false");

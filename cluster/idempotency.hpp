@@ -1,17 +1,22 @@
 // Request idempotency: the rules of seeds/001 for every mutating route.
 //
 //   begin()  decides what a keyed request does: proceed (its key is now held
-//            by it, durably, before anything starts), replay the kept first
-//            answer, or refuse (in-flight, conflict, replay-withheld).
+//            by it), replay the kept first answer, or refuse (in-flight,
+//            conflict, replay-withheld). It writes nothing.
 //   finish() stores the outcome before the caller sends it: a successful
 //            answer is kept (sync) or, when it carries a secret, only the
-//            fact that it succeeded; a failed one frees the key (sync).
+//            fact that it succeeded; a failed one keeps nothing.
 //
-// A key is held in memory by the request running it (the truth within this
-// process) and durably by an in-flight marker naming this process's
-// `instance_id`. A marker of another instance is free at once (its process
-// is gone); a request holding a key for longer than `lease_ms` loses it.
-// Kept answers expire after `keep_ms` (24 h) and are swept by the node.
+// A key is held in memory by the request running it: within one process
+// that is the truth, and a request holding a key for longer than `lease_ms`
+// loses it. Nothing durable is written before the request acts, so a crash
+// before it acts leaves the key free. A start writes its key's record in
+// the run's admission batch (admission_marker / admission_answer): the
+// in-flight marker naming the run, or for a start without wait the kept
+// answer itself, so a run and its key's record are durable together. A
+// marker of another instance is free at once (its process is gone), but a
+// retry with the same request answers the run it names. Kept answers expire
+// after `keep_ms` (24 h) and are swept by the node.
 //
 // Thread-safety: every method may be called from any thread; begin/finish
 // block for one group commit (gateway worker threads only, never actors).
@@ -50,6 +55,14 @@ class idempotency {
  public:
   enum class outcome { proceed, answered };
 
+  // What the request has made durable for its key before finish().
+  enum class stored {
+    nothing,  // finish keeps a 2xx answer, and keeps nothing otherwise
+    marker,   // an admission may have written an in-flight marker naming
+              // its run: a failed answer leaves it (the run may exist)
+    answer,   // the answer sent is already kept (admission_answer)
+  };
+
   struct decision {
     outcome kind = outcome::proceed;
     http_response response;        // when answered: replay or refusal
@@ -74,16 +87,28 @@ class idempotency {
   std::optional<http_response> peek(const persistence::request_address& address,
                                     const std::string& fingerprint);
 
-  // Records in the key's in-flight marker (sync) that the request admitted
-  // `run_id`, so that a retry after a crash answers that run.
-  status note_run(const persistence::request_address& address,
-                  const std::string& fingerprint, const std::string& run_id);
+  // The in-flight marker naming `run_id`, to write in the run's admission
+  // batch: a retry after a crash answers that run.
+  persistence::request_record admission_marker(const std::string& fingerprint,
+                                               const std::string& run_id);
+  // The kept answer `response`, to write in the run's admission batch when
+  // the request answers at once (a start without wait).
+  persistence::request_record admission_answer(const std::string& fingerprint,
+                                               const http_response& response);
 
-  // Stores what `response` means for the key, then releases it. Answers the
-  // response to send (a storage failure while keeping becomes a 503).
+  // Adds `record` under `address` to `batch` (a run's admission).
+  status add_to(persistence::write_batch& batch,
+                const persistence::request_address& address,
+                const persistence::request_record& record) const {
+    return requests_.add_to(batch, address, record);
+  }
+
+  // Stores what `response` means for the key (unless `already` says it is
+  // durable), then releases it. Answers the response to send.
   http_response finish(const persistence::request_address& address,
                        const std::string& fingerprint, std::uint64_t generation,
-                       http_response response, bool carries_secret);
+                       http_response response, bool carries_secret,
+                       stored already = stored::nothing);
 
   const std::string& instance_id() const { return instance_id_; }
 

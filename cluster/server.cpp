@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "actors/node.hpp"
 #include "durin/runtime.hpp"
 #include "persistence/auth_store.hpp"
 #include "persistence/committer.hpp"
@@ -53,13 +54,12 @@ int serve(serve_options options, registry flows, std::ostream& out,
   if (!node) {
     return fail(err, node.error());
   }
-  auto store = persistence::store::open(options.data_dir + "/gateway");
-  if (!store) {
-    return fail(err, store.error());
-  }
-  persistence::committer writer(**store);
-  persistence::request_store requests(**store, writer);
-  persistence::auth_store key_store(**store, writer);
+  // One store for the node: request records ride in the admission batches
+  // of the runs they start (one fsync, no window between the two).
+  auto& services = actors::services_of(**node);
+  auto& writer = *services.committer;
+  persistence::request_store requests(*services.store, writer);
+  persistence::auth_store key_store(*services.store, writer);
   auth keys(key_store, wall_ms);
   const std::string admin_key_path = options.data_dir + "/admin.key";
   auto created = keys.bootstrap(admin_key_path);
@@ -75,19 +75,37 @@ int serve(serve_options options, registry flows, std::ostream& out,
   }
   idempotency held(requests, instance_id, wall_ms, options.idempotency);
   metrics counters;
-  auto commit_metrics = [&writer] {
+  // Counted from the store now, then kept by every write (a true gauge,
+  // right across restarts).
+  auto* node_store = services.store.get();
+  if (auto counted = node_store->runs_by_status(); !counted) {
+    return fail(err, counted.error());
+  }
+  auto commit_metrics = [&writer, node_store] {
     auto stats = writer.statistics();
     std::string text;
+    if (auto counts = node_store->runs_by_status()) {
+      text +=
+          "# HELP durin_runs Runs stored on this node, by status.\n"
+          "# TYPE durin_runs gauge\n";
+      for (auto status :
+           {run_status::pending, run_status::running, run_status::waiting,
+            run_status::completed, run_status::failed, run_status::cancelled}) {
+        text +=
+            "durin_runs{status=\"" + std::string(to_string(status)) + "\"} " +
+            std::to_string((*counts)[static_cast<std::size_t>(status)]) + "\n";
+      }
+    }
     text +=
-        "# HELP durin_gateway_commit_groups_total fsync'd group writes "
-        "of the gateway store.\n";
-    text += "durin_gateway_commit_groups_total " +
-            std::to_string(stats.group_writes) + "\n";
-    text += "durin_gateway_commit_batches_total " +
-            std::to_string(stats.batches) + "\n";
-    text += "durin_gateway_commit_operations_total " +
+        "# HELP durin_commit_groups_total fsync'd group writes of the "
+        "node's store.\n";
+    text += "durin_commit_groups_total " + std::to_string(stats.group_writes) +
+            "\n";
+    text +=
+        "durin_commit_batches_total " + std::to_string(stats.batches) + "\n";
+    text += "durin_commit_operations_total " +
             std::to_string(stats.operations) + "\n";
-    text += "durin_gateway_commit_batches_per_group " +
+    text += "durin_commit_batches_per_group " +
             std::to_string(stats.group_writes == 0
                                ? 0.0
                                : static_cast<double>(stats.batches) /
@@ -144,7 +162,6 @@ int serve(serve_options options, registry flows, std::ostream& out,
   }
   sweep_wake.notify_all();
   sweeper.join();
-  writer.stop();
   node->reset();
   out << "stopped" << std::endl;
   return 0;

@@ -154,17 +154,28 @@ status request_store::write(write_batch batch) {
   return answer.get();
 }
 
-status request_store::put(const request_address& address,
-                          const request_record& record) {
+status request_store::add_to(write_batch& batch, const request_address& address,
+                             const request_record& record) const {
   if (!address_fits(address)) {
     return make_error(errc::invalid_argument, "request key too long");
   }
   if (record.body.size() > codec::field_bytes_max / 2) {
     return make_error(errc::invalid_argument, "response too large to keep");
   }
+  auto put = batch.raw().Put(store_.handle(family::requests), key_of(address),
+                             encode(record));
+  if (!put.ok()) {
+    return make_error(errc::storage_error, "requests: " + put.ToString());
+  }
+  return {};
+}
+
+status request_store::put(const request_address& address,
+                          const request_record& record) {
   auto batch = store_.batch();
-  batch.raw().Put(store_.handle(family::requests), key_of(address),
-                  encode(record));
+  if (auto added = add_to(batch, address, record); !added) {
+    return added;
+  }
   return write(std::move(batch));
 }
 

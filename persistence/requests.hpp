@@ -64,6 +64,12 @@ class request_store {
   // Stores `record` under `address` (sync); returns once durable.
   status put(const request_address& address, const request_record& record);
 
+  // Adds the put of `record` under `address` to `batch` (someone else's
+  // batch, written with its other records: a run's admission). Refuses, and
+  // adds nothing, what put would refuse.
+  status add_to(write_batch& batch, const request_address& address,
+                const request_record& record) const;
+
   // Removes the record (sync); returns once durable. Removing a missing
   // record succeeds.
   status erase(const request_address& address);

@@ -11,8 +11,11 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <exception>
 #include <filesystem>
+#include <mutex>
+#include <unordered_map>
 
 #include "persistence/assert.hpp"
 #include "persistence/codec.hpp"
@@ -213,6 +216,7 @@ result<std::unique_ptr<store>> store::open(const std::string& dir) {
     }
     // Owned at once: on any later failure the destructor closes it.
     std::unique_ptr<store> opened_store(new store());
+    opened_store->watch_ = std::make_unique<run_watch>();
     opened_store->dir_ = dir;
     opened_store->db_.reset(raw);
     opened_store->default_handle_ = handles[0];
@@ -252,6 +256,174 @@ status store::check_schema() {
                           std::to_string(schema_version));
   }
   return {};
+}
+
+// What set_run_listener and runs_by_status keep. `mutex` orders writes
+// against the first count, so the counts see each write exactly once.
+struct store::run_watch {
+  std::mutex mutex;
+  run_listener listener;
+  // Set once counted; the counts are then read without the lock (a scrape
+  // must not wait for an fsync), and written under it.
+  std::atomic<bool> counting{false};
+  std::array<std::atomic<std::uint64_t>, 8> counts{};
+  // Status of every unfinished run, to know which count a write moves from.
+  std::unordered_map<std::string, run_status> open_runs;
+};
+
+namespace {
+
+// The id and status of an encoded run record, read without decoding the
+// rest (layout: persistence/README.md; the record was just encoded by
+// write_batch::put_run). nullopt for anything malformed.
+std::optional<std::pair<std::string_view, run_status>> peek_run(
+    std::string_view value) {
+  std::size_t at = 1;  // the format version
+  auto take_string = [&](std::string_view& out) {
+    if (value.size() < at + 4) {
+      return false;
+    }
+    std::size_t length = keys::get_u32(value.data() + at);
+    at += 4;
+    if (value.size() < at + length) {
+      return false;
+    }
+    out = value.substr(at, length);
+    at += length;
+    return true;
+  };
+  std::string_view id;
+  std::string_view flow;
+  if (!take_string(id) || !take_string(flow) || value.size() <= at) {
+    return std::nullopt;
+  }
+  auto status = static_cast<std::uint8_t>(value[at]);
+  if (status < static_cast<std::uint8_t>(run_status::pending) ||
+      status > static_cast<std::uint8_t>(run_status::cancelled)) {
+    return std::nullopt;
+  }
+  return std::make_pair(id, static_cast<run_status>(status));
+}
+
+// Calls `seen` for every run record a batch puts.
+class run_puts : public rocksdb::WriteBatch::Handler {
+ public:
+  run_puts(std::uint32_t runs_family,
+           std::function<void(std::string_view, run_status)> seen)
+      : runs_family_(runs_family), seen_(std::move(seen)) {}
+
+  rocksdb::Status PutCF(std::uint32_t family_id, const rocksdb::Slice&,
+                        const rocksdb::Slice& value) override {
+    if (family_id == runs_family_) {
+      if (auto run = peek_run(value.ToStringView())) {
+        seen_(run->first, run->second);
+      }
+    }
+    return rocksdb::Status::OK();
+  }
+  // The defaults refuse deletes in named families, which would end the walk.
+  rocksdb::Status DeleteCF(std::uint32_t, const rocksdb::Slice&) override {
+    return rocksdb::Status::OK();
+  }
+  rocksdb::Status SingleDeleteCF(std::uint32_t,
+                                 const rocksdb::Slice&) override {
+    return rocksdb::Status::OK();
+  }
+  rocksdb::Status DeleteRangeCF(std::uint32_t, const rocksdb::Slice&,
+                                const rocksdb::Slice&) override {
+    return rocksdb::Status::OK();
+  }
+
+ private:
+  std::uint32_t runs_family_;
+  std::function<void(std::string_view, run_status)> seen_;
+};
+
+// durin::is_terminal lives in the actors library, which this one does not
+// link.
+bool ended(run_status status) {
+  return status == run_status::completed || status == run_status::failed ||
+         status == run_status::cancelled;
+}
+
+template <typename Counts>
+void count_change(Counts& counts,
+                  std::unordered_map<std::string, run_status>& open_runs,
+                  std::string_view run_id, run_status status) {
+  auto found = open_runs.find(std::string(run_id));
+  if (found != open_runs.end()) {
+    counts[static_cast<std::size_t>(found->second)] -= 1;
+    if (ended(status)) {
+      open_runs.erase(found);
+    } else {
+      found->second = status;
+    }
+  } else if (!ended(status)) {
+    open_runs.emplace(std::string(run_id), status);
+  }
+  counts[static_cast<std::size_t>(status)] += 1;
+}
+
+}  // namespace
+
+void store::set_run_listener(run_listener listener) {
+  std::lock_guard lock(watch_->mutex);
+  watch_->listener = std::move(listener);
+}
+
+result<store::status_counts> store::runs_by_status() {
+  auto read = [this] {
+    status_counts out{};
+    for (std::size_t index = 0; index < out.size(); ++index) {
+      out[index] = watch_->counts[index].load(std::memory_order_relaxed);
+    }
+    return out;
+  };
+  if (watch_->counting.load(std::memory_order_acquire)) {
+    return read();
+  }
+  std::lock_guard lock(watch_->mutex);
+  if (watch_->counting.load(std::memory_order_acquire)) {
+    return read();
+  }
+  return guarded("count runs", [&]() -> result<status_counts> {
+    status_counts counts{};
+    std::unordered_map<std::string, run_status> open_runs;
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(rocksdb::ReadOptions(), handle(family::runs)));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      // A record that does not decode is not counted (get_run reports it).
+      if (auto run = peek_run(view(it->value()))) {
+        count_change(counts, open_runs, run->first, run->second);
+      }
+    }
+    if (!it->status().ok()) {
+      return storage_failure("count runs", it->status());
+    }
+    for (std::size_t index = 0; index < counts.size(); ++index) {
+      watch_->counts[index].store(counts[index], std::memory_order_relaxed);
+    }
+    watch_->open_runs = std::move(open_runs);
+    watch_->counting.store(true, std::memory_order_release);
+    return counts;
+  });
+}
+
+void store::observe_runs(const write_batch& batch) {
+  auto& watch = *watch_;
+  if (!watch.listener && !watch.counting) {
+    return;
+  }
+  run_puts puts(handle(family::runs)->GetID(),
+                [&watch](std::string_view run_id, run_status status) {
+                  if (watch.counting) {
+                    count_change(watch.counts, watch.open_runs, run_id, status);
+                  }
+                  if (watch.listener) {
+                    watch.listener(run_id, status);
+                  }
+                });
+  (void)batch.batch_->Iterate(&puts);
 }
 
 store::~store() {
@@ -495,11 +667,15 @@ status store::write(write_batch& batch) {
       return make_error(errc::invalid_argument,
                         "batch refused: " + batch.problem_);
     }
+    // Under the watch's lock, so a first count sees this write exactly
+    // once (before or after it, never between).
+    std::lock_guard lock(watch_->mutex);
     const rocksdb::Status written =
         db_->Write(sync_write(), batch.batch_.get());
     if (!written.ok()) {
       return storage_failure("write batch", written);
     }
+    observe_runs(batch);
     return {};
   });
 }

@@ -11,7 +11,9 @@
 // Key and value layouts byte by byte: persistence/README.md.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -126,6 +128,23 @@ class store {
 
   write_batch batch();
 
+  // Called after each successful write() with the id and new status of
+  // every run record that write stored, on the writing thread (the
+  // committer's): it must be quick, and must neither block nor write. Null
+  // removes it. Costs nothing per write while unset.
+  using run_listener =
+      std::function<void(std::string_view run_id, run_status status)>;
+  void set_run_listener(run_listener listener);
+
+  // Stored runs by status, indexed by the run_status value (pending = 1 ..
+  // cancelled = 6; 0 and 7 stay 0). The first call counts the `runs` family
+  // (one scan); from then on every write updates the counts under the lock
+  // that orders it against the scan, so no write is missed or counted twice.
+  // Keeps the status of each unfinished run in memory to know what a write
+  // changes (a finished run's record is never rewritten).
+  using status_counts = std::array<std::uint64_t, 8>;
+  result<status_counts> runs_by_status();
+
   // For benchmarks and tests only: the raw database and its families.
   rocksdb::DB& raw_db() const { return *db_; }
   rocksdb::ColumnFamilyHandle* handle(family which) const;
@@ -134,6 +153,11 @@ class store {
  private:
   store() = default;
   status check_schema();
+  // After a durable write: tells the run listener, updates the counts.
+  void observe_runs(const write_batch& batch);
+
+  struct run_watch;
+  std::unique_ptr<run_watch> watch_;
 
   std::string dir_;
   std::unique_ptr<rocksdb::DB> db_;

@@ -71,6 +71,9 @@ enum class duplicate_policy : std::uint8_t {
   reject_duplicate,        // hook-conflict naming the active run (default)
   return_existing_active,  // answer the active run; nothing new is started
 };
+namespace detail {
+struct admission_records;  // actors/admission.hpp
+}
 
 struct start_options {
   std::string tenant = std::string(default_tenant);
@@ -84,6 +87,9 @@ struct start_options {
   // first one admitted and starts nothing. Kept for command_retention after
   // a plain start; with a hook or instance id, as long as that token is held.
   std::string command_id;
+  // Node components only (actors/admission.hpp): records written in the
+  // run's admission batch, durable exactly when the run is admitted.
+  std::shared_ptr<const detail::admission_records> admission;
 };
 
 struct resume_options {
@@ -115,9 +121,16 @@ struct hook_info {
 };
 
 class runtime_impl;
+class runtime;
 namespace persistence {
 struct run_record;
 }
+namespace actors {
+struct node;
+// The node's services, for components embedded beside the runtime in one
+// process (actors/admission.hpp).
+node& services_of(runtime& rt);
+}  // namespace actors
 
 class runtime {
  public:
@@ -169,6 +182,13 @@ class runtime {
                         std::chrono::milliseconds timeout,
                         std::string_view tenant = default_tenant) const;
 
+  // Like wait, but also answers once the run waits for something (status
+  // waiting: a hook, a sleep, a step's retry), durably. Event-driven: it
+  // sleeps until the run's record changes to one of those states.
+  result<run_info> wait_settled(std::string_view run_id,
+                                std::chrono::milliseconds timeout,
+                                std::string_view tenant = default_tenant) const;
+
   result<run_page> list(const run_filter& filter) const;
 
   // The recorded events of the run, in order.
@@ -202,11 +222,13 @@ class runtime {
   void set_storage_fault_for_testing(std::function<int()> decide);
 
  private:
+  friend actors::node& actors::services_of(runtime& rt);
   explicit runtime(std::unique_ptr<runtime_impl> impl);
   result<run_info> cancel_once(std::string_view run_id,
                                const cancel_options& options);
   void start_with_hook(persistence::run_record record, const start_hook& hook,
                        run_info info, std::string command_id,
+                       std::shared_ptr<const detail::admission_records> extra,
                        std::function<void(result<run_info>)> done);
   std::unique_ptr<runtime_impl> impl_;
 };

@@ -64,14 +64,68 @@ TEST_F(IdempotencyTest, Rule3_AHeldKeyIsFreeAfterItsThirtySecondLease) {
 TEST_F(IdempotencyTest, Rule3_KeysOfAnotherProcessAreFreeAtOnce) {
   auto old_process = make("old");
   ASSERT_EQ(old_process->begin(key_, "fp").kind, idempotency::outcome::proceed);
+  ASSERT_TRUE(
+      requests_->put(key_, old_process->admission_marker("fp", "")).ok());
   auto new_process = make("new");
   EXPECT_EQ(new_process->begin(key_, "fp").kind, idempotency::outcome::proceed);
+}
+
+// Holding a key costs no write: a keyed start's only write is its admission.
+TEST_F(IdempotencyTest, BeginWritesNothingAndAFailedAnswerKeepsNothing) {
+  auto keys = make("one");
+  auto before = writer_->statistics().group_writes;
+  auto held = keys->begin(key_, "fp");
+  ASSERT_EQ(held.kind, idempotency::outcome::proceed);
+  http_response refused;
+  refused.status = 404;
+  (void)keys->finish(key_, "fp", held.generation, refused, false);
+  EXPECT_EQ(writer_->statistics().group_writes, before);
+  auto stored = requests_->get(key_);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_FALSE(stored->has_value());
+  EXPECT_EQ(keys->begin(key_, "fp").kind, idempotency::outcome::proceed);
+}
+
+// A failed answer after an admission may have written a marker leaves the
+// marker: the run it names may exist, and a retry must find it.
+TEST_F(IdempotencyTest, AFailedAnswerAfterAnAdmissionLeavesItsMarker) {
+  auto keys = make("one");
+  auto held = keys->begin(key_, "fp");
+  ASSERT_TRUE(requests_->put(key_, keys->admission_marker("fp", "run_9")).ok());
+  http_response unknown;
+  unknown.status = 503;
+  (void)keys->finish(key_, "fp", held.generation, unknown, false,
+                     idempotency::stored::marker);
+  auto stored = requests_->get(key_);
+  ASSERT_TRUE(stored.ok());
+  ASSERT_TRUE(stored->has_value());
+  EXPECT_EQ((*stored)->body, "run_9");
+  auto after_restart = make("two")->begin(key_, "fp");
+  EXPECT_EQ(after_restart.recorded_run_id, "run_9");
+}
+
+// An answer kept by the admission itself is not written again.
+TEST_F(IdempotencyTest, AnAnswerKeptByTheAdmissionIsNotWrittenAgain) {
+  auto keys = make("one");
+  auto held = keys->begin(key_, "fp");
+  auto answer = ok("{\"id\":\"run_1\"}");
+  answer.status = 202;
+  ASSERT_TRUE(requests_->put(key_, keys->admission_answer("fp", answer)).ok());
+  auto before = writer_->statistics().group_writes;
+  auto sent = keys->finish(key_, "fp", held.generation, answer, false,
+                           idempotency::stored::answer);
+  EXPECT_EQ(writer_->statistics().group_writes, before);
+  EXPECT_EQ(sent.body, answer.body);
+  auto replay = keys->begin(key_, "fp");
+  EXPECT_EQ(replay.response.status, 202u);
+  EXPECT_EQ(replay.response.body, answer.body);
 }
 
 TEST_F(IdempotencyTest, Rule3_ARunRecordedByACrashedHolderIsAnsweredAgain) {
   auto old_process = make("old");
   ASSERT_EQ(old_process->begin(key_, "fp").kind, idempotency::outcome::proceed);
-  ASSERT_TRUE(old_process->note_run(key_, "fp", "run_1").ok());
+  ASSERT_TRUE(
+      requests_->put(key_, old_process->admission_marker("fp", "run_1")).ok());
   auto new_process = make("new");
   auto retry = new_process->begin(key_, "fp");
   EXPECT_EQ(retry.kind, idempotency::outcome::proceed);

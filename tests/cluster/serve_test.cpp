@@ -176,6 +176,125 @@ TEST_F(ServeTest, Rule3_KillNineMidKeyedStartThenRetryGivesOneRun) {
   EXPECT_EQ(runs_for(client, "C-3"), 1);
 }
 
+// One run per key across a kill -9 on either side of the admission's group
+// write (kill points committer.before_write / committer.after_write, armed
+// for the first write after a restart): the key's record rides in the
+// admission batch, so the retry either starts the only run or answers the
+// one that landed. For waited and background starts, with and without a
+// start hook.
+TEST_F(ServeTest, Rule3_KillNineAroundTheAdmissionWriteNeverGivesTwoRuns) {
+  int round = 0;
+  for (std::string point :
+       {"committer.before_write", "committer.after_write"}) {
+    for (bool wait : {true, false}) {
+      for (bool hooked : {false, true}) {
+        std::string order = "K-" + std::to_string(++round);
+        json request = review(order);
+        request["wait"] = wait;
+        if (hooked) {
+          request["hook"] = {{"token", "review:" + order}};
+        }
+        std::string key = "key-kill-" + order;
+        SCOPED_TRACE(point + " wait=" + std::to_string(wait) +
+                     " hooked=" + std::to_string(hooked));
+        ASSERT_EQ(server_->terminate(), 0);
+        start({"DURIN_KILL_AT=" + point + ":1"});
+        {
+          auto client = admin();
+          auto lost = client.post("/v1/runs", request, key);
+          EXPECT_FALSE(lost.error.empty()) << point << " " << lost.body;
+        }
+        ASSERT_TRUE(server_->wait_killed()) << point;
+        start();
+        auto client = admin();
+        auto retry = client.post("/v1/runs", request, key);
+        ASSERT_EQ(retry.status, wait ? 200u : 202u)
+            << point << " wait=" << wait << " hooked=" << hooked << " "
+            << retry.body;
+        // Landed before the kill: a background start's kept answer is
+        // replayed as the admission wrote it.
+        bool landed = point == "committer.after_write";
+        EXPECT_EQ(retry.headers.count("idempotent-replayed"),
+                  landed && !wait ? 1u : 0u)
+            << point << " wait=" << wait;
+        auto again = client.post("/v1/runs", request, key);
+        EXPECT_EQ(again.body, retry.body);
+        EXPECT_EQ(again.value["id"], retry.value["id"]);
+        EXPECT_EQ(runs_for(client, order), 1)
+            << point << " wait=" << wait << " hooked=" << hooked;
+        // Quiet before the next restart: the kill point must meet that
+        // round's admission, not this run's later writes (its end, the
+        // release of its token).
+        std::string id = retry.value["id"];
+        ASSERT_TRUE(eventually([&] {
+          return client.get("/v1/runs/" + id).value["status"] == "completed" &&
+                 (!hooked ||
+                  client.get("/v1/hooks/review:" + order).status == 404u);
+        }));
+      }
+    }
+  }
+}
+
+// A waited start answers once its run waits for something (here a hook),
+// told by the store rather than by polling; the run stays waiting.
+TEST_F(ServeTest, WaitedStartAnswersWhenTheRunWaits) {
+  auto client = admin();
+  auto started =
+      client.post("/v1/runs",
+                  {{"flow", "acme.order-notes"},
+                   {"input", {{"orderId", "W-1"}, {"note", "first"}}}},
+                  "key-waits");
+  ASSERT_EQ(started.status, 200u) << started.body;
+  EXPECT_EQ(started.value["status"], "waiting");
+  auto hook = client.get("/v1/hooks/order:W-1");
+  EXPECT_EQ(hook.status, 200u) << hook.body;
+  EXPECT_EQ(hook.value["runId"], started.value["id"]);
+}
+
+// GET /metrics carries durin_runs{status=...}, a gauge of the runs stored
+// by status: it moves with the runs and is right again after a restart.
+TEST_F(ServeTest, MetricsGaugeRunsByStatusAcrossRestarts) {
+  auto gauge = [&](const std::string& status) {
+    auto metrics = admin().get("/metrics");
+    EXPECT_EQ(metrics.status, 200u);
+    std::string name = "durin_runs{status=\"" + status + "\"} ";
+    auto at = metrics.body.find(name);
+    if (at == std::string::npos) {
+      ADD_FAILURE() << "no " << name << " in " << metrics.body;
+      return -1L;
+    }
+    return std::stol(metrics.body.substr(at + name.size()));
+  };
+  EXPECT_NE(admin().get("/metrics").body.find("# TYPE durin_runs gauge"),
+            std::string::npos);
+  EXPECT_EQ(gauge("completed"), 0);
+  auto client = admin();
+  for (int i = 0; i < 3; ++i) {
+    auto done = client.post("/v1/runs", review("G-" + std::to_string(i)));
+    ASSERT_EQ(done.status, 200u) << done.body;
+    ASSERT_EQ(done.value["status"], "completed");
+  }
+  auto waiting =
+      client.post("/v1/runs", {{"flow", "acme.order-notes"},
+                               {"input", {{"orderId", "G-W"}, {"note", "n"}}}});
+  ASSERT_EQ(waiting.value["status"], "waiting") << waiting.body;
+  EXPECT_EQ(gauge("completed"), 3);
+  EXPECT_EQ(gauge("waiting"), 1);
+  EXPECT_EQ(gauge("pending"), 0);
+  EXPECT_EQ(gauge("running"), 0);
+  ASSERT_EQ(server_->terminate(), 0);
+  start();
+  EXPECT_EQ(gauge("completed"), 3);
+  EXPECT_EQ(gauge("waiting"), 1);
+  auto resumed = admin().post("/v1/hooks/order:G-W/resume",
+                              {{"payload", {{"note", "end"}, {"done", true}}}});
+  ASSERT_EQ(resumed.status, 200u) << resumed.body;
+  EXPECT_TRUE(eventually([&] { return gauge("completed") == 4; }));
+  EXPECT_EQ(gauge("waiting"), 0);
+  EXPECT_EQ(gauge("running"), 0);
+}
+
 // Rule 4: the same key with another body, other options or another route is
 // a conflict and starts nothing; spacing and key order do not matter.
 TEST_F(ServeTest, Rule4_SameKeyWithADifferentRequestIsAConflict) {
@@ -409,7 +528,7 @@ TEST_F(ServeTest, RoutesAnswerAsDocumented) {
   auto metrics = client.get("/metrics");
   EXPECT_EQ(metrics.status, 200u);
   EXPECT_NE(metrics.body.find("durin_http_requests_total"), std::string::npos);
-  EXPECT_NE(metrics.body.find("durin_gateway_commit_batches_per_group"),
+  EXPECT_NE(metrics.body.find("durin_commit_batches_per_group"),
             std::string::npos);
   // Webhooks: an unknown token is 404 with an empty body, without a key.
   auto unknown = api_client(server_->address(), "")

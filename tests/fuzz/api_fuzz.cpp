@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "actors/node.hpp"
 #include "bin/example_flows.hpp"
 #include "cluster/api.hpp"
 #include "cluster/auth.hpp"
@@ -41,8 +42,6 @@ std::int64_t wall_ms() {
 struct fuzz_node {
   std::string dir;
   std::unique_ptr<durin::runtime> node;
-  std::unique_ptr<durin::persistence::store> store;
-  std::unique_ptr<durin::persistence::committer> writer;
   std::unique_ptr<durin::persistence::request_store> requests;
   std::unique_ptr<durin::persistence::auth_store> key_store;
   std::unique_ptr<durin::cluster::auth> keys;
@@ -57,13 +56,11 @@ struct fuzz_node {
     durin::registry flows;
     durin::examples::register_examples(flows);
     node = std::move(durin::runtime::open({.data_dir = dir}, flows).value());
-    store =
-        std::move(durin::persistence::store::open(dir + "/gateway").value());
-    writer = std::make_unique<durin::persistence::committer>(*store);
-    requests =
-        std::make_unique<durin::persistence::request_store>(*store, *writer);
-    key_store =
-        std::make_unique<durin::persistence::auth_store>(*store, *writer);
+    auto& services = durin::actors::services_of(*node);
+    requests = std::make_unique<durin::persistence::request_store>(
+        *services.store, *services.committer);
+    key_store = std::make_unique<durin::persistence::auth_store>(
+        *services.store, *services.committer);
     keys = std::make_unique<durin::cluster::auth>(*key_store, wall_ms);
     (void)keys->bootstrap(dir + "/admin.key").value();
     std::FILE* file = std::fopen((dir + "/admin.key").c_str(), "r");
@@ -87,7 +84,6 @@ struct fuzz_node {
   ~fuzz_node() {
     routes.reset();
     node.reset();
-    writer->stop();
     std::error_code ignored;
     std::filesystem::remove_all(dir, ignored);
   }

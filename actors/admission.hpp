@@ -1,0 +1,29 @@
+// The seam for node components embedded beside the runtime in one process
+// (the HTTP gateway): they share the node's store and committer instead of
+// opening their own, and may add records to a run's admission batch so that
+// those records are durable exactly when the run is (both or neither).
+//
+// actors::services_of(runtime&) (declared in durin/runtime.hpp; the type in
+// actors/node.hpp) gives the node's services. Not for embedding
+// applications: these types are internal and may change.
+#pragma once
+
+#include <functional>
+
+#include "durin/run.hpp"
+#include "persistence/store.hpp"
+
+namespace durin::detail {
+
+// Set in start_options::admission. `add` is called once per admission
+// attempt, with the run as the start answers it (status pending, input and
+// createdAt as the caller will see them), while the admission batch is
+// built: on the caller's thread, or on the token actor's thread for a start
+// with a hook. It must not block or write; it only adds to `batch`. When the
+// start is refused before writing (flow-not-found, hook-conflict, bad input)
+// it is not called, or its records are dropped with the batch.
+struct admission_records {
+  std::function<void(const run_info& run, persistence::write_batch& batch)> add;
+};
+
+}  // namespace durin::detail
