@@ -127,6 +127,9 @@ void drop_inbox(persistence::write_batch& batch, const token_record& record) {
 void release(persistence::write_batch& batch, const token_record& record) {
   batch.delete_token(record.tenant, record.token);
   drop_inbox(batch, record);
+  if (record.webhook) {
+    batch.delete_webhook_tenant(record.token);
+  }
 }
 
 void deliver_to_run(self_pointer self, const std::string& run_id,
@@ -396,6 +399,10 @@ void handle_claim(self_pointer self, const hook_claim& claim) {
     release(batch, *record);
   }
   batch.put_token(next);
+  if (next.webhook) {
+    // The gateway finds a webhook's tenant by its token alone.
+    batch.put_webhook_tenant(next.token, next.tenant);
+  }
   auto previous = record ? record->owner_run : std::string();
   record = next;
   write(self, std::move(batch), [self, answer, loss, previous](bool ok) {

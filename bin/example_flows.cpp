@@ -77,6 +77,19 @@ flow<json> order_notes(context& ctx, json input) {
   co_return json{{"orderId", order_id}, {"notes", notes}};
 }
 
+// Creates a webhook, records its URL (shown in the run's history), and
+// returns the first request POSTed to it: method, headers and body.
+flow<json> await_webhook(context& ctx, json) {
+  auto inbox = ctx.create_webhook<json>();
+  // Named, not a temporary in the co_await (g++ 12 coroutine bug).
+  auto publish = [url = "/v1/webhooks/" + inbox.token()] {
+    return json{{"webhookUrl", url}};
+  };
+  co_await ctx.step("publish-webhook", publish);
+  json request = co_await inbox;
+  co_return request;
+}
+
 }  // namespace
 
 void register_examples(registry& flows) {
@@ -84,6 +97,7 @@ void register_examples(registry& flows) {
   flows.flow("acme.review-order", review_order);
   flows.flow("acme.sleep", sleep_flow);
   flows.flow("acme.flaky", flaky);
+  flows.flow("acme.await-webhook", await_webhook);
 }
 
 }  // namespace durin::examples

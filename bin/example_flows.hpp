@@ -6,6 +6,7 @@
 // | acme.sleep         | {"ms"}         | {"sleptMs"}                     |
 // | acme.flaky         | {"failures"}   | {"attempts","stepId"}           |
 // | acme.order-notes   | {"orderId","note"} | {"orderId","notes"}         |
+// | acme.await-webhook | {}             | {"method","headers","body"}     |
 #pragma once
 
 #include "durin/registry.hpp"

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "actors/admission.hpp"
+#include "actors/node.hpp"
 #include "persistence/test_points.hpp"
 
 namespace durin::cluster {
@@ -833,25 +834,28 @@ http_response api::webhook(context& ctx, const std::string& token) {
   json payload = {{"method", ctx.request.method},
                   {"headers", std::move(headers)},
                   {"body", std::move(body)}};
-  auto tenants = keys_.tenant_ids();
-  if (!tenants) {
-    return error_response(tenants.error());
+  // The webhook index names the token's tenant (written with the
+  // webhook's claim, removed with its release).
+  auto tenant = actors::services_of(node_).store->get_webhook_tenant(token);
+  if (!tenant) {
+    return error_response(tenant.error());
   }
-  for (const auto& tenant : *tenants) {
-    resume_options options;
-    options.tenant = tenant;
-    auto owner = node_.resume_hook(token, payload, options);
-    if (owner) {
-      http_response accepted;
-      accepted.status = 202;
-      accepted.body = "{}";
-      return accepted;
-    }
-    if (owner.error().code != errc::hook_not_found) {
-      return error_response(owner.error());
-    }
+  if (!*tenant) {
+    return unknown;
   }
-  return unknown;
+  resume_options options;
+  options.tenant = **tenant;
+  auto owner = node_.resume_hook(token, payload, options);
+  if (owner) {
+    http_response accepted;
+    accepted.status = 202;
+    accepted.body = "{}";
+    return accepted;
+  }
+  if (owner.error().code == errc::hook_not_found) {
+    return unknown;  // a retained token: its run no longer reads it
+  }
+  return error_response(owner.error());
 }
 
 namespace {

@@ -426,6 +426,58 @@ void store::observe_runs(const write_batch& batch) {
   (void)batch.batch_->Iterate(&puts);
 }
 
+result<std::optional<std::string>> store::get_webhook_tenant(
+    std::string_view token) const {
+  using answer = result<std::optional<std::string>>;
+  if (!keys::fits(token)) {
+    return std::optional<std::string>();
+  }
+  return guarded("get webhook", [&]() -> answer {
+    rocksdb::PinnableSlice value;
+    const rocksdb::Status read =
+        db_->Get(rocksdb::ReadOptions(), handle(family::tokens),
+                 keys::token("", token), &value);
+    if (read.IsNotFound()) {
+      return std::optional<std::string>();
+    }
+    if (!read.ok()) {
+      return storage_failure("webhook index: read", read);
+    }
+    auto tenant = codec::decode_bytes(view(value));
+    if (!tenant) {
+      return corrupt(family::tokens, "webhook " + printable(token),
+                     tenant.error().message);
+    }
+    return std::optional<std::string>(std::move(*tenant));
+  });
+}
+
+void write_batch::put_webhook_tenant(std::string_view token,
+                                     std::string_view tenant) {
+  if (!keys::fits(token) || tenant.empty()) {
+    refuse("webhook token too long for a key, or no tenant");
+    return;
+  }
+  const auto put =
+      batch_->Put(store_->handle(family::tokens), keys::token("", token),
+                  codec::encode_bytes(tenant));
+  if (!put.ok()) {
+    refuse("webhook index: " + put.ToString());
+  }
+}
+
+void write_batch::delete_webhook_tenant(std::string_view token) {
+  if (!keys::fits(token)) {
+    refuse("webhook token too long for a key");
+    return;
+  }
+  const auto deleted =
+      batch_->Delete(store_->handle(family::tokens), keys::token("", token));
+  if (!deleted.ok()) {
+    refuse("webhook index: " + deleted.ToString());
+  }
+}
+
 store::~store() {
   if (!db_) {
     return;

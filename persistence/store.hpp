@@ -126,6 +126,12 @@ class store {
       std::string_view tenant, std::string_view token,
       std::string_view resume_id) const;
 
+  // The tenant whose run holds webhook `token`, from the webhook index
+  // (written with the webhook's claim, removed with its release); nullopt
+  // when no webhook holds it.
+  result<std::optional<std::string>> get_webhook_tenant(
+      std::string_view token) const;
+
   write_batch batch();
 
   // Called after each successful write() with the id and new status of
@@ -195,6 +201,11 @@ class write_batch {
                   std::string_view resume_id, const resume_record& record);
   // Every payload and resume id of the token.
   void delete_inbox(std::string_view tenant, std::string_view token);
+  // The webhook index: webhook tokens are global (a POST carries no tenant),
+  // so `token` -> `tenant` is kept beside the token records, under the empty
+  // tenant (no real tenant is empty).
+  void put_webhook_tenant(std::string_view token, std::string_view tenant);
+  void delete_webhook_tenant(std::string_view token);
 
   std::size_t count() const;       // operations in the batch
   std::size_t size_bytes() const;  // bytes of the batch's representation

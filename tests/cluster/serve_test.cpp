@@ -295,6 +295,71 @@ TEST_F(ServeTest, MetricsGaugeRunsByStatusAcrossRestarts) {
   EXPECT_EQ(gauge("running"), 0);
 }
 
+// The webhook URL a run of acme.await-webhook published in its history.
+std::string webhook_url_of(api_client& client, const std::string& run_id) {
+  std::string url;
+  eventually([&] {
+    auto history = client.get("/v1/runs/" + run_id + "/history");
+    auto at = history.body.find("/v1/webhooks/wh_");
+    if (at == std::string::npos) {
+      return false;
+    }
+    url = history.body.substr(at, history.body.find('"', at) - at);
+    return true;
+  });
+  return url;
+}
+
+// POST /v1/webhooks/{token} needs no API key: it finds the token's tenant
+// in the webhook index and hands the run the request's method, headers and
+// body. A released token, an unknown one and a plain hook's token answer
+// 404 with an empty body; another tenant cannot see the webhook's hook.
+TEST_F(ServeTest, WebhookDeliversMethodHeadersAndBodyWithoutAnApiKey) {
+  auto client = admin();
+  auto tenant = client.post("/v1/tenants", {{"name", "hooks-b"}});
+  ASSERT_EQ(tenant.status, 201u) << tenant.body;
+  auto other = as(tenant.value["apiKey"]["secret"]);
+  auto run = other.post("/v1/runs", {{"flow", "acme.await-webhook"}});
+  ASSERT_EQ(run.status, 200u) << run.body;
+  EXPECT_EQ(run.value["status"], "waiting");
+  std::string id = run.value["id"];
+  std::string url = webhook_url_of(other, id);
+  ASSERT_FALSE(url.empty());
+  std::string token = url.substr(std::string("/v1/webhooks/").size());
+  // Another tenant sees no such hook.
+  EXPECT_EQ(client.get("/v1/hooks/" + token).status, 404u);
+  EXPECT_EQ(other.get("/v1/hooks/" + token).status, 200u);
+  api_client anonymous(server_->address(), "");
+  auto delivered = anonymous.send(
+      "POST", url, R"({"paid":true})",
+      {{"Content-Type", "application/json"}, {"X-Signature", "sig-1"}});
+  EXPECT_EQ(delivered.status, 202u) << delivered.body;
+  ASSERT_TRUE(eventually([&] {
+    return other.get("/v1/runs/" + id).value["status"] == "completed";
+  }));
+  auto output = other.get("/v1/runs/" + id).value["output"];
+  EXPECT_EQ(output["method"], "POST");
+  EXPECT_EQ(output["headers"]["x-signature"], "sig-1");
+  EXPECT_EQ(output["body"], json({{"paid", true}}));
+  // Released with the run: 404, empty body.
+  ASSERT_TRUE(eventually([&] {
+    auto again = anonymous.post(url, json::object());
+    return again.status == 404u && again.body.empty();
+  }));
+  auto unknown = anonymous.post("/v1/webhooks/wh_nothing", json::object());
+  EXPECT_EQ(unknown.status, 404u);
+  EXPECT_TRUE(unknown.body.empty());
+  // A plain hook's token is not a webhook, even when it looks like one.
+  auto plain =
+      client.post("/v1/runs", {{"flow", "acme.order-notes"},
+                               {"input", {{"orderId", "P-1"}, {"note", "n"}}},
+                               {"hook", {{"token", "wh_plain"}}}});
+  ASSERT_EQ(plain.status, 200u) << plain.body;
+  auto refused = anonymous.post("/v1/webhooks/wh_plain", json::object());
+  EXPECT_EQ(refused.status, 404u);
+  EXPECT_TRUE(refused.body.empty());
+}
+
 // Rule 4: the same key with another body, other options or another route is
 // a conflict and starts nothing; spacing and key order do not matter.
 TEST_F(ServeTest, Rule4_SameKeyWithADifferentRequestIsAConflict) {
