@@ -1,8 +1,7 @@
 // `durin serve`: one node with the HTTP gateway. Opens the runtime on
-// `data_dir` (runs, history, timers) and the gateway's own store in
-// `data_dir/gateway` (requests, tenants, api_keys: the runtime does not
-// expose its store, and one RocksDB directory opens once per process),
-// bootstraps tenant `default` with an admin key in `data_dir/admin.key`,
+// `data_dir`; the gateway keeps requests, tenants and API keys in the same
+// store, through the same committer (actors::services_of), so a keyed
+// start's record rides in its run's admission batch. Bootstraps tenant `default` with an admin key in `data_dir/admin.key`,
 // sweeps expired idempotency keys every `sweep_interval_ms`, and serves
 // until `stop` is called or SIGTERM/SIGINT arrives.
 //
