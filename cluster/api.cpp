@@ -619,31 +619,10 @@ http_response api::start_run(context& ctx) {
     start.metadata = hook.value("metadata", json());
     options.hook = std::move(start);
   }
-  // A keyed start writes its key's record in the admission batch: the kept
-  // answer itself when it answers at once, else a marker naming the run.
-  // One fsync, and no moment where the run is durable but its key is not.
   auto kept = std::make_shared<std::optional<http_response>>();
   if (ctx.held_key && ctx.recorded_run_id.empty()) {
-    auto records = std::make_shared<detail::admission_records>();
-    records->add = [this, address = *ctx.held_key,
-                    fingerprint = ctx.fingerprint, wait, kept](
-                       const run_info& run, persistence::write_batch& batch) {
-      if (!wait) {
-        auto answer = json_response(202, run.to_json());
-        if (requests_
-                .add_to(batch, address,
-                        requests_.admission_answer(fingerprint, answer))
-                .ok()) {
-          *kept = std::move(answer);
-          return;
-        }
-        // Too large to keep in the admission: the marker protects the
-        // run, and finish tries to keep the answer on its own.
-      }
-      (void)requests_.add_to(batch, address,
-                             requests_.admission_marker(fingerprint, run.id));
-    };
-    options.admission = std::move(records);
+    options.admission =
+        admission_for(*ctx.held_key, ctx.fingerprint, wait, kept);
     ctx.stored = idempotency::stored::marker;
   }
   auto started = ctx.recorded_run_id.empty()
@@ -681,6 +660,148 @@ http_response api::start_run(context& ctx) {
     return error_response(now.error());
   }
   return run_response(200, *now);
+}
+
+// A keyed start writes its key's record in the admission batch: the kept
+// answer itself when it answers at once, else a marker naming the run. One
+// fsync, and no moment where the run is durable but its key is not.
+std::shared_ptr<detail::admission_records> api::admission_for(
+    const persistence::request_address& address, const std::string& fingerprint,
+    bool wait, std::shared_ptr<std::optional<http_response>> kept) {
+  auto records = std::make_shared<detail::admission_records>();
+  records->add = [this, address, fingerprint, wait, kept](
+                     const run_info& run, persistence::write_batch& batch) {
+    if (!wait) {
+      auto answer = json_response(202, run.to_json());
+      if (requests_
+              .add_to(batch, address,
+                      requests_.admission_answer(fingerprint, answer))
+              .ok()) {
+        *kept = std::move(answer);
+        return;
+      }
+      // Too large to keep in the admission: the marker protects the run,
+      // and finish tries to keep the answer on its own.
+    }
+    (void)requests_.add_to(batch, address,
+                           requests_.admission_marker(fingerprint, run.id));
+  };
+  return records;
+}
+
+bool api::try_start_async(const http_request& request,
+                          std::function<void(http_response)> reply) {
+#if defined(DURIN_TEST_POINTS)
+  if (std::getenv("DURIN_TEST_HOLD_MS") != nullptr) {
+    return false;  // the hold is a test of the blocking path
+  }
+#endif
+  if (request.method != "POST") {
+    return false;
+  }
+  const auto began = clock_type::now();
+  context ctx{request};
+  if (parse_target(ctx) || ctx.path.size() != 2 || ctx.path[0] != "v1" ||
+      ctx.path[1] != "runs") {
+    return false;
+  }
+  auto who = keys_.authenticate(request.header("authorization"));
+  if (!who) {
+    return false;
+  }
+  auto parsed = parse_body(request.body, options_.json_depth_max);
+  if (parsed.problem) {
+    return false;
+  }
+  ctx.body = std::move(parsed.value);
+  ctx.caller = *who;
+  ctx.route = metrics::route::start;
+  const auto& body = ctx.body;
+  // Only the plain case; everything to explain goes the blocking way.
+  if (only_fields(body, {"flow", "input", "wait"}) || !body.contains("wait") ||
+      body["wait"] != json(false) || !body.contains("flow") ||
+      !body["flow"].is_string() || body["flow"].get<std::string>().empty()) {
+    return false;
+  }
+  auto key = request.header("idempotency-key");
+  if (!key.empty() && (key.size() > 255 || !printable_ascii(key))) {
+    return false;
+  }
+  auto observe = [this, began](const http_response& response) {
+    metrics_.observe(metrics::route::start, response.status,
+                     std::chrono::duration_cast<std::chrono::microseconds>(
+                         clock_type::now() - began)
+                         .count());
+  };
+  start_options options;
+  options.tenant = who->tenant;
+  auto kept = std::make_shared<std::optional<http_response>>();
+  std::optional<persistence::request_address> address;
+  std::string fingerprint;
+  std::uint64_t generation = 0;
+  if (!key.empty()) {
+    address = persistence::request_address{who->tenant, who->key_id,
+                                           std::string(key)};
+    fingerprint = fingerprint_of(ctx);
+    auto decision = requests_.begin(*address, fingerprint);
+    if (decision.kind == idempotency::outcome::answered) {
+      if (decision.response.status < 300) {
+        metrics_.count_replay();
+      } else {
+        metrics_.count_refusal();
+      }
+      observe(decision.response);
+      reply(std::move(decision.response));
+      return true;
+    }
+    if (!decision.recorded_run_id.empty()) {
+      // A run an earlier process admitted for this key: the blocking path
+      // answers it. Give the key back first (no write).
+      (void)requests_.finish(*address, fingerprint, decision.generation,
+                             error_response(409, "retry", "retry"), false,
+                             idempotency::stored::marker);
+      return false;
+    }
+    generation = decision.generation;
+    DURIN_TEST_KILL_POINT("gateway.after_hold");
+    options.admission = admission_for(*address, fingerprint, false, kept);
+  }
+  json input = body.contains("input") ? body["input"] : json::object();
+  auto done = [this, reply = std::move(reply), observe, kept, address,
+               fingerprint, generation](result<run_info> started) mutable {
+    http_response response;
+    auto already = idempotency::stored::marker;
+    if (!started) {
+      response = error_response(started.error());
+    } else {
+      metrics_.count_start();
+      DURIN_TEST_KILL_POINT("gateway.after_admit");
+      metrics_.count_run_status(to_string(started->status));
+      if (*kept) {
+        response = std::move(**kept);
+        already = idempotency::stored::answer;
+      } else {
+        response = json_response(202, started->to_json());
+        if (address) {
+          // Only the admission's marker holds the key; keeping the answer
+          // now would block this (the committer's) thread.
+          response.headers.emplace_back("Idempotency-Key-Kept", "false");
+          already = idempotency::stored::answer;
+        }
+      }
+    }
+    if (address) {
+      // No write here: the record is durable already, or (a refusal, an
+      // unknown outcome) only the admission's marker may exist.
+      response = requests_.finish(*address, fingerprint, generation,
+                                  std::move(response), false, already);
+    }
+    observe(response);
+    reply(std::move(response));
+  };
+  node_.start_async(body["flow"].get<std::string>(), std::move(input), options,
+                    std::move(done));
+  return true;
 }
 
 http_response api::get_run(context& ctx, const std::string& id) {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -44,6 +45,16 @@ class api {
   // metrics like handle does.
   std::optional<http_response> try_replay(const http_request& request);
 
+  // Never blocks: takes a plain background start (POST /v1/runs with
+  // "wait": false and no hook, keyed or not) off the worker pool, so no
+  // thread waits for its fsync. Answers false having done nothing for any
+  // other request, or one it would refuse (then call handle). Otherwise
+  // `reply` is called exactly once: at once for a replay or refusal of its
+  // key, else once the admission is durable or refused, from the
+  // committer's thread (it must not block). Counts like handle does.
+  bool try_start_async(const http_request& request,
+                       std::function<void(http_response)> reply);
+
  private:
   struct context;
   std::optional<http_response> parse_target(context& ctx);
@@ -66,6 +77,12 @@ class api {
   http_response create_tenant(context& ctx);
 
   http_response run_response(unsigned status, const run_info& run);
+  // The records a keyed start adds to its admission batch; `kept` receives
+  // the kept answer when one is written (a start without wait).
+  std::shared_ptr<detail::admission_records> admission_for(
+      const persistence::request_address& address,
+      const std::string& fingerprint, bool wait,
+      std::shared_ptr<std::optional<http_response>> kept);
 
   runtime& node_;
   auth& keys_;

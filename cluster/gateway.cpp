@@ -266,6 +266,28 @@ class session : public std::enable_shared_from_this<session> {
         return write(std::move(*response), keep_alive);
       }
     }
+    if (owner_.options_.answer_async) {
+      owner_.request_began();
+      auto reply = [self = shared_from_this(),
+                    keep_alive](http_response response) {
+        asio::dispatch(
+            self->stream_.get_executor(),
+            [self, response = std::move(response), keep_alive]() mutable {
+              self->write(std::move(response), keep_alive);
+              self->owner_.request_answered();
+            });
+      };
+      bool taken = false;
+      try {
+        taken = owner_.options_.answer_async(request, std::move(reply));
+      } catch (const std::exception&) {
+        taken = false;  // nothing was taken: the worker answers it
+      }
+      if (taken) {
+        return;
+      }
+      owner_.request_answered();
+    }
     owner_.request_began();
     asio::post(owner_.workers_, [self = shared_from_this(),
                                  request = std::move(request), keep_alive] {

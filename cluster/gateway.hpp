@@ -33,6 +33,13 @@ struct gateway_options {
   // block (reads, replays of kept answers).
   std::function<std::optional<http_response>(const http_request&)>
       answer_inline;
+  // Tried next, on the io thread: true when it took the request and will
+  // call the reply exactly once, from any thread, without a worker (a
+  // start that only waits for its fsync); false hands it to the workers.
+  // It must never block.
+  std::function<bool(const http_request&,
+                     std::function<void(http_response)> reply)>
+      answer_async;
   std::string address = "127.0.0.1";
   std::uint16_t port = 7070;  // 0: any free port (see gateway::port)
   std::size_t io_threads = 2;

@@ -124,6 +124,13 @@ int serve(serve_options options, registry flows, std::ostream& out,
     }
     return routes.try_replay(request);
   };
+  // A background start only waits for its admission's fsync: no worker
+  // waits with it.
+  options.gateway.answer_async = [&routes](
+                                     const http_request& request,
+                                     std::function<void(http_response)> reply) {
+    return routes.try_start_async(request, std::move(reply));
+  };
   auto server =
       gateway::start(options.gateway, [&routes](const http_request& request) {
         return routes.handle(request);
