@@ -68,7 +68,7 @@ class idempotency {
     http_response response;        // when answered: replay or refusal
     std::uint64_t generation = 0;  // when proceed: pass to finish()
     // When proceed: the run an earlier holder of the key (a process that
-    // crashed after admitting it) recorded with note_run; the request must
+    // crashed after admitting it) recorded in its marker; the request must
     // answer that run instead of starting another.
     std::string recorded_run_id;
   };
