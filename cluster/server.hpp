@@ -1,9 +1,10 @@
 // `durin serve`: one node with the HTTP gateway. Opens the runtime on
 // `data_dir`; the gateway keeps requests, tenants and API keys in the same
 // store, through the same committer (actors::services_of), so a keyed
-// start's record rides in its run's admission batch. Bootstraps tenant `default` with an admin key in `data_dir/admin.key`,
-// sweeps expired idempotency keys every `sweep_interval_ms`, and serves
-// until `stop` is called or SIGTERM/SIGINT arrives.
+// start's record rides in its run's admission batch. Bootstraps tenant
+// `default` with an admin key in `data_dir/admin.key`, sweeps expired
+// idempotency keys every `sweep_interval_ms`, and serves until `stop` is called
+// or SIGTERM/SIGINT arrives.
 //
 // Shutdown order: stop accepting, answer in-flight requests (their keys are
 // kept or freed durably), stop the sweeper, close the runtime.
