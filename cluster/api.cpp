@@ -495,6 +495,12 @@ http_response api::route(context& ctx) {
       }
       return mutate(ctx, false, [&] { return cancel_run(ctx, p[2]); });
     }
+  } else if (family == "instances" && p.size() == 3) {
+    if (method != "GET") {
+      return method_not_allowed();
+    }
+    auto run = node_.get_instance(p[2], ctx.caller.tenant);
+    return run ? run_response(200, *run) : error_response(run.error());
   } else if (family == "hooks") {
     if (p.size() == 3 && method != "GET") {
       return method_not_allowed();
@@ -579,7 +585,9 @@ http_response api::run_response(unsigned status, const run_info& run) {
 
 http_response api::start_run(context& ctx) {
   const auto& body = ctx.body;
-  if (auto problem = only_fields(body, {"flow", "input", "wait", "hook"})) {
+  if (auto problem =
+          only_fields(body, {"flow", "input", "wait", "hook", "instanceId",
+                             "onDuplicate", "commandId"})) {
     return *problem;
   }
   if (!body.contains("flow")) {
@@ -618,6 +626,27 @@ http_response api::start_run(context& ctx) {
     start.min_retention = hook.value("minRetention", json());
     start.metadata = hook.value("metadata", json());
     options.hook = std::move(start);
+  }
+  for (const char* field : {"instanceId", "commandId"}) {
+    if (body.contains(field) &&
+        (!body[field].is_string() || body[field].get<std::string>().empty())) {
+      return bad_request(std::string("field '") + field +
+                         "' must be a non-empty string");
+    }
+  }
+  options.instance_id = body.value("instanceId", std::string());
+  options.command_id = body.value("commandId", std::string());
+  if (body.contains("onDuplicate")) {
+    const auto& policy = body["onDuplicate"];
+    if (policy == "reject-duplicate") {
+      options.on_duplicate = duplicate_policy::reject_duplicate;
+    } else if (policy == "return-existing-active") {
+      options.on_duplicate = duplicate_policy::return_existing_active;
+    } else {
+      return bad_request(
+          "field 'onDuplicate' must be \"reject-duplicate\" or "
+          "\"return-existing-active\"");
+    }
   }
   auto kept = std::make_shared<std::optional<http_response>>();
   if (ctx.held_key && ctx.recorded_run_id.empty()) {
@@ -880,17 +909,19 @@ http_response api::run_history(context& ctx, const std::string& id) {
 }
 
 http_response api::cancel_run(context& ctx, const std::string& id) {
-  if (auto problem = only_fields(ctx.body, {"reason"})) {
+  if (auto problem = only_fields(ctx.body, {"reason", "commandId"})) {
     return *problem;
   }
-  std::string reason;
-  if (ctx.body.contains("reason")) {
-    if (!ctx.body["reason"].is_string()) {
-      return bad_request("field 'reason' must be a string");
+  cancel_options options;
+  options.tenant = ctx.caller.tenant;
+  for (const char* field : {"reason", "commandId"}) {
+    if (ctx.body.contains(field) && !ctx.body[field].is_string()) {
+      return bad_request(std::string("field '") + field + "' must be a string");
     }
-    reason = ctx.body["reason"].get<std::string>();
   }
-  auto run = node_.cancel(id, reason, ctx.caller.tenant);
+  options.reason = ctx.body.value("reason", std::string());
+  options.command_id = ctx.body.value("commandId", std::string());
+  auto run = node_.cancel(id, options);
   if (!run) {
     return error_response(run.error());
   }
@@ -906,7 +937,7 @@ http_response api::get_hook(context& ctx, const std::string& token) {
 }
 
 http_response api::resume_hook(context& ctx, const std::string& token) {
-  if (auto problem = only_fields(ctx.body, {"payload"})) {
+  if (auto problem = only_fields(ctx.body, {"payload", "commandId"})) {
     return *problem;
   }
   if (!ctx.body.contains("payload")) {
@@ -914,7 +945,13 @@ http_response api::resume_hook(context& ctx, const std::string& token) {
   }
   resume_options options;
   options.tenant = ctx.caller.tenant;
-  if (ctx.held_key) {
+  if (ctx.body.contains("commandId")) {
+    if (!ctx.body["commandId"].is_string() ||
+        ctx.body["commandId"].get<std::string>().empty()) {
+      return bad_request("field 'commandId' must be a non-empty string");
+    }
+    options.command_id = ctx.body["commandId"].get<std::string>();
+  } else if (ctx.held_key) {
     // The key names the command: a resume retried after a crash is not
     // delivered twice.
     options.resume_id = ctx.caller.key_id + ":" + ctx.held_key->key;

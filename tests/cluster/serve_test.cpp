@@ -837,3 +837,62 @@ TEST_F(ServeTest, CliStartWithIdempotencyKeyTwicePrintsTheSameRun) {
 
 }  // namespace
 }  // namespace durin::testing
+
+namespace durin::testing {
+namespace {
+
+// Issue 5's durable identities over HTTP: an instance id has one active run
+// (reject or return the active one), and a repeated command id gets the
+// recorded outcome of the start, cancel or resume it names.
+TEST_F(ServeTest, InstanceIdsAndCommandIdsOverHttp) {
+  auto client = admin();
+  json notes = {{"flow", "acme.order-notes"},
+                {"input", {{"orderId", "I-1"}, {"note", "first"}}},
+                {"wait", false},
+                {"instanceId", "order-I-1"}};
+  auto first = client.post("/v1/runs", notes);
+  ASSERT_EQ(first.status, 202u) << first.body;
+  auto id = first.value["id"].get<std::string>();
+  EXPECT_EQ(first.value["instanceId"], "order-I-1");
+  auto duplicate = client.post("/v1/runs", notes);
+  EXPECT_EQ(duplicate.status, 409u) << duplicate.body;
+  EXPECT_EQ(duplicate.value["code"], "hook-conflict");
+  EXPECT_EQ(duplicate.value["conflictingRunId"], id);
+  notes["onDuplicate"] = "return-existing-active";
+  auto existing = client.post("/v1/runs", notes);
+  ASSERT_EQ(existing.status, 202u) << existing.body;
+  EXPECT_EQ(existing.value["id"], id);
+  auto found = client.get("/v1/instances/order-I-1");
+  ASSERT_EQ(found.status, 200u) << found.body;
+  EXPECT_EQ(found.value["id"], id);
+  EXPECT_EQ(client.get("/v1/instances/nobody").status, 404u);
+  notes["onDuplicate"] = "newest-wins";
+  auto bad = client.post("/v1/runs", notes);
+  EXPECT_EQ(bad.status, 400u);
+  EXPECT_NE(bad.value["message"].get<std::string>().find("onDuplicate"),
+            std::string::npos);
+
+  json cancel = {{"commandId", "cancel-I-1"}, {"reason", "test"}};
+  auto cancelled = client.post("/v1/runs/" + id + "/cancel", cancel);
+  ASSERT_EQ(cancelled.status, 200u) << cancelled.body;
+  auto again = client.post("/v1/runs/" + id + "/cancel", cancel);
+  ASSERT_EQ(again.status, 200u) << again.body;
+  EXPECT_EQ(again.value["completedAt"], cancelled.value["completedAt"]);
+  auto other = client.post("/v1/runs/" + id + "/cancel",
+                           json{{"commandId", "cancel-I-2"}});
+  EXPECT_EQ(other.status, 409u) << other.body;
+
+  json command = {{"flow", "acme.review-order"},
+                  {"input", {{"orderId", "I-2"}}},
+                  {"wait", false},
+                  {"commandId", "start-I-2"}};
+  auto once = client.post("/v1/runs", command);
+  ASSERT_EQ(once.status, 202u) << once.body;
+  auto twice = client.post("/v1/runs", command);
+  ASSERT_EQ(twice.status, 202u) << twice.body;
+  EXPECT_EQ(twice.value["id"], once.value["id"]);
+  EXPECT_EQ(runs_for(client, "I-2"), 1);
+}
+
+}  // namespace
+}  // namespace durin::testing
