@@ -50,6 +50,9 @@ struct step_report {
   std::uint64_t call = 0;
   std::string attempt_id;
   step_outcome outcome;
+  // Told whether the outcome was recorded, once that is durable; may be
+  // null. Runs on the run actor's thread: it must not block.
+  std::function<void(report_answer)> reply;
 };
 
 struct cancel_request {

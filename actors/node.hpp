@@ -13,6 +13,7 @@
 #include "actors/directory.hpp"
 #include "actors/held_tokens.hpp"
 #include "actors/step_executor.hpp"
+#include "actors/task_service.hpp"
 #include "actors/timer_service.hpp"
 #include "durin/clock.hpp"
 #include "durin/registry.hpp"
@@ -50,6 +51,7 @@ struct node {
   std::unique_ptr<persistence::store> store;
   std::unique_ptr<persistence::committer> committer;
   std::unique_ptr<step_executor> executor;
+  std::unique_ptr<task_service> tasks;  // every step attempt and its lease
   std::unique_ptr<timer_service> timers;
   std::unique_ptr<directory> runs;
   std::unique_ptr<directory> tokens;  // key: keys::token(tenant, token)

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "actors/run_engine.hpp"
+#include "actors/task_service.hpp"
 #include "persistence/keys.hpp"
 
 namespace durin::actors {
@@ -80,23 +81,74 @@ void submit_commit(self_pointer self, commit_plan plan) {
       });
 }
 
+// Every attempt is a task of the node's task service: a remote one waits on
+// its queue for a worker; an in-node one is leased to the executor at once
+// (in memory only) and its outcome passes the service's fencing.
 void dispatch_step(self_pointer self, step_dispatch dispatch) {
   auto& st = self->state;
+  auto& tasks = *st.services->tasks;
   auto handle = caf::actor_cast<caf::actor>(self);
   auto call = dispatch.call;
   auto attempt_id = dispatch.info.attempt_id;
-  step_task task{std::move(dispatch.info), std::move(dispatch.body),
-                 [handle, call, attempt_id](step_outcome outcome) {
-                   caf::anon_send(
-                       handle, step_done_atom::value,
-                       step_report{call, attempt_id, std::move(outcome)});
-                 }};
-  if (!st.services->executor->submit(std::move(task))) {
+  task_spec spec{.tenant = st.tenant,
+                 .run_id = st.run_id,
+                 .instance_id = dispatch.info.instance_id,
+                 .step_id = dispatch.info.step_id,
+                 .step_name = dispatch.info.step_name,
+                 .attempt_id = attempt_id,
+                 .attempt = dispatch.info.attempt,
+                 .call = call,
+                 .task_queue = dispatch.task_queue,
+                 .args = std::move(dispatch.args),
+                 .timeouts = dispatch.timeouts,
+                 .step_scheduled_at_ms = dispatch.step_scheduled_at_ms};
+  auto refuse = [&](std::string message) {
     step_outcome overloaded;
     overloaded.result = step_outcome::kind::retryable;
-    overloaded.message = "the step executor's queue is full";
+    overloaded.message = std::move(message);
     caf::anon_send(handle, step_done_atom::value,
-                   step_report{call, attempt_id, std::move(overloaded)});
+                   step_report{call, attempt_id, std::move(overloaded), {}});
+  };
+  if (!spec.task_queue.empty()) {
+    if (!tasks.enqueue(std::move(spec))) {
+      refuse("task queue '" + dispatch.task_queue + "' is full");
+    }
+    return;
+  }
+  auto* service = &tasks;
+  if (!spec.timeouts.any()) {
+    // Fast path: nothing can expire, so no lease to track. The engine
+    // fences the outcome by attempt id; a heartbeat only asks whether the
+    // run was cancelled.
+    auto run_id = st.run_id;
+    step_task task{std::move(dispatch.info), std::move(dispatch.body),
+                   [handle, call, attempt_id](step_outcome outcome) {
+                     caf::anon_send(
+                         handle, step_done_atom::value,
+                         step_report{call, attempt_id, std::move(outcome), {}});
+                   },
+                   [service, run_id](const step_progress&) {
+                     return !service->run_cancelled(run_id);
+                   }};
+    if (!st.services->executor->submit(std::move(task))) {
+      refuse("the step executor's queue is full");
+    }
+    return;
+  }
+  auto tenant = st.tenant;
+  tasks.start_local(std::move(spec));
+  step_task task{
+      std::move(dispatch.info), std::move(dispatch.body),
+      [service, tenant, attempt_id](step_outcome outcome) {
+        (void)service->report(tenant, attempt_id, "node", std::move(outcome),
+                              nullptr);
+      },
+      [service, tenant, attempt_id](const step_progress& progress) {
+        return service->heartbeat(tenant, attempt_id, "node", progress).go_on;
+      }};
+  if (!st.services->executor->submit(std::move(task))) {
+    tasks.cancel_attempt(attempt_id);
+    refuse("the step executor's queue is full");
   }
 }
 
@@ -300,7 +352,9 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, node* services,
       [self](step_done_atom, const step_report& report) {
         if (self->state.engine) {
           self->state.engine->on_step_outcome(report.call, report.attempt_id,
-                                              report.outcome);
+                                              report.outcome, report.reply);
+        } else if (report.reply) {
+          report.reply(report_answer{false, "stale_attempt"});
         }
         drain(self);
       },
@@ -314,6 +368,8 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, node* services,
         if (self->state.engine) {
           self->state.engine->cancel(request.reason, request.command_id,
                                      request.reply);
+          // Reports of the run's attempt are refused run_cancelled from now.
+          self->state.services->tasks->cancel_run(self->state.run_id);
         } else {
           request.reply(
               make_error(errc::storage_error,

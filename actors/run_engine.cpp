@@ -314,6 +314,11 @@ bool run_engine::begin_step(detail::step_call call, detail::call_outcome* out) {
       }
       failures = std::max(failures, event->attempt);
       pending_.due_ms = event->due_ms;
+      if (pending_.first_scheduled_ms == 0) {
+        // The first attempt's schedule is not recorded; its failure is the
+        // nearest record (schedule-to-close is lenient after a restart).
+        pending_.first_scheduled_ms = event->at_ms;
+      }
     }
     // Attempts failed before: the next one waits for its retry timer, which
     // is durable and reaches this run through the timer service.
@@ -340,9 +345,17 @@ bool run_engine::begin_step(detail::step_call call, detail::call_outcome* out) {
       return false;
     }
     pending_.retry = entry->retry;
+    pending_.task_queue = entry->task_queue;
+    pending_.timeouts =
+        entry->timeouts.any() ? entry->timeouts : call.options.timeouts;
+    if (!pending_.task_queue.empty()) {
+      pending_.args = call.args;
+    }
     pending_.body = [invoke = entry->invoke, args = std::move(call.args)] {
       return invoke(args);
     };
+  } else {
+    pending_.timeouts = call.options.timeouts;
   }
   if (!pending_.waiting_retry) {
     pending_.attempt = 0;
@@ -438,6 +451,17 @@ void run_engine::dispatch_step() {
   if (stopped() || pending_.kind != call_kind::step) {
     return;
   }
+  if (pending_.first_scheduled_ms == 0) {
+    pending_.first_scheduled_ms = now();
+  }
+  auto close_ms = pending_.timeouts.schedule_to_close.count();
+  if (close_ms > 0 && now() >= pending_.first_scheduled_ms + close_ms) {
+    fail_step("timeout-schedule-to-close",
+              "the step did not finish within its schedule-to-close timeout "
+              "of " +
+                  std::to_string(close_ms) + " ms");
+    return;
+  }
   pending_.attempt += 1;
   pending_.attempt_id = new_attempt_id(random_);
   pending_.dispatched = true;
@@ -445,21 +469,71 @@ void run_engine::dispatch_step() {
   step_dispatch dispatch;
   dispatch.call = pending_.call;
   dispatch.info.run_id = record_.id;
+  dispatch.info.instance_id = record_.id;
   dispatch.info.step_name = pending_.name;
   dispatch.info.step_id = step_id_of(record_.id, pending_.call);
   dispatch.info.attempt_id = pending_.attempt_id;
   dispatch.info.attempt = pending_.attempt;
   dispatch.body = pending_.body;
+  dispatch.task_queue = pending_.task_queue;
+  dispatch.args = pending_.args;
+  dispatch.timeouts = pending_.timeouts;
+  dispatch.step_scheduled_at_ms = pending_.first_scheduled_ms;
   output_.dispatches.push_back(std::move(dispatch));
+}
+
+void run_engine::fail_step(std::string code, std::string message,
+                           std::function<void()> after) {
+  auto* out = pending_.out;
+  event_record event{.kind = event_kind::step_failed,
+                     .call = pending_.call,
+                     .at_ms = now(),
+                     .name = pending_.name,
+                     .attempt = pending_.attempt,
+                     .attempt_id = pending_.attempt_id,
+                     .error_code = code,
+                     .error_message = message};
+  pending_.dispatched = false;
+  pending_.waiting_retry = false;
+  out->failed = true;
+  out->error_code = std::move(code);
+  out->error_message = "step '" + pending_.name + "' failed after " +
+                       std::to_string(pending_.attempt) +
+                       (pending_.attempt == 1 ? " attempt: " : " attempts: ") +
+                       message;
+  out->attempts = pending_.attempt;
+  stage(std::move(event));
+  stage_status(run_status::running);
+  flush_then([this, after = std::move(after)] {
+    if (after) {
+      after();
+    }
+    resume_parked();
+  });
 }
 
 void run_engine::on_step_outcome(std::uint64_t call,
                                  const std::string& attempt_id,
-                                 step_outcome outcome) {
+                                 step_outcome outcome,
+                                 std::function<void(report_answer)> reply) {
   if (stopped() || pending_.kind != call_kind::step || pending_.call != call ||
       pending_.attempt_id != attempt_id || !pending_.dispatched) {
-    return;  // late or duplicate: the recorded outcome stands
+    // Late or duplicate: the recorded outcome stands.
+    if (reply) {
+      auto reason = cancelled_ ? "run_cancelled" : "stale_attempt";
+      output_.replies.push_back([reply = std::move(reply), reason] {
+        reply(report_answer{false, reason});
+      });
+    }
+    return;
   }
+  auto recorded = [this, reply = std::move(reply)] {
+    if (reply) {
+      output_.replies.push_back([reply] {
+        reply(report_answer{true, std::string()});
+      });
+    }
+  };
   pending_.dispatched = false;
   event_record event{.call = call,
                      .at_ms = now(),
@@ -475,7 +549,8 @@ void run_engine::on_step_outcome(std::uint64_t call,
     out->value = std::move(outcome.value);
   } else if (outcome.result == kind::fatal || !attempts_left) {
     event.kind = event_kind::step_failed;
-    event.error_code = "step-failed";
+    event.error_code =
+        outcome.error_code.empty() ? "step-failed" : outcome.error_code;
     event.error_message = outcome.message;
     out->failed = true;
     out->error_code = event.error_code;
@@ -492,8 +567,21 @@ void run_engine::on_step_outcome(std::uint64_t call,
             ? outcome.retry_after_ms
             : pending_.retry.backoff(pending_.attempt + 1, unit(random_))
                   .count();
+    auto close_ms = pending_.timeouts.schedule_to_close.count();
+    if (close_ms > 0 &&
+        now() + delay >= pending_.first_scheduled_ms + close_ms) {
+      // The next attempt could not start before the step's deadline.
+      fail_step("timeout-schedule-to-close",
+                outcome.message +
+                    "; no retry fits the schedule-to-close "
+                    "timeout of " +
+                    std::to_string(close_ms) + " ms",
+                recorded);
+      return;
+    }
     event.kind = event_kind::step_attempt_failed;
-    event.error_code = "attempt-failed";
+    event.error_code =
+        outcome.error_code.empty() ? "attempt-failed" : outcome.error_code;
     event.error_message = outcome.message;
     event.due_ms = now() + delay;
     pending_.due_ms = event.due_ms;
@@ -505,11 +593,17 @@ void run_engine::on_step_outcome(std::uint64_t call,
     stage(std::move(event));
     staged_.timer_puts.push_back(timer);
     stage_status(run_status::waiting);
-    flush_then([this, timer] { output_.timers.push_back(timer); });
+    flush_then([this, timer, recorded] {
+      recorded();
+      output_.timers.push_back(timer);
+    });
     return;
   }
   stage(std::move(event));
-  flush_then([this] { resume_parked(); });
+  flush_then([this, recorded] {
+    recorded();
+    resume_parked();
+  });
 }
 
 void run_engine::on_timer(const timer_record& timer) {

@@ -56,11 +56,16 @@ struct commit_plan {
   }
 };
 
-// A step attempt to run on the executor.
+// A step attempt to run: on the executor, or (with a task queue) by a
+// remote worker through the task service.
 struct step_dispatch {
   std::uint64_t call = 0;
   step_info info;
   std::function<json()> body;
+  std::string task_queue;  // empty: in the node
+  json args;               // for a remote worker: the step's arguments
+  step_timeouts timeouts;
+  std::int64_t step_scheduled_at_ms = 0;  // the first attempt's
 };
 
 // A message for a token actor (see token_actor.hpp).
@@ -114,9 +119,11 @@ class run_engine final : public detail::driver {
   void on_committed(const status& outcome);
 
   // A step attempt ended. Ignored unless the run still waits on exactly this
-  // attempt (late and duplicate reports change nothing).
+  // attempt (late and duplicate reports change nothing). `reply`, when set,
+  // learns whether the outcome was recorded, once that is durable.
   void on_step_outcome(std::uint64_t call, const std::string& attempt_id,
-                       step_outcome outcome);
+                       step_outcome outcome,
+                       std::function<void(report_answer)> reply = nullptr);
 
   // A timer fired. Ignored unless the run waits on it.
   void on_timer(const persistence::timer_record& timer);
@@ -209,6 +216,10 @@ class run_engine final : public detail::driver {
     std::string attempt_id;
     bool dispatched = false;
     bool waiting_retry = false;
+    std::string task_queue;  // empty: in the node
+    json args;               // remote steps: the arguments as sent
+    step_timeouts timeouts;
+    std::int64_t first_scheduled_ms = 0;  // schedule-to-close counts from it
     // sleep, or the retry timer of a step
     std::int64_t due_ms = 0;
     // hook_next, hook_conflict
@@ -245,6 +256,9 @@ class run_engine final : public detail::driver {
   void announce_end();
   void dispatch_step();
   void dispatch_when_durable();
+  // Records the step's final failure for `code` and resumes the flow.
+  void fail_step(std::string code, std::string message,
+                 std::function<void()> after = nullptr);
   void resume_parked();
   void after_resume();
   void complete();

@@ -118,6 +118,9 @@ class runtime_impl {
     if (services.timers) {
       services.timers->stop();
     }
+    if (services.tasks) {
+      services.tasks->stop();
+    }
     if (services.runs) {
       services.runs->close();
     }
@@ -252,6 +255,12 @@ result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
   services.executor = std::make_unique<actors::step_executor>(
       options.step_threads, options.step_queue_max);
   auto* node = &services;
+  services.tasks = std::make_unique<actors::task_service>(
+      services.clock,
+      [node](const std::string& run_id, actors::step_report report) {
+        return node->runs->deliver(run_id, actors::step_done_atom::value,
+                                   std::move(report));
+      });
   services.runs = std::make_unique<actors::directory>(
       [&system, node](const std::string& run_id) {
         return actors::spawn_run_actor(system, *node, run_id);
@@ -273,6 +282,7 @@ result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
     return recovered.error();
   }
   services.timers->start();
+  services.tasks->start();
   return std::unique_ptr<runtime>(new runtime(std::move(impl)));
 }
 
@@ -798,6 +808,10 @@ void runtime::set_storage_fault_for_testing(std::function<int()> decide) {
         return fault::none;
     }
   });
+}
+
+actors::task_service& runtime::tasks() {
+  return *impl_->services.tasks;
 }
 
 std::size_t runtime::active_run_actors() const {

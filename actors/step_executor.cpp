@@ -7,6 +7,8 @@ namespace durin {
 
 namespace {
 thread_local const step_info* current_step = nullptr;
+thread_local const std::function<bool(const step_progress&)>* current_beat =
+    nullptr;
 }  // namespace
 
 const step_info& step_metadata() {
@@ -16,6 +18,32 @@ const step_info& step_metadata() {
   }
   return *current_step;
 }
+
+bool heartbeat(const step_progress& progress) {
+  if (current_step == nullptr) {
+    throw std::logic_error("durin::heartbeat() called outside of a step body");
+  }
+  if (current_beat == nullptr || !*current_beat) {
+    return true;
+  }
+  return (*current_beat)(progress);
+}
+
+namespace detail {
+
+step_scope::step_scope(const step_info& info,
+                       const std::function<bool(const step_progress&)>& beat)
+    : previous_info_(current_step), previous_beat_(current_beat) {
+  current_step = &info;
+  current_beat = &beat;
+}
+
+step_scope::~step_scope() {
+  current_step = previous_info_;
+  current_beat = previous_beat_;
+}
+
+}  // namespace detail
 
 }  // namespace durin
 
@@ -29,13 +57,16 @@ std::int64_t wall_ms() {
       .count();
 }
 
-// Runs one attempt and classifies how it ended. Never throws.
-step_outcome run_body(step_task& task) {
+}  // namespace
+
+step_outcome run_step_body(
+    step_info& info, const std::function<json()>& body,
+    const std::function<bool(const step_progress&)>& beat) {
   step_outcome outcome;
-  task.info.started_at_ms = wall_ms();
-  current_step = &task.info;
+  info.started_at_ms = wall_ms();
+  detail::step_scope scope(info, beat);
   try {
-    outcome.value = task.body();
+    outcome.value = body();
   } catch (const fatal_error& e) {
     outcome.result = step_outcome::kind::fatal;
     outcome.message = e.what();
@@ -54,11 +85,8 @@ step_outcome run_body(step_task& task) {
     outcome.result = step_outcome::kind::retryable;
     outcome.message = "the step threw a non-standard exception";
   }
-  current_step = nullptr;
   return outcome;
 }
-
-}  // namespace
 
 step_executor::step_executor(std::size_t threads, std::size_t queue_max)
     : queue_max_(queue_max) {
@@ -114,7 +142,7 @@ void step_executor::work() {
       task = std::move(queue_.front());
       queue_.pop_front();
     }
-    auto outcome = run_body(task);
+    auto outcome = run_step_body(task.info, task.body, task.beat);
     if (task.done) {
       task.done(std::move(outcome));
     }

@@ -30,13 +30,34 @@ struct step_outcome {
   json value;                        // when succeeded
   std::string message;               // when failed
   std::int64_t retry_after_ms = -1;  // retryable: the body's own delay, or -1
+  // Recorded as the failure's code; empty: "attempt-failed" / "step-failed".
+  // Timeouts use "timeout-<kind>" (actors/task_service.hpp).
+  std::string error_code;
+};
+
+// The answer to whoever reported an attempt's outcome: recorded (durably)
+// or refused with a reason: stale_attempt, run_cancelled, task_not_found.
+// A refusal is not a failure: the step's recorded outcome stands.
+struct report_answer {
+  bool recorded = false;
+  std::string reason;
 };
 
 struct step_task {
   step_info info;
   std::function<json()> body;
   std::function<void(step_outcome)> done;
+  // What durin::heartbeat() calls inside the body; null: always go on.
+  std::function<bool(const step_progress&)> beat;
 };
+
+// Runs one attempt's body on the calling thread, with step_metadata() and
+// heartbeat() bound to `info` and `beat`, and classifies how it ended:
+// fatal_error and JSON conversion errors are fatal, any other exception
+// retryable. Never throws. Used by the executor and by durin::worker.
+step_outcome run_step_body(
+    step_info& info, const std::function<json()>& body,
+    const std::function<bool(const step_progress&)>& beat);
 
 class step_executor {
  public:

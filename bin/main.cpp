@@ -1,19 +1,26 @@
 // The durin command line. `durin run FLOW` runs one flow on a node with an
 // embedded store and prints the run and its history; `durin serve` runs a
-// node with the HTTP API; `durin runs|hooks|api-keys|tenants ...` talk to a
+// node with the HTTP API; `durin worker` runs remote steps against one;
+// `durin runs|tasks|hooks|api-keys|tenants ...` talk to a
 // server (--server or DURIN_SERVER, key from --api-key, DURIN_API_KEY or the
 // data dir's admin.key) and print its JSON answers. Errors print
 // `code: message` on stderr and exit non-zero.
 #include <CLI/CLI.hpp>
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <thread>
 
 #include "bin/example_flows.hpp"
+#include "bin/worker_steps.hpp"
 #include "cluster/http_client.hpp"
 #include "cluster/server.hpp"
 #include "durin/durin.hpp"
+#include "durin/worker.hpp"
 
 namespace {
 
@@ -209,11 +216,153 @@ int serve_command(const std::string& data_dir, const std::string& listen,
   options.gateway.read_timeout_ms = read_timeout_ms;
   durin::registry flows;
   durin::examples::register_examples(flows);
+  durin::examples::register_worker_steps(flows);
   if (bench_flows) {
     flows.flow("bench.noop", bench_noop);
     flows.flow("bench.ten-steps", bench_ten_steps);
   }
   return durin::cluster::serve(options, std::move(flows), std::cout, std::cerr);
+}
+
+// `durin worker`: runs the example steps registered to `queue` in this
+// process until SIGTERM or SIGINT, then stops gracefully (the tasks in hand
+// finish and are reported).
+std::atomic<bool> worker_signalled{false};
+
+int worker_command(const client_options& client, const std::string& queue,
+                   std::size_t concurrency, const std::string& worker_id) {
+  durin::registry steps;
+  durin::examples::register_examples(steps);
+  durin::examples::register_worker_steps(steps);
+  durin::worker_options options;
+  options.server_url = client.server.empty()
+                           ? env_or("DURIN_SERVER", "http://127.0.0.1:7070")
+                           : client.server;
+  options.api_key =
+      client.api_key.empty() ? env_or("DURIN_API_KEY", "") : client.api_key;
+  if (options.api_key.empty()) {
+    std::ifstream file(client.data_dir + "/admin.key");
+    std::getline(file, options.api_key);
+  }
+  if (options.api_key.empty()) {
+    std::cerr << "unauthorized: no API key: pass --api-key or set "
+                 "DURIN_API_KEY\n";
+    return 1;
+  }
+  if (auto url = durin::cluster::parse_server_url(options.server_url); !url) {
+    return fail(url.error());
+  }
+  options.task_queue = queue;
+  options.concurrency = concurrency;
+  options.worker_id = worker_id;
+  durin::worker worker(options, std::move(steps));
+  std::signal(SIGTERM, [](int) { worker_signalled = true; });
+  std::signal(SIGINT, [](int) { worker_signalled = true; });
+  std::thread watcher([&worker] {
+    while (!worker_signalled) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    worker.stop();
+  });
+  std::cout << "worker " << worker.worker_id() << " polling " << queue << " on "
+            << options.server_url << std::endl;
+  worker.run();
+  worker_signalled = true;
+  watcher.join();
+  auto stats = worker.stats();
+  std::cout << "worker stopped: " << stats.tasks << " tasks, " << stats.recorded
+            << " recorded, " << stats.refused << " refused as late"
+            << std::endl;
+  return 0;
+}
+
+// One GET; the JSON body, or nullopt after printing why.
+std::optional<durin::json> get_json(const client_options& options,
+                                    const std::string& target) {
+  auto server = durin::cluster::parse_server_url(
+      options.server.empty() ? env_or("DURIN_SERVER", "http://127.0.0.1:7070")
+                             : options.server);
+  if (!server) {
+    fail(server.error());
+    return std::nullopt;
+  }
+  std::string key =
+      options.api_key.empty() ? env_or("DURIN_API_KEY", "") : options.api_key;
+  if (key.empty()) {
+    std::ifstream file(options.data_dir + "/admin.key");
+    std::getline(file, key);
+  }
+  durin::cluster::http_connection connection(*server, options.timeout_ms);
+  auto answer =
+      connection.send("GET", target, {{"Authorization", "Bearer " + key}}, "");
+  if (!answer) {
+    fail(answer.error());
+    return std::nullopt;
+  }
+  auto parsed = durin::json::parse(answer->body, nullptr, false);
+  if (answer->status != 200 || parsed.is_discarded()) {
+    std::cerr << (parsed.is_discarded()
+                      ? "http-" + std::to_string(answer->status)
+                      : parsed.value("code", "error"))
+              << ": "
+              << (parsed.is_discarded() ? answer->body
+                                        : parsed.value("message", ""))
+              << "\n";
+    return std::nullopt;
+  }
+  return parsed;
+}
+
+// `durin runs describe ID`: the run, and for each step what the history
+// recorded beside what the transport did (attempts with lease owner,
+// expiry and state, and refused late reports).
+int describe_command(const client_options& client, const std::string& id) {
+  auto encoded = percent_encode(id);
+  auto run = get_json(client, "/v1/runs/" + encoded);
+  auto history =
+      run ? get_json(client, "/v1/runs/" + encoded + "/history") : std::nullopt;
+  auto transport =
+      history ? get_json(client, "/v1/tasks?runId=" + encoded) : std::nullopt;
+  if (!transport) {
+    return 1;
+  }
+  std::map<std::string, durin::json> steps;
+  auto step_of = [&steps](const std::string& step_id) -> durin::json& {
+    auto& step = steps[step_id];
+    if (step.is_null()) {
+      step = {{"stepId", step_id},
+              {"recorded", durin::json::array()},
+              {"attempts", durin::json::array()},
+              {"refusedReports", durin::json::array()}};
+    }
+    return step;
+  };
+  const auto& events =
+      (*history).contains("events") ? (*history)["events"] : *history;
+  for (const auto& event : events) {
+    const auto& detail = event;  // the event's details are its own fields
+    if (detail.contains("stepId")) {
+      auto& step = step_of(detail["stepId"].get<std::string>());
+      step["name"] = detail.value("name", "");
+      step["recorded"].push_back(
+          {{"kind", event.value("kind", "")},
+           {"attempt", detail.value("attempt", 0)},
+           {"attemptId", detail.value("attemptId", "")},
+           {"error", detail.value("error", durin::json())}});
+    }
+  }
+  for (const auto& attempt : (*transport)["attempts"]) {
+    step_of(attempt.value("stepId", ""))["attempts"].push_back(attempt);
+  }
+  for (const auto& refused : (*transport)["refusedReports"]) {
+    step_of(refused.value("stepId", ""))["refusedReports"].push_back(refused);
+  }
+  durin::json out = {{"run", *run}, {"steps", durin::json::array()}};
+  for (auto& [step_id, step] : steps) {
+    out["steps"].push_back(std::move(step));
+  }
+  std::cout << out.dump(2) << "\n";
+  return 0;
 }
 
 }  // namespace
@@ -282,6 +431,10 @@ int main(int argc, char** argv) {
   auto* runs_history = runs->add_subcommand("history", "recorded events");
   runs_history->add_option("id", id, "run id")->required();
   add_client_options(runs_history, client, false);
+  auto* runs_describe = runs->add_subcommand(
+      "describe", "each step's recorded outcomes beside its attempts");
+  runs_describe->add_option("id", id, "run id")->required();
+  add_client_options(runs_describe, client, false);
   auto* runs_cancel = runs->add_subcommand("cancel", "cancel a run");
   runs_cancel->add_option("id", id, "run id")->required();
   runs_cancel->add_option("--reason", reason, "why");
@@ -315,7 +468,32 @@ int main(int argc, char** argv) {
   tenants_create->add_option("--name", name, "the tenant's name")->required();
   add_client_options(tenants_create, client, true);
 
+  auto* tasks = app.add_subcommand("tasks", "step attempts and leases");
+  tasks->require_subcommand(1);
+  auto* tasks_list = tasks->add_subcommand(
+      "list", "live attempts, queues, stuck leases, redeliveries");
+  add_client_options(tasks_list, client, false);
+
+  std::string queue = "workers";
+  std::size_t concurrency = 4;
+  std::string worker_id;
+  auto* worker = app.add_subcommand(
+      "worker", "run the example steps of a task queue against a node");
+  worker->add_option("--queue", queue, "task queue to poll");
+  worker->add_option("--concurrency", concurrency, "tasks in hand at once");
+  worker->add_option("--worker-id", worker_id, "default HOST-PID");
+  add_client_options(worker, client, false);
+
   CLI11_PARSE(app, argc, argv);
+  if (worker->parsed()) {
+    return worker_command(client, queue, concurrency, worker_id);
+  }
+  if (tasks_list->parsed()) {
+    return call(client, "GET", "/v1/tasks", nullptr);
+  }
+  if (runs_describe->parsed()) {
+    return describe_command(client, id);
+  }
   if (run->parsed()) {
     return run_command(data_dir, flow, input, timeout_ms);
   }

@@ -10,6 +10,7 @@
 
 #include "actors/admission.hpp"
 #include "actors/node.hpp"
+#include "cluster/worker_api.hpp"
 #include "persistence/test_points.hpp"
 
 namespace durin::cluster {
@@ -476,6 +477,10 @@ http_response api::route(context& ctx) {
     return bad_request(method + " takes no body");
   }
   const auto& family = p[1];
+  if (is_worker_route(p)) {
+    return handle_worker_route(
+        node_, {ctx.caller.tenant, method, p, ctx.query, ctx.body});
+  }
   if (family == "runs") {
     if (p.size() == 2) {
       if (method == "POST") {

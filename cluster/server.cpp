@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "actors/node.hpp"
+#include "cluster/worker_api.hpp"
 #include "durin/runtime.hpp"
 #include "persistence/auth_store.hpp"
 #include "persistence/committer.hpp"
@@ -81,9 +82,9 @@ int serve(serve_options options, registry flows, std::ostream& out,
   if (auto counted = node_store->runs_by_status(); !counted) {
     return fail(err, counted.error());
   }
-  auto commit_metrics = [&writer, node_store] {
+  auto commit_metrics = [&writer, node_store, &node] {
     auto stats = writer.statistics();
-    std::string text;
+    std::string text = task_metrics(**node);
     if (auto counts = node_store->runs_by_status()) {
       text +=
           "# HELP durin_runs Runs stored on this node, by status.\n"

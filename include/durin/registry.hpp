@@ -61,6 +61,8 @@ class registry {
   struct step_entry {
     std::function<json(const json& args)> invoke;  // args: a JSON array
     retry_policy retry;
+    std::string task_queue;  // empty: runs in the node
+    step_timeouts timeouts;
   };
 
   // Registers `fn`, a callable `flow<R>(context&, In)` where In converts from
@@ -91,9 +93,17 @@ class registry {
   // and result, as a step flows can call by name: ctx.step<R>(name, args...).
   template <class F>
   registry& step(std::string name, F fn, retry_policy retry = {}) {
+    return step(std::move(name), std::move(fn), step_config{.retry = retry});
+  }
+
+  // The same with a task queue (remote workers run it) and timeouts.
+  template <class F>
+  registry& step(std::string name, F fn, step_config config) {
     using traits = detail::callable_traits<detail::plain_t<F>>;
     step_entry entry;
-    entry.retry = retry;
+    entry.retry = config.retry;
+    entry.task_queue = std::move(config.task_queue);
+    entry.timeouts = config.timeouts;
     entry.invoke = [fn](const json& args) -> json {
       return invoke_packed<typename traits::result_type>(
           fn, args, static_cast<typename traits::args*>(nullptr));

@@ -130,6 +130,7 @@ struct node;
 // The node's services, for components embedded beside the runtime in one
 // process (actors/admission.hpp).
 node& services_of(runtime& rt);
+class task_service;
 }  // namespace actors
 
 class runtime {
@@ -209,6 +210,10 @@ class runtime {
   // Sends `listener` a message (durin::run_finished_atom, durin::run_info)
   // when the run ends, or at once if it has. See durin/caf.hpp.
   void notify_on_finish(std::string_view run_id, const caf::actor& listener);
+
+  // Every step attempt and its lease (actors/task_service.hpp): remote
+  // workers poll and report through it (cluster/worker_api.hpp).
+  actors::task_service& tasks();
 
   // Run actors alive now (runs passivated on a far timer have none).
   std::size_t active_run_actors() const;

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -28,6 +29,28 @@ struct retry_policy {
                                     double unit) const;
 };
 
+// Per-step deadlines; zero means none. A timeout ends the attempt and is
+// recorded with its kind ("timeout-schedule-to-start", ...). Every kind but
+// schedule-to-close is retried like a retryable error, at once; reaching
+// schedule-to-close fails the step for good.
+struct step_timeouts {
+  // From an attempt being queued to a worker claiming it (remote steps).
+  std::chrono::milliseconds schedule_to_start{0};
+  // From an attempt being claimed to its outcome. A remote step without any
+  // timeout gets the task service's default lease (30 s) as this.
+  std::chrono::milliseconds start_to_close{0};
+  // From the step's first attempt being scheduled to its final outcome,
+  // across retries. Counted from the run's activation after a restart.
+  std::chrono::milliseconds schedule_to_close{0};
+  // The longest gap between heartbeats; each heartbeat renews the lease.
+  std::chrono::milliseconds heartbeat{0};
+
+  bool any() const {
+    return schedule_to_start.count() > 0 || start_to_close.count() > 0 ||
+           schedule_to_close.count() > 0 || heartbeat.count() > 0;
+  }
+};
+
 // Names a step call and its policy. Converts from a string so that
 // `ctx.step("charge", fn)` reads naturally.
 struct step_options {
@@ -38,6 +61,16 @@ struct step_options {
 
   std::string name;  // 1..128 bytes
   retry_policy retry;
+  step_timeouts timeouts;  // for registered steps, the registration's win
+};
+
+// How a registered step runs: its retries, where, and its deadlines.
+struct step_config {
+  retry_policy retry;
+  // Empty: the node's own step executor runs it. Otherwise the step's
+  // attempts wait on this task queue (1..128 bytes) for a remote worker.
+  std::string task_queue;
+  step_timeouts timeouts;
 };
 
 // Thrown by a step body: stop retrying, the step fails at once.
@@ -84,9 +117,13 @@ class step_failed_error : public std::runtime_error {
   std::uint32_t attempts_;
 };
 
-// What a running step knows about itself.
+// What a running step knows about itself. `step_id` is the default
+// idempotency key towards other systems (a payment API, a mailer): every
+// attempt of the step carries the same one. `attempt_id` is new per attempt,
+// for systems that tell attempts apart.
 struct step_info {
   std::string run_id;
+  std::string instance_id;  // the run's public instance; the run id for now
   std::string step_name;
   std::string step_id;     // "<run_id>/<call sequence>": same on every attempt
   std::string attempt_id;  // unique to this attempt
@@ -94,8 +131,38 @@ struct step_info {
   std::int64_t started_at_ms = 0;
 };
 
-// REQUIRES: called on a step executor thread, inside a step body.
-// Throws std::logic_error elsewhere.
+// REQUIRES: called inside a step body (on the node's step executor or in a
+// durin::worker). Throws std::logic_error elsewhere.
 const step_info& step_metadata();
+
+// Progress a step may report with a heartbeat; all optional.
+struct step_progress {
+  std::string message;  // at most 1024 bytes, cut beyond
+  std::int64_t current = -1;
+  std::int64_t total = -1;
+};
+
+// Renews the running attempt's lease and records `progress`. Returns false
+// when the step should stop: the run was cancelled or this attempt lost its
+// lease (another attempt owns the step now; its outcome will be refused).
+// Cheap enough to call in a loop. REQUIRES: inside a step body.
+bool heartbeat(const step_progress& progress = {});
+
+namespace detail {
+// Who runs a step body installs this for the body's thread (the node's step
+// executor, durin::worker): what step_metadata() and heartbeat() see.
+// REQUIRES: `info` and `beat` outlive the scope.
+struct step_scope {
+  step_scope(const step_info& info,
+             const std::function<bool(const step_progress&)>& beat);
+  ~step_scope();
+  step_scope(const step_scope&) = delete;
+  step_scope& operator=(const step_scope&) = delete;
+
+ private:
+  const step_info* previous_info_;
+  const std::function<bool(const step_progress&)>* previous_beat_;
+};
+}  // namespace detail
 
 }  // namespace durin
