@@ -86,10 +86,35 @@ void submit_commit(self_pointer self, commit_plan plan) {
 // (in memory only) and its outcome passes the service's fencing.
 void dispatch_step(self_pointer self, step_dispatch dispatch) {
   auto& st = self->state;
-  auto& tasks = *st.services->tasks;
+  auto* service = st.services->tasks.get();
   auto handle = caf::actor_cast<caf::actor>(self);
   auto call = dispatch.call;
   auto attempt_id = dispatch.info.attempt_id;
+  auto refuse = [&](std::string message) {
+    step_outcome overloaded;
+    overloaded.result = step_outcome::kind::retryable;
+    overloaded.message = std::move(message);
+    caf::anon_send(handle, step_done_atom::value,
+                   step_report{call, attempt_id, std::move(overloaded), {}});
+  };
+  if (dispatch.task_queue.empty() && !dispatch.timeouts.any()) {
+    // Fast path: nothing can expire, so no lease to track. The engine
+    // fences the outcome by attempt id; a heartbeat only asks whether the
+    // run was cancelled (the body's own metadata names the run).
+    step_task task{std::move(dispatch.info), std::move(dispatch.body),
+                   [handle, call, attempt_id](step_outcome outcome) {
+                     caf::anon_send(
+                         handle, step_done_atom::value,
+                         step_report{call, attempt_id, std::move(outcome), {}});
+                   },
+                   [service](const step_progress&) {
+                     return !service->run_cancelled(step_metadata().run_id);
+                   }};
+    if (!st.services->executor->submit(std::move(task))) {
+      refuse("the step executor's queue is full");
+    }
+    return;
+  }
   task_spec spec{.tenant = st.tenant,
                  .run_id = st.run_id,
                  .instance_id = dispatch.info.instance_id,
@@ -102,41 +127,14 @@ void dispatch_step(self_pointer self, step_dispatch dispatch) {
                  .args = std::move(dispatch.args),
                  .timeouts = dispatch.timeouts,
                  .step_scheduled_at_ms = dispatch.step_scheduled_at_ms};
-  auto refuse = [&](std::string message) {
-    step_outcome overloaded;
-    overloaded.result = step_outcome::kind::retryable;
-    overloaded.message = std::move(message);
-    caf::anon_send(handle, step_done_atom::value,
-                   step_report{call, attempt_id, std::move(overloaded), {}});
-  };
   if (!spec.task_queue.empty()) {
-    if (!tasks.enqueue(std::move(spec))) {
+    if (!service->enqueue(std::move(spec))) {
       refuse("task queue '" + dispatch.task_queue + "' is full");
     }
     return;
   }
-  auto* service = &tasks;
-  if (!spec.timeouts.any()) {
-    // Fast path: nothing can expire, so no lease to track. The engine
-    // fences the outcome by attempt id; a heartbeat only asks whether the
-    // run was cancelled.
-    auto run_id = st.run_id;
-    step_task task{std::move(dispatch.info), std::move(dispatch.body),
-                   [handle, call, attempt_id](step_outcome outcome) {
-                     caf::anon_send(
-                         handle, step_done_atom::value,
-                         step_report{call, attempt_id, std::move(outcome), {}});
-                   },
-                   [service, run_id](const step_progress&) {
-                     return !service->run_cancelled(run_id);
-                   }};
-    if (!st.services->executor->submit(std::move(task))) {
-      refuse("the step executor's queue is full");
-    }
-    return;
-  }
   auto tenant = st.tenant;
-  tasks.start_local(std::move(spec));
+  service->start_local(std::move(spec));
   step_task task{
       std::move(dispatch.info), std::move(dispatch.body),
       [service, tenant, attempt_id](step_outcome outcome) {
@@ -147,7 +145,7 @@ void dispatch_step(self_pointer self, step_dispatch dispatch) {
         return service->heartbeat(tenant, attempt_id, "node", progress).go_on;
       }};
   if (!st.services->executor->submit(std::move(task))) {
-    tasks.cancel_attempt(attempt_id);
+    service->cancel_attempt(attempt_id);
     refuse("the step executor's queue is full");
   }
 }

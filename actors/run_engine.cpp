@@ -527,13 +527,15 @@ void run_engine::on_step_outcome(std::uint64_t call,
     }
     return;
   }
-  auto recorded = [this, reply = std::move(reply)] {
-    if (reply) {
+  // Null without a reply, so the in-node path's continuations stay small.
+  std::function<void()> recorded;
+  if (reply) {
+    recorded = [this, reply = std::move(reply)] {
       output_.replies.push_back([reply] {
         reply(report_answer{true, std::string()});
       });
-    }
-  };
+    };
+  }
   pending_.dispatched = false;
   event_record event{.call = call,
                      .at_ms = now(),
@@ -593,17 +595,25 @@ void run_engine::on_step_outcome(std::uint64_t call,
     stage(std::move(event));
     staged_.timer_puts.push_back(timer);
     stage_status(run_status::waiting);
-    flush_then([this, timer, recorded] {
-      recorded();
-      output_.timers.push_back(timer);
-    });
+    if (recorded) {
+      flush_then([this, timer, recorded] {
+        recorded();
+        output_.timers.push_back(timer);
+      });
+    } else {
+      flush_then([this, timer] { output_.timers.push_back(timer); });
+    }
     return;
   }
   stage(std::move(event));
-  flush_then([this, recorded] {
-    recorded();
-    resume_parked();
-  });
+  if (recorded) {
+    flush_then([this, recorded] {
+      recorded();
+      resume_parked();
+    });
+  } else {
+    flush_then([this] { resume_parked(); });
+  }
 }
 
 void run_engine::on_timer(const timer_record& timer) {
