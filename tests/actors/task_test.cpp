@@ -381,6 +381,34 @@ TEST_F(TaskTest, AttemptInFlightAtRestartIsDeliveredAgainAsANewAttempt) {
   EXPECT_EQ(rt->wait(run_id, wait_max)->output, json(5));
 }
 
+TEST_F(TaskTest, OperatorCountersShowUnpolledQueuesStuckLeasesRedeliveries) {
+  step_timeouts timeouts;
+  timeouts.start_to_close = 120'000ms;
+  auto rt = open(remote_flows(timeouts));
+  auto run = rt->start("one-remote", json(1));
+  ASSERT_TRUE(run.ok());
+  ASSERT_TRUE(testing::eventually(
+      [&] { return rt->tasks().stats().queued == 1; }, wait_max));
+  // Nobody ever polled queue q.
+  EXPECT_EQ(rt->tasks().stats().queued_unpolled, 1u);
+  auto task = poll(*rt, "w");
+  ASSERT_TRUE(task.has_value());
+  EXPECT_EQ(rt->tasks().stats().queued_unpolled, 0u);
+  EXPECT_EQ(rt->tasks().stats().stuck_leases, 0u);
+  clock_->advance_ms(61'000);
+  EXPECT_EQ(rt->tasks().stats().stuck_leases, 1u);
+  EXPECT_TRUE(
+      rt->tasks().heartbeat("default", task->spec.attempt_id, "w", {}).go_on);
+  EXPECT_EQ(rt->tasks().stats().stuck_leases, 0u);
+  clock_->advance_ms(120'000);
+  ASSERT_TRUE(testing::eventually(
+      [&] { return rt->tasks().stats().redeliveries == 1; }, wait_max));
+  ASSERT_TRUE(testing::eventually(
+      [&] { return rt->tasks().list("default", 10).size() == 1; }, wait_max));
+  EXPECT_EQ(rt->tasks().list("default", 10)[0].attempt, 2u);
+  EXPECT_TRUE(rt->tasks().list("other", 10).empty());
+}
+
 // In-node steps: the same rules without a worker process.
 std::atomic<int> release_gate{0};
 
