@@ -469,7 +469,8 @@ void run_engine::dispatch_step() {
   step_dispatch dispatch;
   dispatch.call = pending_.call;
   dispatch.info.run_id = record_.id;
-  dispatch.info.instance_id = record_.id;
+  dispatch.info.instance_id =
+      instance_of_token(record_.start_token).value_or(record_.id);
   dispatch.info.step_name = pending_.name;
   dispatch.info.step_id = step_id_of(record_.id, pending_.call);
   dispatch.info.attempt_id = pending_.attempt_id;

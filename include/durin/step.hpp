@@ -123,7 +123,7 @@ class step_failed_error : public std::runtime_error {
 // for systems that tell attempts apart.
 struct step_info {
   std::string run_id;
-  std::string instance_id;  // the run's public instance; the run id for now
+  std::string instance_id;  // the run's instance id, else its run id
   std::string step_name;
   std::string step_id;     // "<run_id>/<call sequence>": same on every attempt
   std::string attempt_id;  // unique to this attempt

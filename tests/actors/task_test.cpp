@@ -136,6 +136,18 @@ TEST_F(TaskTest, RemoteStepWaitsOnItsQueueAndCompletesWhenAWorkerReports) {
   EXPECT_EQ(completed[0].detail["stepId"], run->id + "/1");
 }
 
+TEST_F(TaskTest, TaskCarriesTheInstanceIdTheRunWasStartedWith) {
+  auto rt = open(remote_flows({}));
+  start_options options;
+  options.instance_id = "order-42";
+  auto run = rt->start("one-remote", json(1), options);
+  ASSERT_TRUE(run.ok()) << run.error().to_string();
+  auto task = poll(*rt, "w");
+  ASSERT_TRUE(task.has_value());
+  EXPECT_EQ(task->spec.instance_id, "order-42");
+  EXPECT_EQ(task->spec.run_id, run->id);
+}
+
 TEST_F(TaskTest, LateCompletionAfterLeaseExpiryIsRefusedStaleAttempt) {
   step_timeouts timeouts;
   timeouts.start_to_close = 1000ms;
