@@ -408,6 +408,9 @@ int main(int argc, char** argv) {
   std::string cursor;
   int limit = 0;
   std::string reason;
+  std::string instance_id;
+  std::string on_duplicate;
+  std::string command_id;
 
   auto* runs = app.add_subcommand("runs", "start and inspect runs");
   runs->require_subcommand(1);
@@ -418,6 +421,13 @@ int main(int argc, char** argv) {
   runs_start->add_option("--hook-token", hook_token, "start hook token");
   runs_start->add_option("--min-retention", min_retention,
                          "how long the start hook's token stays held");
+  runs_start->add_option("--instance-id", instance_id,
+                         "the business process; one active run each");
+  runs_start->add_option(
+      "--on-duplicate", on_duplicate,
+      "reject-duplicate (default) or return-existing-active");
+  runs_start->add_option("--command-id", command_id,
+                         "a repeat gets the run the first start admitted");
   add_client_options(runs_start, client, true);
   auto* runs_get = runs->add_subcommand("get", "the run now");
   runs_get->add_option("id", id, "run id")->required();
@@ -438,6 +448,8 @@ int main(int argc, char** argv) {
   auto* runs_cancel = runs->add_subcommand("cancel", "cancel a run");
   runs_cancel->add_option("id", id, "run id")->required();
   runs_cancel->add_option("--reason", reason, "why");
+  runs_cancel->add_option("--command-id", command_id,
+                          "a repeat answers the cancelled run again");
   add_client_options(runs_cancel, client, true);
 
   auto* hooks = app.add_subcommand("hooks", "hooks by token");
@@ -448,6 +460,8 @@ int main(int argc, char** argv) {
   auto* hooks_resume = hooks->add_subcommand("resume", "deliver a payload");
   hooks_resume->add_option("token", id, "hook token")->required();
   hooks_resume->add_option("--payload", payload, "the payload, as JSON");
+  hooks_resume->add_option("--command-id", command_id,
+                           "a repeat is not delivered again");
   add_client_options(hooks_resume, client, true);
 
   auto* api_keys = app.add_subcommand("api-keys", "the tenant's API keys");
@@ -515,6 +529,15 @@ int main(int argc, char** argv) {
         body["hook"]["minRetention"] = min_retention;
       }
     }
+    if (!instance_id.empty()) {
+      body["instanceId"] = instance_id;
+    }
+    if (!on_duplicate.empty()) {
+      body["onDuplicate"] = on_duplicate;
+    }
+    if (!command_id.empty()) {
+      body["commandId"] = command_id;
+    }
     return call(client, "POST", "/v1/runs", &body);
   }
   if (runs_get->parsed()) {
@@ -543,6 +566,9 @@ int main(int argc, char** argv) {
     if (!reason.empty()) {
       body["reason"] = reason;
     }
+    if (!command_id.empty()) {
+      body["commandId"] = command_id;
+    }
     return call(client, "POST", "/v1/runs/" + percent_encode(id) + "/cancel",
                 &body);
   }
@@ -555,6 +581,9 @@ int main(int argc, char** argv) {
       return 2;
     }
     durin::json body = {{"payload", *parsed}};
+    if (!command_id.empty()) {
+      body["commandId"] = command_id;
+    }
     return call(client, "POST", "/v1/hooks/" + percent_encode(id) + "/resume",
                 &body);
   }

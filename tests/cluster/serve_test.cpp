@@ -896,3 +896,44 @@ TEST_F(ServeTest, InstanceIdsAndCommandIdsOverHttp) {
 
 }  // namespace
 }  // namespace durin::testing
+
+namespace durin::testing {
+namespace {
+
+// The CLI passes instance and command ids through: a repeated --command-id
+// prints the first run, and a second --instance-id start is refused.
+TEST_F(ServeTest, CliStartWithInstanceAndCommandIds) {
+  auto run_cli = [&](const std::string& args) {
+    std::string command =
+        std::string(DURIN_CLI) + " runs start " + args +
+        " --server http://127.0.0.1:" + std::to_string(server_->port()) +
+        " --data-dir " + dir_.path() + " 2>&1";
+    std::string out;
+    FILE* pipe = ::popen(command.c_str(), "r");
+    char chunk[4096];
+    while (auto got = std::fread(chunk, 1, sizeof chunk, pipe)) {
+      out.append(chunk, got);
+    }
+    int status = ::pclose(pipe);
+    return std::pair<int, std::string>(status, out);
+  };
+  const std::string notes =
+      "--flow=acme.order-notes --input='{\"orderId\":\"C-1\"}' --no-wait ";
+  auto first = run_cli(notes + "--instance-id=order-C-1 --command-id=c1");
+  ASSERT_EQ(first.first, 0) << first.second;
+  auto id = json::parse(first.second)["id"];
+  auto repeat = run_cli(notes + "--instance-id=order-C-1 --command-id=c1");
+  ASSERT_EQ(repeat.first, 0) << repeat.second;
+  EXPECT_EQ(json::parse(repeat.second)["id"], id);
+  auto duplicate = run_cli(notes + "--instance-id=order-C-1");
+  EXPECT_NE(duplicate.first, 0);
+  EXPECT_EQ(duplicate.second.rfind("hook-conflict: ", 0), 0u)
+      << duplicate.second;
+  auto existing = run_cli(
+      notes + "--instance-id=order-C-1 --on-duplicate=return-existing-active");
+  ASSERT_EQ(existing.first, 0) << existing.second;
+  EXPECT_EQ(json::parse(existing.second)["id"], id);
+}
+
+}  // namespace
+}  // namespace durin::testing
