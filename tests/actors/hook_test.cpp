@@ -12,7 +12,7 @@
 
 #include "bin/example_flows.hpp"
 #include "durin/durin.hpp"
-#include "tests/support/temp_dir.hpp"
+#include "tests/actors/runtime_fixture.hpp"
 
 namespace durin {
 namespace {
@@ -106,7 +106,7 @@ flow<json> superseded(context& ctx, json input) {
   co_return json{{"got", got}, {"claimedBy", claimed_by}};
 }
 
-class HookTest : public ::testing::Test {
+class HookTest : public testing::runtime_fixture {
  protected:
   HookTest() {
     flows_.flow("collect", collect);
@@ -119,17 +119,6 @@ class HookTest : public ::testing::Test {
     flows_.flow("superseded", superseded);
     examples::register_examples(flows_);
     bodies_started = 0;
-  }
-
-  std::unique_ptr<runtime> open(
-      std::chrono::milliseconds passivate_after = std::chrono::seconds(2)) {
-    runtime_options options;
-    options.data_dir = dir_.path();
-    options.clock = clock_;
-    options.passivate_after = passivate_after;
-    auto opened = runtime::open(options, flows_);
-    EXPECT_TRUE(opened.ok()) << (opened ? "" : opened.error().to_string());
-    return opened ? std::move(*opened) : nullptr;
   }
 
   static start_options with_hook(std::string token,
@@ -145,26 +134,6 @@ class HookTest : public ::testing::Test {
     auto hook = rt.get_hook_by_token(token);
     return !hook && hook.error().code == errc::hook_not_found;
   }
-
-  static bool status_is(runtime& rt, const std::string& id, run_status s) {
-    auto now = rt.get(id);
-    return now && now->status == s;
-  }
-
-  static std::size_t count_events(runtime& rt, const std::string& id,
-                                  std::string_view kind) {
-    std::size_t n = 0;
-    auto events = rt.history(id);
-    for (auto& event : *events) {
-      n += event.kind == kind ? 1 : 0;
-    }
-    return n;
-  }
-
-  testing::temp_dir dir_;
-  std::shared_ptr<manual_clock> clock_ =
-      std::make_shared<manual_clock>(1'800'000'000'000);
-  registry flows_;
 };
 
 TEST_F(HookTest, TokensAreUniqueWhileActive) {

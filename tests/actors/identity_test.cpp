@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "durin/durin.hpp"
-#include "tests/support/temp_dir.hpp"
+#include "tests/actors/runtime_fixture.hpp"
 
 namespace durin {
 namespace {
@@ -35,20 +35,11 @@ flow<json> collects(context& ctx, json input) {
   co_return got;
 }
 
-class IdentityTest : public ::testing::Test {
+class IdentityTest : public testing::runtime_fixture {
  protected:
   IdentityTest() {
     flows_.flow("sleeps", sleeps_an_hour);
     flows_.flow("collects", collects);
-  }
-
-  std::unique_ptr<runtime> open() {
-    runtime_options options;
-    options.data_dir = dir_.path();
-    options.clock = clock_;
-    auto opened = runtime::open(options, flows_);
-    EXPECT_TRUE(opened.ok()) << (opened ? "" : opened.error().to_string());
-    return opened ? std::move(*opened) : nullptr;
   }
 
   static start_options instance(
@@ -72,21 +63,6 @@ class IdentityTest : public ::testing::Test {
     auto page = rt.list(filter);
     return page ? page->runs.size() : 0;
   }
-
-  static std::size_t count_events(runtime& rt, const std::string& id,
-                                  std::string_view kind) {
-    std::size_t n = 0;
-    auto events = rt.history(id);
-    for (auto& event : *events) {
-      n += event.kind == kind ? 1 : 0;
-    }
-    return n;
-  }
-
-  testing::temp_dir dir_;
-  std::shared_ptr<manual_clock> clock_ =
-      std::make_shared<manual_clock>(1'800'000'000'000);
-  registry flows_;
 };
 
 TEST_F(IdentityTest, InstanceIdAllowsOneActiveRunAndRejectsDuplicates) {
