@@ -11,8 +11,8 @@
 #include <future>
 #include <random>
 
-#include "actors/identity.hpp"
 #include "actors/admission.hpp"
+#include "actors/identity.hpp"
 #include "actors/node.hpp"
 #include "actors/run_actor.hpp"
 #include "actors/run_engine.hpp"

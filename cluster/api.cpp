@@ -33,17 +33,6 @@ void test_delay() {
 
 using clock_type = std::chrono::steady_clock;
 
-http_response json_response(unsigned status, const json& body) {
-  http_response response;
-  response.status = status;
-  response.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
-  return response;
-}
-
-http_response bad_request(std::string_view message) {
-  return error_response(400, "invalid-argument", message);
-}
-
 int hex_value(char c) {
   if (c >= '0' && c <= '9') {
     return c - '0';
@@ -271,6 +260,17 @@ unsigned http_status_of(errc code) {
       return 500;
   }
   return 500;
+}
+
+http_response json_response(unsigned status, const json& body) {
+  http_response response;
+  response.status = status;
+  response.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return response;
+}
+
+http_response bad_request(std::string_view message) {
+  return error_response(400, "invalid-argument", message);
 }
 
 http_response error_response(const error& err) {

@@ -96,6 +96,10 @@ class api {
 unsigned http_status_of(errc code);
 // {"code", "message"} of a runtime error (adds "runId" / "conflictingRunId").
 http_response error_response(const error& err);
+// A JSON answer; invalid UTF-8 in strings is replaced, never thrown on.
+http_response json_response(unsigned status, const json& body);
+// 400 invalid-argument with `message`.
+http_response bad_request(std::string_view message);
 
 // True when `text` is well-formed UTF-8.
 bool valid_utf8(std::string_view text);

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "actors/task_service.hpp"
+#include "cluster/api.hpp"
 #include "cluster/idempotency.hpp"
 
 namespace durin::cluster {
@@ -19,17 +20,6 @@ constexpr std::int64_t poll_wait_ms_default = 20'000;
 constexpr std::int64_t poll_wait_ms_max = 60'000;
 constexpr auto record_wait = std::chrono::seconds(30);
 constexpr std::size_t list_max = 1000;
-
-http_response json_response(unsigned status, const json& body) {
-  http_response response;
-  response.status = status;
-  response.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
-  return response;
-}
-
-http_response bad_request(std::string_view message) {
-  return error_response(400, "invalid-argument", message);
-}
 
 // The string field `name`, 1..max bytes; nullopt after filling `problem`.
 std::optional<std::string> text_field(const json& body, const char* name,
