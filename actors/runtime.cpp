@@ -462,50 +462,67 @@ void runtime::start_with_hook(
   }
 }
 
-result<std::string> runtime::resume_hook(std::string_view token, json payload,
-                                         const resume_options& options) {
+void runtime::resume_hook_async(std::string_view token, json payload,
+                                const resume_options& options,
+                                std::function<void(result<std::string>)> done) {
   if (impl_->closing) {
-    return make_error(errc::shutting_down, "the runtime is closing");
+    done(make_error(errc::shutting_down, "the runtime is closing"));
+    return;
   }
   if (token.empty() || token.size() > hook_token_bytes_max) {
-    return make_error(
+    done(make_error(
         errc::invalid_argument,
-        "a hook token is 1 to 256 bytes; got " + std::to_string(token.size()));
+        "a hook token is 1 to 256 bytes; got " + std::to_string(token.size())));
+    return;
   }
   if (options.resume_id.size() > 256 || options.command_id.size() > 256) {
-    return make_error(errc::invalid_argument,
-                      "a resume id (command id) is at most 256 bytes");
+    done(make_error(errc::invalid_argument,
+                    "a resume id (command id) is at most 256 bytes"));
+    return;
   }
   if (!options.command_id.empty() && !options.resume_id.empty() &&
       options.command_id != options.resume_id) {
-    return make_error(errc::invalid_argument,
-                      "a resume's command id is its resume id: set one, or "
-                      "both to the same value");
+    done(make_error(errc::invalid_argument,
+                    "a resume's command id is its resume id: set one, or "
+                    "both to the same value"));
+    return;
   }
   if (actors::is_reserved_token(token)) {
-    return make_error(errc::hook_not_found,
-                      "no run can receive payloads for that token");
+    done(make_error(errc::hook_not_found,
+                    "no run can receive payloads for that token"));
+    return;
   }
   auto bytes = actors::encode_payload(payload);
   if (bytes.size() > input_bytes_max) {
-    return make_error(errc::invalid_argument,
-                      "payload is " + std::to_string(bytes.size()) +
-                          " bytes encoded; the limit is " +
-                          std::to_string(input_bytes_max));
+    done(make_error(errc::invalid_argument,
+                    "payload is " + std::to_string(bytes.size()) +
+                        " bytes encoded; the limit is " +
+                        std::to_string(input_bytes_max)));
+    return;
   }
-  auto answer = std::make_shared<std::promise<result<std::string>>>();
-  auto future = answer->get_future();
+  // Shared: if the token's actor cannot be reached, the request (and its
+  // callback) is dropped undelivered and `done` is still ours to call.
+  auto answer = std::make_shared<std::function<void(result<std::string>)>>(
+      std::move(done));
   actors::resume_request request{
       std::move(bytes),
       options.resume_id.empty() ? options.command_id : options.resume_id,
-      [answer](result<std::string> outcome) {
-        answer->set_value(std::move(outcome));
-      }};
+      [answer](result<std::string> outcome) { (*answer)(std::move(outcome)); }};
   auto address = persistence::keys::token(options.tenant, token);
   if (!impl_->services.tokens->deliver(address, actors::resume_atom::value,
                                        std::move(request))) {
-    return make_error(errc::shutting_down, "the runtime is closing");
+    (*answer)(make_error(errc::shutting_down, "the runtime is closing"));
   }
+}
+
+result<std::string> runtime::resume_hook(std::string_view token, json payload,
+                                         const resume_options& options) {
+  auto answer = std::make_shared<std::promise<result<std::string>>>();
+  auto future = answer->get_future();
+  resume_hook_async(token, std::move(payload), options,
+                    [answer](result<std::string> outcome) {
+                      answer->set_value(std::move(outcome));
+                    });
   if (future.wait_for(cancel_answer_timeout) != std::future_status::ready) {
     return make_error(errc::timeout,
                       "the resume was not confirmed in time; retry it with "

@@ -404,8 +404,15 @@ BENCHMARK(BM_duplicate_starts_refused)
 // durable); the clock stops when the run has read them all and completed.
 
 void BM_resumes_delivered(benchmark::State& state) {
-  auto payloads = bench::env_count("DURIN_BENCH_RESUMES", 10'000);
-  auto threads_n = bench::env_count("DURIN_BENCH_RESUME_THREADS", 32);
+  auto payloads = bench::env_count("DURIN_BENCH_RESUMES", 50'000);
+  // Unset: resume_hook_async with DURIN_BENCH_RESUME_IN_FLIGHT payloads in
+  // flight (how an actor or the gateway resumes); N: N threads calling the
+  // blocking resume_hook, each waiting for its answer.
+  std::uint64_t threads_n =
+      std::getenv("DURIN_BENCH_RESUME_THREADS") == nullptr
+          ? 0
+          : bench::env_count("DURIN_BENCH_RESUME_THREADS", 32);
+  auto in_flight = bench::env_count("DURIN_BENCH_RESUME_IN_FLIGHT", 1000);
   bench::process_baselines();
   double seconds = 0;
   double acked_seconds = 0;
@@ -413,6 +420,12 @@ void BM_resumes_delivered(benchmark::State& state) {
   std::atomic<std::uint64_t> failed{0};
   std::string first_failure;
   std::mutex failure_mutex;
+  auto record_failure = [&](const durin::error& problem) {
+    if (failed.fetch_add(1) == 0) {
+      std::lock_guard<std::mutex> lock(failure_mutex);
+      first_failure = problem.to_string();
+    }
+  };
   std::int64_t read = 0;
   for (auto _ : state) {
     bench::temp_dir dir("hook-resumes");
@@ -433,22 +446,42 @@ void BM_resumes_delivered(benchmark::State& state) {
     }
     auto cpu_start = bench::process_cpu_seconds();
     auto start = bench::steady::now();
-    std::vector<std::thread> threads;
-    // payloads - 1 plain payloads from the threads, then "done" once every
-    // one of them is durable, so the reader reads them all.
-    for (std::uint64_t t = 0; t < threads_n; ++t) {
-      threads.emplace_back([&, t] {
-        for (std::uint64_t i = t; i + 1 < payloads; i += threads_n) {
-          auto resumed = runtime->resume_hook(token, {{"n", i}});
-          if (!resumed && failed.fetch_add(1) == 0) {
-            std::lock_guard<std::mutex> lock(failure_mutex);
-            first_failure = resumed.error().to_string();
+    // payloads - 1 plain payloads, then "done" once every one of them is
+    // durable, so the reader reads them all.
+    if (threads_n == 0) {
+      // Shared: a callback may still be inside release() when the last
+      // acquire below returns.
+      auto slots = std::make_shared<std::counting_semaphore<1 << 20>>(
+          static_cast<std::ptrdiff_t>(in_flight));
+      for (std::uint64_t i = 0; i + 1 < payloads; ++i) {
+        slots->acquire();
+        runtime->resume_hook_async(
+            token, {{"n", i}}, {},
+            [&record_failure, slots](durin::result<std::string> resumed) {
+              if (!resumed) {
+                record_failure(resumed.error());
+              }
+              slots->release();
+            });
+      }
+      for (std::uint64_t i = 0; i < in_flight; ++i) {
+        slots->acquire();  // every answer is in
+      }
+    } else {
+      std::vector<std::thread> threads;
+      for (std::uint64_t t = 0; t < threads_n; ++t) {
+        threads.emplace_back([&, t] {
+          for (std::uint64_t i = t; i + 1 < payloads; i += threads_n) {
+            auto resumed = runtime->resume_hook(token, {{"n", i}});
+            if (!resumed) {
+              record_failure(resumed.error());
+            }
           }
-        }
-      });
-    }
-    for (auto& thread : threads) {
-      thread.join();
+        });
+      }
+      for (auto& thread : threads) {
+        thread.join();
+      }
     }
     auto last = runtime->resume_hook(token, {{"done", true}});
     if (!last) {
@@ -482,11 +515,15 @@ void BM_resumes_delivered(benchmark::State& state) {
   state.counters["cpu_us_per_payload"] = cpu_us;
   state.counters["tail_ms"] = (seconds - acked_seconds) * 1e3;
   bench::add_baseline_counters(state, per_s, 2);
+  std::string how =
+      threads_n == 0
+          ? "resume_hook_async, " + std::to_string(in_flight) + " in flight"
+          : std::to_string(threads_n) + " threads, blocking";
   bench::report(
       {"resumes delivered to a waiting run (first resume to run completed)",
        ">= 20,000 payloads/s",
-       rate_text(per_s, "payloads/s") + " (" + std::to_string(threads_n) +
-           " threads; all acknowledged at " + rate_text(acked_per_s, "/s") +
+       rate_text(per_s, "payloads/s") + " (" + how + "; all acknowledged at " +
+           rate_text(acked_per_s, "/s") +
            bench::format("; %.0f us CPU each, ", cpu_us) +
            bench::format("2 cores allow %.0f/s",
                          1e6 / cpu_us * bench::cores()) +

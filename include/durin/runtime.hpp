@@ -169,6 +169,13 @@ class runtime {
   result<std::string> resume_hook(std::string_view token, json payload,
                                   const resume_options& options = {});
 
+  // The same without blocking: `done` runs once, on an internal thread, when
+  // the payload is durable or refused (a runtime closing meanwhile may drop
+  // it). It must not block.
+  void resume_hook_async(std::string_view token, json payload,
+                         const resume_options& options,
+                         std::function<void(result<std::string>)> done);
+
   // The hook on `token` now (advisory: it may change right after).
   result<hook_info> get_hook_by_token(
       std::string_view token, std::string_view tenant = default_tenant) const;

@@ -7,7 +7,10 @@
 
 #include <atomic>
 #include <barrier>
+#include <condition_variable>
 #include <cstdlib>
+#include <future>
+#include <mutex>
 #include <thread>
 
 #include "bin/example_flows.hpp"
@@ -378,6 +381,69 @@ TEST_F(HookTest, ResumeWithARecordedResumeIdIsNotRecordedAgain) {
   EXPECT_EQ(*retried, run->id);
   ASSERT_TRUE(rt->resume_hook("order:K", {{"n", 2}, {"done", true}}).ok());
   EXPECT_EQ(rt->wait(run->id, wait_max)->output, json::array({1, 2}));
+}
+
+// resume_hook_async answers each payload once it is durable, without a
+// thread waiting per payload; payloads sent from one thread keep their order.
+TEST_F(HookTest, AsyncResumesAreAnsweredOnceDurableAndKeepTheirOrder) {
+  constexpr int count = 200;
+  std::string id;
+  {
+    auto rt = open();
+    auto run =
+        rt->start("late-reader", {{"token", "order:A"}}, with_hook("order:A"));
+    ASSERT_TRUE(run.ok());
+    id = run->id;
+    std::mutex mutex;
+    std::condition_variable all_in;
+    std::vector<std::string> owners;
+    for (int n = 1; n <= count; ++n) {
+      json payload = {{"n", n}};
+      if (n == count) {
+        payload["done"] = true;
+      }
+      rt->resume_hook_async(
+          "order:A", payload, {}, [&](result<std::string> resumed) {
+            std::lock_guard lock(mutex);
+            owners.push_back(resumed ? *resumed : resumed.error().to_string());
+            all_in.notify_all();
+          });
+    }
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(all_in.wait_for(lock, wait_max,
+                                [&] { return owners.size() == count; }));
+    for (auto& owner : owners) {
+      EXPECT_EQ(owner, id);
+    }
+  }
+  // Every answered payload survives the node going away.
+  clock_->advance_ms(2 * 3'600'000);
+  auto rt = open();
+  auto done = rt->wait(id, wait_max);
+  ASSERT_TRUE(done.ok());
+  json expected = json::array();
+  for (int n = 1; n <= count; ++n) {
+    expected.push_back(n);
+  }
+  EXPECT_EQ(done->output, expected);
+}
+
+TEST_F(HookTest, AsyncResumeRefusalsComeThroughTheCallback) {
+  auto rt = open();
+  std::promise<result<std::string>> unknown;
+  rt->resume_hook_async(
+      "order:none", json::object(), {},
+      [&](result<std::string> resumed) { unknown.set_value(resumed); });
+  auto missing = unknown.get_future().get();
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code, errc::hook_not_found);
+  std::promise<result<std::string>> empty;
+  rt->resume_hook_async(
+      "", json::object(), {},
+      [&](result<std::string> resumed) { empty.set_value(resumed); });
+  auto refused = empty.get_future().get();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, errc::invalid_argument);
 }
 
 TEST_F(HookTest, ResumeOfAnUnknownTokenIsHookNotFound) {
