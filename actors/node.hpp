@@ -12,6 +12,7 @@
 
 #include "actors/directory.hpp"
 #include "actors/held_tokens.hpp"
+#include "actors/linger_list.hpp"
 #include "actors/step_executor.hpp"
 #include "actors/task_service.hpp"
 #include "actors/timer_service.hpp"
@@ -57,6 +58,7 @@ struct node {
   std::unique_ptr<directory> tokens;  // key: keys::token(tenant, token)
   finish_listeners finished;
   held_tokens held;  // written by token actors, read by starts
+  std::unique_ptr<linger_list> lingering;  // idle token actors
   // Who waits for a run to end or to wait for something: told by the
   // store's run listener once such a status is durable (runtime.cpp installs
   // it with the first wait_settled). The info carries only id and status.

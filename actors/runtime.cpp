@@ -121,6 +121,9 @@ class runtime_impl {
     if (services.tasks) {
       services.tasks->stop();
     }
+    if (services.lingering) {
+      services.lingering->stop();
+    }
     if (services.runs) {
       services.runs->close();
     }
@@ -265,6 +268,8 @@ result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
       [&system, node](const std::string& run_id) {
         return actors::spawn_run_actor(system, *node, run_id);
       });
+  services.lingering =
+      std::make_unique<actors::linger_list>(actors::token_linger / 2);
   services.tokens = std::make_unique<actors::directory>(
       [&system, node](const std::string& address) {
         return actors::spawn_token_actor(system, *node, address);

@@ -21,10 +21,6 @@ using persistence::token_state;
 constexpr std::size_t pipelined_writes_max = 256;
 // Payloads handed to a subscribing run in one go; it asks again for more.
 constexpr std::size_t subscription_batch_max = 1000;
-// How long an idle token actor stays before it passivates: a start is
-// usually followed within milliseconds by its run's claim, end or a resume,
-// which then find the record loaded instead of reading it again.
-constexpr auto linger = std::chrono::milliseconds(250);
 
 struct token_actor_state {
   node* services = nullptr;
@@ -211,7 +207,8 @@ void maybe_leave(self_pointer self,
   if (!lingered_since || *lingered_since != st.requests_served) {
     if (!st.linger_armed) {
       st.linger_armed = true;
-      self->delayed_send(self, linger, linger_atom::value, st.requests_served);
+      st.services->lingering->add(caf::actor_cast<caf::actor>(self),
+                                  st.requests_served);
     }
     return;
   }

@@ -12,11 +12,18 @@
 #pragma once
 
 #include <caf/actor.hpp>
+#include <chrono>
 #include <string>
 
 #include "actors/node.hpp"
 
 namespace durin::actors {
+
+// How long an idle token actor stays before it passivates (node::lingering
+// tells it): a start is usually followed within milliseconds by its run's
+// claim, end or a resume, which then find the record loaded instead of
+// reading it again.
+constexpr auto token_linger = std::chrono::milliseconds(250);
 
 // Spawns the actor of the token at `address` (keys::token(tenant, token)).
 caf::actor spawn_token_actor(caf::actor_system& system, node& services,
