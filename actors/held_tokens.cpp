@@ -13,14 +13,103 @@ void held_tokens::set(const std::string& address, const std::string& owner_run,
   auto& s = shard_of(address);
   std::lock_guard lock(s.mutex);
   auto& slot = s.entries[address];
+  if (slot.release != release_state::none) {
+    return;
+  }
   slot.owner_run = owner_run;
   slot.until_ms = until_ms;
+  slot.offered = false;
 }
 
 void held_tokens::erase(const std::string& address) {
   auto& s = shard_of(address);
   std::lock_guard lock(s.mutex);
-  s.entries.erase(address);
+  auto found = s.entries.find(address);
+  if (found != s.entries.end() &&
+      found->second.release == release_state::none) {
+    s.entries.erase(found);
+  }
+}
+
+void held_tokens::offer_release(const std::string& address,
+                                const std::string& owner_run) {
+  auto& s = shard_of(address);
+  std::lock_guard lock(s.mutex);
+  auto found = s.entries.find(address);
+  if (found != s.entries.end() && found->second.owner_run == owner_run &&
+      found->second.until_ms == while_active &&
+      found->second.release == release_state::none) {
+    found->second.offered = true;
+  }
+}
+
+bool held_tokens::take_release(const std::string& address,
+                               const std::string& owner_run) {
+  auto& s = shard_of(address);
+  std::lock_guard lock(s.mutex);
+  auto found = s.entries.find(address);
+  if (found == s.entries.end() || !found->second.offered ||
+      found->second.owner_run != owner_run) {
+    return false;
+  }
+  found->second.offered = false;
+  found->second.release = release_state::in_flight;
+  // The end is then the release's business, not the token actor's.
+  auto ended = s.ending.find(address);
+  if (ended != s.ending.end() && ended->second == owner_run) {
+    s.ending.erase(ended);
+  }
+  return true;
+}
+
+bool held_tokens::settle_release(const std::string& address, bool ok) {
+  auto& s = shard_of(address);
+  std::lock_guard lock(s.mutex);
+  auto found = s.entries.find(address);
+  if (found == s.entries.end() ||
+      found->second.release != release_state::in_flight) {
+    return false;
+  }
+  found->second.release = ok ? release_state::done : release_state::unknown;
+  return found->second.actor_waiting;
+}
+
+held_tokens::release_state held_tokens::begin_request(
+    const std::string& address) {
+  auto& s = shard_of(address);
+  std::lock_guard lock(s.mutex);
+  auto found = s.entries.find(address);
+  if (found == s.entries.end()) {
+    return release_state::none;
+  }
+  auto state = found->second.release;
+  switch (state) {
+    case release_state::none:
+      found->second.offered = false;
+      break;
+    case release_state::in_flight:
+      found->second.actor_waiting = true;
+      break;
+    case release_state::done:
+    case release_state::unknown:
+      s.entries.erase(found);
+      break;
+  }
+  return state;
+}
+
+bool held_tokens::erase_unless_releasing(const std::string& address) {
+  auto& s = shard_of(address);
+  std::lock_guard lock(s.mutex);
+  auto found = s.entries.find(address);
+  if (found == s.entries.end()) {
+    return true;
+  }
+  if (found->second.release == release_state::in_flight) {
+    return false;
+  }
+  s.entries.erase(found);
+  return true;
 }
 
 void held_tokens::mark_ending(const std::string& address,
@@ -53,7 +142,8 @@ std::optional<std::string> held_tokens::holder(const std::string& address,
   auto& s = shard_of(address);
   std::lock_guard lock(s.mutex);
   auto found = s.entries.find(address);
-  if (found == s.entries.end() || found->second.until_ms <= now_ms) {
+  if (found == s.entries.end() || found->second.until_ms <= now_ms ||
+      found->second.release != release_state::none) {
     return std::nullopt;
   }
   if (found->second.until_ms == while_active) {

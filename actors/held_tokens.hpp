@@ -16,6 +16,16 @@
 // end is thus never refused from here by the ended owner: it goes to the
 // actor, which checks the owner's record when the owner is marked.
 //
+// An owner may release its token in the very write that records its end,
+// saving the token actor a write of its own. The token actor offers that
+// only while it is idle and the release is a plain delete (no payload ever
+// received, no webhook, no retention left); the owner takes the offer as it
+// submits that write, and settles it once the write is durable or failed.
+// From the take until the token actor has seen the settlement, the token
+// actor serves no request and does not passivate (begin_request,
+// erase_unless_releasing), and the entry refuses nothing, so no write of
+// the token actor can be ordered against the owner's delete.
+//
 // Thread-safety: every member may be called from any thread.
 #pragma once
 
@@ -36,6 +46,7 @@ class held_tokens {
 
   // `address` (keys::token) is held by `owner_run` until `until_ms`
   // (while_active for an active owner).
+  // Neither touches an entry whose release the token actor has not seen.
   void set(const std::string& address, const std::string& owner_run,
            std::int64_t until_ms);
   void erase(const std::string& address);
@@ -48,10 +59,32 @@ class held_tokens {
   std::optional<std::string> holder(const std::string& address,
                                     std::int64_t now_ms) const;
 
+  enum class release_state { none, in_flight, done, unknown };
+
+  // Token actor, idle: its active owner may delete the token at its end.
+  void offer_release(const std::string& address, const std::string& owner_run);
+  // Owner, submitting the write that records its end: true when it took the
+  // offer (that write must then delete the token).
+  bool take_release(const std::string& address, const std::string& owner_run);
+  // Owner, once that write is durable (`ok`) or failed (indefinite): true
+  // when the token actor waits for the settlement and must be woken.
+  bool settle_release(const std::string& address, bool ok);
+  // Token actor, before serving each request: withdraws any offer and tells
+  // how an owner's release stands. `in_flight`: serve nothing until woken;
+  // `done`: the token is deleted; `unknown`: read it again. After done and
+  // unknown the entry is gone.
+  release_state begin_request(const std::string& address);
+  // Token actor, passivating: erases its entry unless a release is in
+  // flight (then it must stay to be woken).
+  bool erase_unless_releasing(const std::string& address);
+
  private:
   struct entry {
     std::string owner_run;
     std::int64_t until_ms = 0;
+    bool offered = false;
+    release_state release = release_state::none;
+    bool actor_waiting = false;
   };
   struct shard {
     mutable std::mutex mutex;

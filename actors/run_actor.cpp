@@ -1,5 +1,6 @@
 #include "actors/run_actor.hpp"
 
+#include <algorithm>
 #include <caf/actor_system.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
@@ -25,6 +26,12 @@ struct run_actor_state {
   // passivate_after has passed with this unchanged.
   std::uint64_t messages = 0;
   bool linger_armed = false;
+  // Tokens held as the run ends; those whose deletion rides in the write
+  // recording the end (held_tokens::take_release), until it settles; those
+  // it deleted, which need no end notice.
+  std::vector<std::string> ending_tokens;
+  std::vector<std::string> releasing;
+  std::vector<std::string> released;
   static inline const char* name = "durin.run";
 };
 
@@ -56,6 +63,23 @@ void maybe_leave(self_pointer self, bool lingered = false) {
   }
 }
 
+// The write carrying the run's token releases is durable (or failed): the
+// token actors learn it from held_tokens, and one that is waiting for it
+// is woken.
+void settle_releases(self_pointer self, bool ok) {
+  auto& st = self->state;
+  for (auto& token : st.releasing) {
+    auto address = persistence::keys::token(st.tenant, token);
+    if (st.services->held.settle_release(address, ok)) {
+      st.services->tokens->deliver(address, reload_atom::value);
+    }
+    if (ok) {
+      st.released.push_back(token);
+    }
+  }
+  st.releasing.clear();
+}
+
 void submit_commit(self_pointer self, commit_plan plan) {
   auto& st = self->state;
   auto batch = st.services->store->batch();
@@ -73,6 +97,15 @@ void submit_commit(self_pointer self, commit_plan plan) {
   }
   if (plan.delete_active) {
     batch.delete_active(st.run_id);
+    // The write that records the end: it also frees the tokens whose actors
+    // offered that.
+    for (auto& token : st.ending_tokens) {
+      if (st.services->held.take_release(
+              persistence::keys::token(st.tenant, token), st.run_id)) {
+        batch.delete_token(st.tenant, token);
+        st.releasing.push_back(token);
+      }
+    }
   }
   auto handle = caf::actor_cast<caf::actor>(self);
   st.services->committer->submit(
@@ -166,7 +199,11 @@ void send_to_token(self_pointer self, token_message message) {
       tokens.deliver(address, dispose_atom::value, std::move(message.notice));
       break;
     case token_message::kind::owner_end:
-      tokens.deliver(address, owner_end_atom::value, std::move(message.notice));
+      if (std::find(st.released.begin(), st.released.end(), message.token) ==
+          st.released.end()) {
+        tokens.deliver(address, owner_end_atom::value,
+                       std::move(message.notice));
+      }
       break;
   }
 }
@@ -234,6 +271,9 @@ void drain(self_pointer self) {
   for (auto& token : out.ending_tokens) {
     st.services->held.mark_ending(persistence::keys::token(st.tenant, token),
                                   st.run_id);
+  }
+  if (!out.ending_tokens.empty()) {
+    st.ending_tokens = std::move(out.ending_tokens);
   }
   for (auto& reply : out.replies) {
     reply();
@@ -342,6 +382,7 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, node* services,
         }
       },
       [self](committed_atom, const status& outcome) {
+        settle_releases(self, outcome.ok());
         if (self->state.engine) {
           self->state.engine->on_committed(outcome);
         }

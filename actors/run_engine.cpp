@@ -58,7 +58,7 @@ std::string step_id_of(const std::string& run_id, std::uint64_t call) {
   return run_id + "/" + std::to_string(call);
 }
 
-std::string new_attempt_id(std::mt19937_64& random) {
+std::string new_attempt_id(engine_random& random) {
   static constexpr char digits[] = "0123456789abcdef";
   std::string id = "att_";
   auto bits = random();
@@ -257,6 +257,9 @@ void run_engine::start() {
   DURIN_ASSERT(!flow_, "a run engine starts once");
   if (is_terminal(record_.status)) {
     finished_ = true;
+    // Its end may have landed although the write was reported failed (the
+    // actor reloaded to learn that): whoever waits for the end learns it now.
+    output_.finished = true;
     return;
   }
   const auto* entry = env_.flows->find_flow(record_.flow);

@@ -198,6 +198,38 @@ void serve(self_pointer self, std::function<void()> request,
 
 // Passivates an idle actor once it has lingered unused: `lingered_since` is
 // the requests_served count when the linger began.
+void arm_linger(self_pointer self) {
+  auto& st = self->state;
+  if (!st.linger_armed) {
+    st.linger_armed = true;
+    st.services->lingering->add(caf::actor_cast<caf::actor>(self),
+                                st.requests_served);
+  }
+}
+
+// An idle token whose active owner can free it with a plain delete lets the
+// owner do that in the write recording its end (held_tokens).
+void offer_release(self_pointer self) {
+  auto& st = self->state;
+  auto& record = st.record;
+  if (st.loaded && st.owner_writes == 0 && record &&
+      record->state == token_state::active && !record->webhook &&
+      record->next_payload == 1 && record->retain_until_ms <= now_ms(self)) {
+    st.services->held.offer_release(st.address, record->owner_run);
+  }
+}
+
+// Before an answer that lets the owner run on (admitted, claimed): the
+// owner may end within microseconds, and can release the token in its end
+// write only if the offer is already there.
+void publish_and_offer(self_pointer self) {
+  auto& st = self->state;
+  publish(self);
+  if (st.in_flight == 0 && st.waiting.empty()) {
+    offer_release(self);
+  }
+}
+
 void maybe_leave(self_pointer self,
                  std::optional<std::uint64_t> lingered_since = std::nullopt) {
   auto& st = self->state;
@@ -205,25 +237,23 @@ void maybe_leave(self_pointer self,
     return;
   }
   if (!lingered_since || *lingered_since != st.requests_served) {
-    if (!st.linger_armed) {
-      st.linger_armed = true;
-      st.services->lingering->add(caf::actor_cast<caf::actor>(self),
-                                  st.requests_served);
-    }
+    offer_release(self);
+    arm_linger(self);
     return;
   }
   auto* actor = self;
   // The entry goes with the actor, under the directory's lock, before a new
-  // actor for the token can exist and publish its own.
+  // actor for the token can exist and publish its own. An owner's release
+  // in flight keeps the actor (and its entry) until it is settled.
   if (st.services->tokens->try_passivate(st.address, self->address(), [actor] {
-        if (!actor->mailbox().empty()) {
-          return false;
-        }
-        actor->state.services->held.erase(actor->state.address);
-        return true;
+        return actor->mailbox().empty() &&
+               actor->state.services->held.erase_unless_releasing(
+                   actor->state.address);
       })) {
     self->quit();
+    return;
   }
+  arm_linger(self);
 }
 
 void run_waiting(self_pointer self) {
@@ -234,6 +264,18 @@ void run_waiting(self_pointer self) {
                               st.in_flight < pipelined_writes_max);
     if (!may_run) {
       break;
+    }
+    switch (st.services->held.begin_request(st.address)) {
+      case held_tokens::release_state::none:
+        break;
+      case held_tokens::release_state::in_flight:
+        return;  // the owner wakes this actor once its end write settles
+      case held_tokens::release_state::done:
+        st.record.reset();  // the owner's end write deleted the token
+        break;
+      case held_tokens::release_state::unknown:
+        st.loaded = false;  // that write may or may not have landed
+        break;
     }
     if (!ensure_loaded(self)) {
       if (st.in_flight == 0) {
@@ -324,6 +366,7 @@ void handle_start(self_pointer self, start_claim& claim) {
   auto reply = std::move(claim.reply);
   write(self, std::move(batch), [self, reply, info](bool ok) {
     if (ok) {
+      publish_and_offer(self);
       reply(info);
       return;
     }
@@ -403,6 +446,9 @@ void handle_claim(self_pointer self, const hook_claim& claim) {
   auto previous = record ? record->owner_run : std::string();
   record = next;
   write(self, std::move(batch), [self, answer, loss, previous](bool ok) {
+    if (ok) {
+      publish_and_offer(self);
+    }
     answer(ok, ok ? "" : "unknown");
     if (ok && loss) {
       deliver_to_run(self, previous, lost_atom::value, *loss);

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 
+#include "actors/node.hpp"
 #include "bin/example_flows.hpp"
 #include "durin/durin.hpp"
 #include "tests/actors/runtime_fixture.hpp"
@@ -230,6 +231,76 @@ TEST_F(HookTest, UnopenedStartHookCompletesAndReleasesTheToken) {
 // Rule 6, as a caller sees it: once the owner's end can be read, a start with
 // its token is a new run at once (the get() loop spins to catch the moment
 // the end is durable but its notice has not reached the token yet).
+// An owner whose token needs nothing but a delete frees it in the write
+// that records its end: once the end is durable, so is the release.
+TEST_F(HookTest, AnOwnerFreesItsTokenInTheWriteThatRecordsItsEnd) {
+  auto rt = open();
+  auto run = rt->start("never-opens", json::object(), with_hook("order:R"));
+  ASSERT_TRUE(run.ok());
+  auto done = rt->wait(run->id, wait_max);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->status, run_status::completed);
+  auto record =
+      actors::services_of(*rt).store->get_token(default_tenant, "order:R");
+  ASSERT_TRUE(record.ok());
+  EXPECT_FALSE(record->has_value());
+  auto next = rt->start("never-opens", json::object(), with_hook("order:R"));
+  ASSERT_TRUE(next.ok()) << next.error().to_string();
+  EXPECT_NE(next->id, run->id);
+}
+
+// A start that reaches the token while its owner's end write (which frees
+// the token) is in flight waits for that write, then finds the token free.
+TEST_F(HookTest, AStartRacingTheOwnersEndWriteWaitsForItAndIsANewRun) {
+  auto rt = open();
+  struct gate {
+    std::atomic<int> writes{0};
+    std::promise<void> end_writing;
+  };
+  auto shared = std::make_shared<gate>();
+  auto end_writing = shared->end_writing.get_future();
+  // Write 1 admits the run; write 2 records its end: held up for a while.
+  rt->set_storage_fault_for_testing([shared] {
+    if (++shared->writes == 2) {
+      shared->end_writing.set_value();
+      std::this_thread::sleep_for(300ms);
+    }
+    return 0;
+  });
+  auto first = rt->start("never-opens", json::object(), with_hook("order:S"));
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(end_writing.wait_for(wait_max), std::future_status::ready);
+  auto second = rt->start("never-opens", json::object(), with_hook("order:S"));
+  ASSERT_TRUE(second.ok()) << second.error().to_string();
+  EXPECT_NE(second->id, first->id);
+  EXPECT_EQ(rt->wait(first->id, wait_max)->status, run_status::completed);
+  EXPECT_EQ(rt->wait(second->id, wait_max)->status, run_status::completed);
+  rt->set_storage_fault_for_testing(nullptr);
+}
+
+// The owner's end write fails, having landed (2) or not (1): the token
+// follows the store, and a start after the end is seen is a new run.
+TEST_F(HookTest, AFailedEndWriteLeavesTheTokenToWhatTheStoreHolds) {
+  for (int mode : {2, 1}) {
+    SCOPED_TRACE(mode);
+    // A node of its own each time, quiet, so that write 2 is the end.
+    auto rt = open();
+    std::string token = "order:F" + std::to_string(mode);
+    auto writes = std::make_shared<std::atomic<int>>(0);
+    rt->set_storage_fault_for_testing(
+        [writes, mode] { return ++*writes == 2 ? mode : 0; });
+    auto first = rt->start("never-opens", json::object(), with_hook(token));
+    ASSERT_TRUE(first.ok());
+    auto done = rt->wait(first->id, wait_max);
+    ASSERT_TRUE(done.ok());
+    EXPECT_EQ(done->status, run_status::completed);
+    rt->set_storage_fault_for_testing(nullptr);
+    auto second = rt->start("never-opens", json::object(), with_hook(token));
+    ASSERT_TRUE(second.ok()) << second.error().to_string();
+    EXPECT_NE(second->id, first->id);
+  }
+}
+
 TEST_F(HookTest, AStartAfterTheOwnersEndIsSeenIsANewRun) {
   auto rt = open();
   std::string previous;
