@@ -127,14 +127,44 @@ result<principal> auth::authenticate(std::string_view authorization) const {
       secret.substr(0, 3) != "dk_" || secret[3 + id_size] != '_') {
     return make_error(errc::invalid_argument, "unknown or revoked API key");
   }
-  auto key = keys_.get_api_key(secret.substr(3, id_size));
+  const auto key_id = secret.substr(3, id_size);
+  const auto digest = sha256_hex(secret);
+  std::uint64_t revocations_seen = 0;
+  {
+    std::lock_guard lock(cache_mutex_);
+    auto found = cache_.find(std::string(key_id));
+    if (found != cache_.end()) {
+      if (!same_digest(found->second.secret_sha256, digest)) {
+        return make_error(errc::invalid_argument, "unknown or revoked API key");
+      }
+      return found->second.caller;
+    }
+    revocations_seen = revocations_;
+  }
+  auto key = keys_.get_api_key(key_id);
   if (!key) {
     return key.error();
   }
-  if (!*key || !same_digest((*key)->secret_sha256, sha256_hex(secret))) {
+  if (!*key || !same_digest((*key)->secret_sha256, digest)) {
     return make_error(errc::invalid_argument, "unknown or revoked API key");
   }
-  return principal{(*key)->tenant, (*key)->id, (*key)->admin};
+  principal caller{(*key)->tenant, (*key)->id, (*key)->admin};
+  std::lock_guard lock(cache_mutex_);
+  // A revocation that began since the read may have erased what was read.
+  if (revocations_ == revocations_seen) {
+    if (cache_.size() >= cached_keys_max) {
+      cache_.clear();
+    }
+    cache_.emplace(std::string(key_id),
+                   cached_key{(*key)->secret_sha256, caller});
+  }
+  return caller;
+}
+
+void auth::forget(std::string_view key_id) {
+  std::lock_guard lock(cache_mutex_);
+  ++revocations_;
+  cache_.erase(std::string(key_id));
 }
 
 result<new_api_key> auth::create_key(std::string_view tenant, std::string name,
@@ -160,7 +190,12 @@ result<bool> auth::revoke_key(std::string_view tenant,
   if (!*key || (*key)->tenant != tenant) {
     return false;
   }
-  if (auto erased = keys_.erase_api_key(key_id); !erased) {
+  // Before the erase, so no read from now on is cached; after it, for a
+  // read that began before the first forget and was cached since.
+  forget(key_id);
+  auto erased = keys_.erase_api_key(key_id);
+  forget(key_id);
+  if (!erased) {
     return erased.error();
   }
   return true;

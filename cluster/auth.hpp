@@ -3,6 +3,14 @@
 // (persistence/auth_store.hpp). `authenticate` maps an Authorization header
 // to the caller: the key's tenant and id.
 //
+// Verified keys are cached in memory (at most `cached_keys_max`), so a
+// request does not read the store for its key. The cache never outlives a
+// revocation: revoke_key empties the key's entry before and after the
+// durable erase, and a store read that raced with a revocation is not
+// cached (a revocation counter guards the insert). A key revoked by a
+// DELETE that has answered is refused at once. Keys are only revoked
+// through this class (one node, one store).
+//
 // Thread-safety: every method may be called from any thread. Methods that
 // write block until the write is durable: call them from gateway worker
 // threads, never from an actor.
@@ -10,8 +18,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "durin/error.hpp"
@@ -38,6 +48,8 @@ struct new_api_key {
 class auth {
  public:
   inline static constexpr std::size_t name_bytes_max = 128;
+  // Beyond this many verified keys the cache starts over (bounded memory).
+  inline static constexpr std::size_t cached_keys_max = 10'000;
 
   // REQUIRES: `keys` outlives this; `now_ms` is thread-safe.
   auth(persistence::auth_store& keys, std::function<std::int64_t()> now_ms);
@@ -72,8 +84,20 @@ class auth {
  private:
   new_api_key make_key(std::string_view tenant, std::string name, bool admin);
 
+  struct cached_key {
+    std::string secret_sha256;
+    principal caller;
+  };
+  // Drops `key_id` from the cache and counts a revocation.
+  void forget(std::string_view key_id);
+
   persistence::auth_store& keys_;
   std::function<std::int64_t()> now_ms_;
+  mutable std::mutex cache_mutex_;
+  // key id -> its verified record; guarded by cache_mutex_.
+  mutable std::unordered_map<std::string, cached_key> cache_;
+  // Revocations begun so far; guarded by cache_mutex_.
+  std::uint64_t revocations_ = 0;
 };
 
 }  // namespace durin::cluster

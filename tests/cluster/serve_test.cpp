@@ -602,6 +602,33 @@ TEST_F(ServeTest, RoutesAnswerAsDocumented) {
   EXPECT_TRUE(unknown.body.empty());
 }
 
+// Verified API keys are cached in memory; a DELETE that has answered still
+// refuses the key at once, on every path that authenticates (reads on the
+// io thread, background starts, replays, worker-pool routes).
+TEST_F(ServeTest, RevokedKeyIsRefusedAtOnceThoughKeysAreCached) {
+  auto client = admin();
+  auto key = client.post("/v1/api-keys", {{"name", "cached"}});
+  ASSERT_EQ(key.status, 201u) << key.body;
+  auto temp = as(key.value["secret"]);
+  auto start = review("CACHED-1");
+  start["wait"] = false;
+  for (int round = 0; round < 3; ++round) {  // warm every path's cache
+    ASSERT_EQ(temp.get("/v1/runs").status, 200u);
+    ASSERT_EQ(temp.post("/v1/runs", start, "cached-key").status, 202u);
+  }
+  ASSERT_EQ(
+      client.send("DELETE", "/v1/api-keys/" + std::string(key.value["id"]))
+          .status,
+      200u);
+  EXPECT_EQ(temp.get("/v1/runs").status, 401u);
+  EXPECT_EQ(temp.post("/v1/runs", start, "cached-key").status, 401u);
+  EXPECT_EQ(temp.post("/v1/runs", start, "another-key").status, 401u);
+  EXPECT_EQ(temp.post("/v1/runs", review("CACHED-2")).status, 401u);
+  EXPECT_EQ(runs_for(client, "CACHED-2"), 0);
+  // The admin key, cached too, is unaffected.
+  EXPECT_EQ(client.get("/v1/runs").status, 200u);
+}
+
 // Hooks: a waiting run's hook by token, resume (idempotent with a key), a
 // start hook, hook-conflict naming the owner, tenants isolated.
 TEST_F(ServeTest, HookRoutesResumeAndConflict) {
