@@ -2,6 +2,7 @@
 
 #include "cluster/idempotency.hpp"
 
+#include <array>
 #include <atomic>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -9,6 +10,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
@@ -136,21 +138,69 @@ class gateway_impl : public std::enable_shared_from_this<gateway_impl> {
 
 namespace {
 
-// One connection: read a request, hand it to a worker, write the answer,
-// repeat while keep-alive. All socket work runs on the connection's strand.
+// One connection: read a request, answer it (inline, asynchronously or on a
+// worker), write the answer, repeat while keep-alive. All socket work runs
+// on the connection's executor (a strand when there are several io threads).
+//
+// Deadlines: one timer per connection, re-armed lazily. Reading a request
+// or writing an answer only moves `deadline_`; the timer, when it fires,
+// either finds the deadline passed (and cancels the socket) or waits again
+// until it. Arming and cancelling a timer per request cost more than the
+// request itself on a loaded io thread.
 class session : public std::enable_shared_from_this<session> {
  public:
   session(tcp::socket socket, gateway_impl& owner)
-      : stream_(std::move(socket)),
+      : socket_(std::move(socket)),
         owner_(owner),
-        read_timer_(stream_.get_executor()) {}
+        timer_(socket_.get_executor()) {}
 
   void run() {
-    asio::dispatch(stream_.get_executor(),
+    asio::dispatch(socket_.get_executor(),
                    [self = shared_from_this()] { self->read(); });
   }
 
  private:
+  using time_point = std::chrono::steady_clock::time_point;
+
+  enum class phase { reading, handling, writing, closed };
+
+  time_point deadline_from_now() const {
+    return std::chrono::steady_clock::now() +
+           std::chrono::milliseconds(owner_.options_.read_timeout_ms);
+  }
+
+  // The connection's only timer: it cancels the socket when a read or a
+  // write outlives `deadline_`. While a handler runs there is no deadline
+  // (the handler has its own limits).
+  void watch() {
+    watching_ = true;
+    timer_.expires_at(phase_ == phase::handling ? deadline_from_now()
+                                                : deadline_);
+    timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      self->watching_ = false;
+      if (ec || self->phase_ == phase::closed) {
+        return;
+      }
+      if (self->phase_ != phase::handling &&
+          std::chrono::steady_clock::now() >= self->deadline_) {
+        self->timed_out_ = true;
+        beast::error_code ignored;
+        self->socket_.cancel(ignored);
+        return;
+      }
+      self->watch();
+    });
+  }
+
+  // Sets the deadline of the read or write that begins now; after a timeout
+  // the timer rests until the next one (the answer to it, the drain).
+  void set_deadline() {
+    deadline_ = deadline_from_now();
+    if (!watching_) {
+      watch();
+    }
+  }
+
   void read() {
     parser_.emplace();
     parser_->header_limit(
@@ -158,44 +208,31 @@ class session : public std::enable_shared_from_this<session> {
     parser_->body_limit(owner_.options_.body_bytes_max);
     // One deadline for the whole header, idle or not: a connection that
     // sends nothing, or drips bytes, is cut off after read_timeout_ms. The
-    // timer cancels the read rather than closing the socket (as a
-    // tcp_stream expiry would), so a partial request still gets its 408.
-    stream_.expires_never();
-    arm_read_timer();
+    // timer cancels the read rather than closing the socket, so a partial
+    // request still gets its 408.
+    phase_ = phase::reading;
+    timed_out_ = false;
+    set_deadline();
     http::async_read_header(
-        stream_, buffer_, *parser_,
+        socket_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec, std::size_t) {
           self->on_header(ec);
         });
-  }
-
-  void arm_read_timer() {
-    timed_out_ = false;
-    read_timer_.expires_after(
-        std::chrono::milliseconds(owner_.options_.read_timeout_ms));
-    read_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
-      if (!ec) {
-        self->timed_out_ = true;
-        beast::error_code ignored;
-        self->stream_.socket().cancel(ignored);
-      }
-    });
   }
 
   void on_header(beast::error_code ec) {
     if (ec) {
       return on_read_error(ec);
     }
-    arm_read_timer();  // the body gets its own read_timeout_ms
+    deadline_ = deadline_from_now();  // the body gets its own read_timeout_ms
     http::async_read(
-        stream_, buffer_, *parser_,
+        socket_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec, std::size_t) {
           self->on_read(ec);
         });
   }
 
   void on_read_error(beast::error_code ec) {
-    read_timer_.cancel();
     if (timed_out_) {
       ec = beast::error::timeout;
     }
@@ -242,7 +279,7 @@ class session : public std::enable_shared_from_this<session> {
     if (ec) {
       return on_read_error(ec);
     }
-    read_timer_.cancel();
+    phase_ = phase::handling;
     auto message = parser_->release();
     http_request request;
     request.method = text_of(message.method_string());
@@ -253,7 +290,6 @@ class session : public std::enable_shared_from_this<session> {
     }
     request.body = std::move(message.body());
     bool keep_alive = message.keep_alive();
-    stream_.expires_never();
     if (owner_.options_.answer_inline) {
       std::optional<http_response> response;
       try {
@@ -271,7 +307,7 @@ class session : public std::enable_shared_from_this<session> {
       auto reply = [self = shared_from_this(),
                     keep_alive](http_response response) {
         asio::dispatch(
-            self->stream_.get_executor(),
+            self->socket_.get_executor(),
             [self, response = std::move(response), keep_alive]() mutable {
               self->write(std::move(response), keep_alive);
               self->owner_.request_answered();
@@ -299,7 +335,7 @@ class session : public std::enable_shared_from_this<session> {
                                   std::string("unexpected error: ") + e.what());
       }
       asio::dispatch(
-          self->stream_.get_executor(),
+          self->socket_.get_executor(),
           [self, response = std::move(response), keep_alive]() mutable {
             self->write(std::move(response), keep_alive);
             self->owner_.request_answered();
@@ -307,24 +343,52 @@ class session : public std::enable_shared_from_this<session> {
     });
   }
 
+  // Appends "name: value\r\n"; a value with CR or LF is dropped, so no
+  // header can split the answer.
+  void add_header(std::string_view name, std::string_view value) {
+    if (value.find_first_of("\r\n") != std::string_view::npos) {
+      return;
+    }
+    head_.append(name).append(": ").append(value).append("\r\n");
+  }
+
+  // The answer is formatted by hand into a buffer the connection keeps
+  // (its capacity survives requests) and written with the body as a second
+  // buffer: no serializer state and no copy of the body.
   void write(http_response response, bool keep_alive) {
-    auto message = std::make_shared<http::response<http::string_body>>();
-    message->version(11);
-    message->result(response.status);
-    message->set(http::field::server, "durin");
+    if (phase_ == phase::closed) {
+      return;
+    }
+    phase_ = phase::writing;
+    set_deadline();
+    const auto status = static_cast<http::status>(response.status);
+    head_.clear();
+    head_.append("HTTP/1.1 ").append(std::to_string(response.status));
+    const auto reason = http::obsolete_reason(status);
+    head_.append(" ").append(reason.data(), reason.size()).append("\r\n");
+    add_header("Server", "durin");
     if (!response.content_type.empty()) {
-      message->set(http::field::content_type, response.content_type);
+      add_header("Content-Type", response.content_type);
     }
     for (const auto& [name, value] : response.headers) {
-      message->set(name, value);
+      add_header(name, value);
     }
-    message->body() = std::move(response.body);
-    message->keep_alive(keep_alive);
-    message->prepare_payload();
-    stream_.expires_after(
-        std::chrono::milliseconds(owner_.options_.read_timeout_ms));
-    http::async_write(stream_, *message,
-                      [self = shared_from_this(), message, keep_alive](
+    const bool bodiless = response.status < 200 || response.status == 204 ||
+                          response.status == 304;
+    if (!bodiless) {
+      add_header("Content-Length", std::to_string(response.body.size()));
+    } else {
+      response.body.clear();
+    }
+    if (!keep_alive) {
+      add_header("Connection", "close");
+    }
+    head_.append("\r\n");
+    body_ = std::move(response.body);
+    std::array<asio::const_buffer, 2> buffers{asio::buffer(head_),
+                                              asio::buffer(body_)};
+    asio::async_write(socket_, buffers,
+                      [self = shared_from_this(), keep_alive](
                           beast::error_code ec, std::size_t) {
                         if (ec) {
                           return self->close();
@@ -342,16 +406,17 @@ class session : public std::enable_shared_from_this<session> {
   // does not reset the connection before the client has read the answer.
   void drain_and_close() {
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.expires_after(
-        std::chrono::milliseconds(owner_.options_.read_timeout_ms));
+    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    phase_ = phase::reading;
+    timed_out_ = false;
+    set_deadline();
     drain();
   }
 
   void drain() {
     static constexpr std::size_t drain_bytes_max = 16u << 20;
     drain_buffer_.resize(64 * 1024);
-    stream_.async_read_some(
+    socket_.async_read_some(
         asio::buffer(drain_buffer_),
         [self = shared_from_this()](beast::error_code ec, std::size_t got) {
           self->drained_bytes_ += got;
@@ -363,17 +428,24 @@ class session : public std::enable_shared_from_this<session> {
   }
 
   void close() {
+    phase_ = phase::closed;
+    timer_.cancel();
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.close();
+    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    socket_.close(ignored);
   }
 
-  beast::tcp_stream stream_;
+  tcp::socket socket_;
   gateway_impl& owner_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
-  asio::steady_timer read_timer_;
+  asio::steady_timer timer_;
+  phase phase_ = phase::reading;
+  time_point deadline_ = time_point::max();
   bool timed_out_ = false;
+  bool watching_ = false;  // the timer has a wait pending
+  std::string head_;
+  std::string body_;
   std::vector<char> drain_buffer_;
   std::size_t drained_bytes_ = 0;
 };
@@ -381,18 +453,24 @@ class session : public std::enable_shared_from_this<session> {
 }  // namespace
 
 void gateway_impl::accept() {
-  acceptor_.async_accept(
-      asio::make_strand(io_), [this](beast::error_code ec, tcp::socket socket) {
-        if (ec) {
-          if (ec == asio::error::operation_aborted || !acceptor_.is_open()) {
-            return;
-          }
-        } else {
-          socket.set_option(tcp::no_delay(true), ec);
-          std::make_shared<session>(std::move(socket), *this)->run();
-        }
-        accept();
-      });
+  // With one io thread every handler already runs in order on it: a strand
+  // per connection would only add a queue hop to each handler.
+  auto on_accept = [this](beast::error_code ec, tcp::socket socket) {
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) {
+        return;
+      }
+    } else {
+      socket.set_option(tcp::no_delay(true), ec);
+      std::make_shared<session>(std::move(socket), *this)->run();
+    }
+    accept();
+  };
+  if (options_.io_threads > 1) {
+    acceptor_.async_accept(asio::make_strand(io_), std::move(on_accept));
+  } else {
+    acceptor_.async_accept(io_, std::move(on_accept));
+  }
 }
 
 result<std::unique_ptr<gateway>> gateway::start(gateway_options options,
