@@ -10,6 +10,9 @@
 #include <mutex>
 #include <thread>
 
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+
 #include "actors/node.hpp"
 #include "cluster/worker_api.hpp"
 #include "durin/runtime.hpp"
@@ -44,6 +47,20 @@ sigset_t block_stop_signals() {
   return signals;
 }
 
+// CAF's work-stealing workers poll their queue before blocking: 100 busy
+// attempts, then 500 more with a 50 µs sleep each. A node's actors mostly
+// wait for fsyncs, so on a small machine those sleeps are a stream of
+// context switches that take CPU from the gateway, the committer and the
+// load itself (a fifth of the server's samples in a profile of keyed
+// starts). After a short spin a worker now blocks on its condition
+// variable, which every enqueue from outside signals.
+std::unique_ptr<caf::actor_system_config> actor_config() {
+  auto config = std::make_unique<caf::actor_system_config>();
+  config->set("work-stealing.aggressive-poll-attempts", std::size_t{100});
+  config->set("work-stealing.moderate-poll-attempts", std::size_t{0});
+  return config;
+}
+
 }  // namespace
 
 int serve(serve_options options, registry flows, std::ostream& out,
@@ -51,7 +68,11 @@ int serve(serve_options options, registry flows, std::ostream& out,
   auto signals = block_stop_signals();
   std::error_code fs_error;
   std::filesystem::create_directories(options.data_dir, fs_error);
-  auto node = runtime::open({.data_dir = options.data_dir}, std::move(flows));
+  // Declared before the runtime, which must close first.
+  auto config = actor_config();
+  caf::actor_system system(*config);
+  auto node =
+      runtime::open({.data_dir = options.data_dir}, std::move(flows), system);
   if (!node) {
     return fail(err, node.error());
   }
@@ -115,22 +136,31 @@ int serve(serve_options options, registry flows, std::ostream& out,
     return text;
   };
   api routes(**node, keys, held, counters, commit_metrics, options.api);
-  // Reads never block (a store read, a bounded scan), nor do replays of kept
-  // answers: answer them on the io thread. Everything that writes goes to
-  // the worker pool.
+  // Reads never block (a store read, a bounded scan): answer them on the
+  // io thread. A background start only waits for its admission's fsync, so
+  // no worker waits with it; it also answers the replays and refusals of
+  // its own key, so it is tried before the general replay check (which
+  // would parse, authenticate and read the key once more). Replays of
+  // other keyed routes are answered on the io thread too. Everything else
+  // that writes goes to the worker pool.
   options.gateway.answer_inline =
       [&routes](const http_request& request) -> std::optional<http_response> {
     if (request.method == "GET") {
       return routes.handle(request);
     }
-    return routes.try_replay(request);
+    return std::nullopt;
   };
-  // A background start only waits for its admission's fsync: no worker
-  // waits with it.
   options.gateway.answer_async = [&routes](
                                      const http_request& request,
                                      std::function<void(http_response)> reply) {
-    return routes.try_start_async(request, std::move(reply));
+    if (routes.try_start_async(request, reply)) {
+      return true;
+    }
+    if (auto replay = routes.try_replay(request)) {
+      reply(std::move(*replay));
+      return true;
+    }
+    return false;
   };
   auto server =
       gateway::start(options.gateway, [&routes](const http_request& request) {
