@@ -10,9 +10,6 @@
 #include <mutex>
 #include <thread>
 
-#include <caf/actor_system.hpp>
-#include <caf/actor_system_config.hpp>
-
 #include "actors/node.hpp"
 #include "cluster/worker_api.hpp"
 #include "durin/runtime.hpp"
@@ -47,20 +44,6 @@ sigset_t block_stop_signals() {
   return signals;
 }
 
-// CAF's work-stealing workers poll their queue before blocking: 100 busy
-// attempts, then 500 more with a 50 µs sleep each. A node's actors mostly
-// wait for fsyncs, so on a small machine those sleeps are a stream of
-// context switches that take CPU from the gateway, the committer and the
-// load itself (a fifth of the server's samples in a profile of keyed
-// starts). After a short spin a worker now blocks on its condition
-// variable, which every enqueue from outside signals.
-std::unique_ptr<caf::actor_system_config> actor_config() {
-  auto config = std::make_unique<caf::actor_system_config>();
-  config->set("work-stealing.aggressive-poll-attempts", std::size_t{100});
-  config->set("work-stealing.moderate-poll-attempts", std::size_t{0});
-  return config;
-}
-
 }  // namespace
 
 int serve(serve_options options, registry flows, std::ostream& out,
@@ -68,11 +51,9 @@ int serve(serve_options options, registry flows, std::ostream& out,
   auto signals = block_stop_signals();
   std::error_code fs_error;
   std::filesystem::create_directories(options.data_dir, fs_error);
-  // Declared before the runtime, which must close first.
-  auto config = actor_config();
-  caf::actor_system system(*config);
-  auto node =
-      runtime::open({.data_dir = options.data_dir}, std::move(flows), system);
+  // The runtime's own actor system: its workers block after a short spin
+  // (see runtime::open) instead of sleeping in a polling loop.
+  auto node = runtime::open({.data_dir = options.data_dir}, std::move(flows));
   if (!node) {
     return fail(err, node.error());
   }
