@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "actors/node.hpp"
+#include "actors/run_engine.hpp"
 #include "bin/example_flows.hpp"
 #include "durin/durin.hpp"
 #include "tests/actors/runtime_fixture.hpp"
@@ -110,6 +111,35 @@ flow<json> superseded(context& ctx, json input) {
   co_return json{{"got", got}, {"claimedBy", claimed_by}};
 }
 
+// Reads one payload through a scoped hook (disposed as the scope ends),
+// sleeps, then creates the hook on the same token again.
+flow<json> dispose_then_again(context& ctx, json input) {
+  std::string token = input.at("token");
+  {
+    auto hook = ctx.create_scoped_hook<json>({.token = token});
+    co_await hook;
+  }
+  co_await ctx.sleep(std::chrono::hours(1));
+  auto again = ctx.create_hook<json>({.token = token});
+  if (auto owner = co_await again.conflict()) {
+    co_return json{{"conflict", owner->run_id()}};
+  }
+  co_return json{{"owned", true}};
+}
+
+// A top-level hook with a retention, scoped or not, reading one payload.
+flow<json> scoped_with_retention(context& ctx, json input) {
+  auto hook = ctx.create_scoped_hook<json>(
+      {.token = input.at("token"), .min_retention = "1h"});
+  co_return co_await hook;
+}
+
+flow<json> plain_with_retention(context& ctx, json input) {
+  auto hook = ctx.create_hook<json>(
+      {.token = input.at("token"), .min_retention = "1h"});
+  co_return co_await hook;
+}
+
 class HookTest : public testing::runtime_fixture {
  protected:
   HookTest() {
@@ -121,6 +151,9 @@ class HookTest : public testing::runtime_fixture {
     flows_.flow("scoped-then-sleep", scoped_then_sleep);
     flows_.flow("superseder", superseder);
     flows_.flow("superseded", superseded);
+    flows_.flow("dispose-then-again", dispose_then_again);
+    flows_.flow("scoped-with-retention", scoped_with_retention);
+    flows_.flow("plain-with-retention", plain_with_retention);
     examples::register_examples(flows_);
     bodies_started = 0;
   }
@@ -387,6 +420,115 @@ TEST_F(HookTest, RetentionBeyondTheCapIsRefused) {
           .code,
       errc::invalid_argument);
   EXPECT_TRUE(rt->list({})->runs.empty());
+}
+
+// Rule 7: a duration counts from the start, milliseconds too; an RFC 3339
+// time is absolute; anything else, or beyond the cap, is refused.
+TEST_F(HookTest, MinRetentionTakesADurationMillisecondsOrAnAbsoluteTime) {
+  constexpr std::int64_t from = 1'796'032'800'000;  // 2026-11-30T10:00Z
+  constexpr std::int64_t cap = 30LL * 86'400'000;
+  EXPECT_EQ(*actors::retain_until("30 days", from, cap), from + cap);
+  EXPECT_EQ(*actors::retain_until("2h", from, cap), from + 7'200'000);
+  EXPECT_EQ(*actors::retain_until("500ms", from, cap), from + 500);
+  EXPECT_EQ(*actors::retain_until(1500, from, cap), from + 1500);
+  EXPECT_EQ(*actors::retain_until(nullptr, from, cap), 0);
+  // 2026-12-01T10:00:00Z is 1,796,119,200,000 ms.
+  EXPECT_EQ(*actors::retain_until("2026-12-01T10:00:00Z", from, cap),
+            1'796'119'200'000);
+  EXPECT_EQ(*actors::retain_until("2026-12-01T12:00:00.250+02:00", from, cap),
+            1'796'119'200'250);
+  for (json bad : {json("soon"), json("31 days"), json(-1), json::array()}) {
+    auto refused = actors::retain_until(bad, from, cap);
+    ASSERT_FALSE(refused.ok()) << bad.dump();
+    EXPECT_EQ(refused.error().code, errc::invalid_argument);
+    EXPECT_NE(refused.error().message.find("minRetention"), std::string::npos);
+  }
+  // Through a start: a number of milliseconds counts from the start.
+  auto rt = open();
+  auto run =
+      rt->start("never-opens", json::object(), with_hook("order:MR", 90'000));
+  ASSERT_TRUE(run.ok());
+  ASSERT_EQ(rt->wait(run->id, wait_max)->status, run_status::completed);
+  ASSERT_TRUE(eventually([&] {
+    auto hook = rt->get_hook_by_token("order:MR");
+    return hook && hook->state == "retained";
+  }));
+  EXPECT_EQ(rt->get_hook_by_token("order:MR")->retain_until_ms,
+            run->created_at_ms + 90'000);
+}
+
+// Rule 7: the owner keeps its token until it ends, even once its
+// retention has passed; then the token is free at once.
+TEST_F(HookTest, TheOwnerHoldsItsTokenUntilItEndsEvenPastItsRetention) {
+  auto rt = open();
+  auto run = rt->start("collect", {{"token", "order:OH"}},
+                       with_hook("order:OH", "1s"));
+  ASSERT_TRUE(run.ok());
+  ASSERT_TRUE(
+      eventually([&] { return status_is(*rt, run->id, run_status::waiting); }));
+  clock_->advance_ms(5'000);
+  auto duplicate =
+      rt->start("never-opens", json::object(), with_hook("order:OH"));
+  ASSERT_FALSE(duplicate.ok());
+  EXPECT_EQ(duplicate.error().code, errc::hook_conflict);
+  EXPECT_EQ(duplicate.error().run_id, run->id);
+  ASSERT_TRUE(rt->resume_hook("order:OH", {{"n", 1}, {"done", true}}).ok());
+  ASSERT_EQ(rt->wait(run->id, wait_max)->status, run_status::completed);
+  auto next = rt->start("never-opens", json::object(), with_hook("order:OH"));
+  EXPECT_TRUE(next.ok()) << next.error().to_string();
+}
+
+// Rule 9: a run may create a hook it disposed again only if nobody took the
+// token meanwhile; otherwise conflict() names the new owner.
+TEST_F(HookTest, ARunMayCreateADisposedHookAgainOnlyIfNobodyTookIt) {
+  auto rt = open();
+  auto alone = rt->start("dispose-then-again", {{"token", "order:DA"}});
+  auto crowded = rt->start("dispose-then-again", {{"token", "order:DB"}});
+  ASSERT_TRUE(alone.ok() && crowded.ok());
+  for (const char* token : {"order:DA", "order:DB"}) {
+    ASSERT_TRUE(eventually([&] { return !hook_is_free(*rt, token); }));
+    ASSERT_TRUE(rt->resume_hook(token, {{"n", 1}}).ok());
+    ASSERT_TRUE(eventually([&] { return hook_is_free(*rt, token); }));
+  }
+  auto taker = rt->start("collect", {{"token", "order:DB"}});
+  ASSERT_TRUE(taker.ok());
+  ASSERT_TRUE(eventually([&] {
+    auto hook = rt->get_hook_by_token("order:DB");
+    return hook && hook->owner_run_id == taker->id;
+  }));
+  ASSERT_TRUE(eventually([&] {
+    return status_is(*rt, alone->id, run_status::waiting) &&
+           status_is(*rt, crowded->id, run_status::waiting);
+  }));
+  clock_->advance_ms(3'600'001);
+  EXPECT_EQ(rt->wait(alone->id, wait_max)->output, json({{"owned", true}}));
+  EXPECT_EQ(rt->wait(crowded->id, wait_max)->output,
+            json({{"conflict", taker->id}}));
+}
+
+// Rule 10: a scoped hook at the flow's top level disposes as the run
+// returns, so its retention never applies; a plain one keeps the token.
+TEST_F(HookTest, AScopedTopLevelHookWithRetentionIsReleasedAsTheRunReturns) {
+  auto rt = open();
+  auto scoped = rt->start("scoped-with-retention", {{"token", "order:SR"}});
+  auto plain = rt->start("plain-with-retention", {{"token", "order:PR"}});
+  ASSERT_TRUE(scoped.ok() && plain.ok());
+  for (const char* token : {"order:SR", "order:PR"}) {
+    ASSERT_TRUE(eventually([&] { return !hook_is_free(*rt, token); }));
+    ASSERT_TRUE(rt->resume_hook(token, {{"n", 1}}).ok());
+  }
+  ASSERT_EQ(rt->wait(scoped->id, wait_max)->status, run_status::completed);
+  ASSERT_EQ(rt->wait(plain->id, wait_max)->status, run_status::completed);
+  EXPECT_TRUE(eventually([&] { return hook_is_free(*rt, "order:SR"); }));
+  auto retained = rt->get_hook_by_token("order:PR");
+  ASSERT_TRUE(retained.ok());
+  EXPECT_EQ(retained->state, "retained");
+  auto next = rt->start("never-opens", json::object(), with_hook("order:SR"));
+  EXPECT_TRUE(next.ok()) << next.error().to_string();
+  auto refused =
+      rt->start("never-opens", json::object(), with_hook("order:PR"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().run_id, plain->id);
 }
 
 TEST_F(HookTest, CancellingTheOwnerReleasesTheToken) {
