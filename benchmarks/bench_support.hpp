@@ -477,4 +477,17 @@ inline void print_summary() {
   std::fflush(stdout);
 }
 
+// The main() of a Google Benchmark binary of durin: runs the benchmarks the
+// command line selects, then prints every figure's SUMMARY line together.
+inline int run_benchmarks(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
+    return 1;
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  print_summary();
+  return 0;
+}
+
 }  // namespace durin::bench

@@ -707,12 +707,5 @@ BENCHMARK(BM_retained_tokens)
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
-    return 1;
-  }
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  bench::print_summary();
-  return 0;
+  return durin::bench::run_benchmarks(argc, argv);
 }

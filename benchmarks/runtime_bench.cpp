@@ -810,12 +810,5 @@ BENCHMARK(BM_waiting_runs)
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
-    return 1;
-  }
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  bench::print_summary();
-  return 0;
+  return durin::bench::run_benchmarks(argc, argv);
 }
