@@ -16,9 +16,13 @@ void held_tokens::set(const std::string& address, const std::string& owner_run,
   if (slot.release != release_state::none) {
     return;
   }
+  // An offer stands while the owner does: the token actor withdraws it
+  // itself before it serves anything (begin_request).
+  if (slot.owner_run != owner_run || until_ms != while_active) {
+    slot.offered = false;
+  }
   slot.owner_run = owner_run;
   slot.until_ms = until_ms;
-  slot.offered = false;
 }
 
 void held_tokens::erase(const std::string& address) {
