@@ -268,26 +268,45 @@ claimed_task task_service::claim_locked(attempt& entry,
   }
   arm_lease_locked(entry);
   if (!poll_id.empty()) {
-    polls_[worker + '\n' + poll_id] = entry.spec.attempt_id;
+    polls_[worker + '\n' + poll_id].push_back(entry.spec.attempt_id);
   }
   log_locked(entry.view);
   return claimed_task{entry.spec, worker, entry.view.lease_expires_ms};
 }
 
 std::optional<claimed_task> task_service::poll(const std::string& tenant,
-                                               const std::string& queue_name,
+                                               const std::string& queue,
                                                const std::string& worker,
                                                const std::string& poll_id,
                                                std::int64_t wait_ms) {
+  auto claimed = poll_many(tenant, queue, worker, poll_id, wait_ms, 1);
+  if (claimed.empty()) {
+    return std::nullopt;
+  }
+  return std::move(claimed.front());
+}
+
+std::vector<claimed_task> task_service::poll_many(const std::string& tenant,
+                                                  const std::string& queue_name,
+                                                  const std::string& worker,
+                                                  const std::string& poll_id,
+                                                  std::int64_t wait_ms,
+                                                  std::size_t max_tasks) {
+  std::vector<claimed_task> claimed;
   std::unique_lock<std::mutex> lock(mutex_);
   if (!poll_id.empty()) {
     auto again = polls_.find(worker + '\n' + poll_id);
     if (again != polls_.end()) {
-      auto it = live_.find(again->second);
-      if (it != live_.end() && it->second.view.owner == worker &&
-          it->second.view.state == attempt_state::running) {
-        return claimed_task{it->second.spec, worker,
-                            it->second.view.lease_expires_ms};
+      for (const auto& id : again->second) {
+        auto it = live_.find(id);
+        if (it != live_.end() && it->second.view.owner == worker &&
+            it->second.view.state == attempt_state::running) {
+          claimed.push_back(claimed_task{it->second.spec, worker,
+                                         it->second.view.lease_expires_ms});
+        }
+      }
+      if (!claimed.empty()) {
+        return claimed;
       }
       polls_.erase(again);
     }
@@ -301,26 +320,27 @@ std::optional<claimed_task> task_service::poll(const std::string& tenant,
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::milliseconds(std::clamp<std::int64_t>(
                       wait_ms, 0, options_.poll_wait_ms_max));
+  max_tasks = std::max<std::size_t>(max_tasks, 1);
   for (;;) {
     queue->last_poll_ms = now();
-    while (!queue->attempt_ids.empty()) {
+    while (!queue->attempt_ids.empty() && claimed.size() < max_tasks) {
       auto id = std::move(queue->attempt_ids.front());
       queue->attempt_ids.pop_front();
       auto it = live_.find(id);
       if (it == live_.end() || it->second.view.state != attempt_state::queued) {
         continue;  // ended while queued (timeout, cancel, replaced)
       }
-      return claim_locked(it->second, worker, poll_id);
+      claimed.push_back(claim_locked(it->second, worker, poll_id));
     }
-    if (stopping_) {
-      return std::nullopt;
+    if (!claimed.empty() || stopping_ || wait_ms <= 0) {
+      return claimed;
     }
     ++queue->waiting;
     auto woke = queue->ready.wait_until(lock, deadline);
     --queue->waiting;
     if (woke == std::cv_status::timeout && queue->attempt_ids.empty()) {
       queue->last_poll_ms = now();
-      return std::nullopt;
+      return claimed;
     }
   }
 }
@@ -469,7 +489,15 @@ void task_service::end_locked(
     by_run_.erase(run);
   }
   if (!entry.poll_id.empty()) {
-    polls_.erase(entry.view.owner + '\n' + entry.poll_id);
+    auto batch = polls_.find(entry.view.owner + '\n' + entry.poll_id);
+    if (batch != polls_.end()) {
+      auto& ids = batch->second;
+      ids.erase(std::remove(ids.begin(), ids.end(), entry.spec.attempt_id),
+                ids.end());
+      if (ids.empty()) {
+        polls_.erase(batch);
+      }
+    }
   }
   with_deadline_.erase(entry.spec.attempt_id);
   ended_[entry.spec.attempt_id] = ended_attempt{later};

@@ -194,9 +194,18 @@ class task_service {
   // Queues a remote attempt on spec.task_queue. False when the queue is full.
   bool enqueue(task_spec spec);
 
-  // Claims the next task of (tenant, queue) for `worker`, waiting up to
-  // `wait_ms` for one. A poll repeating `poll_id` of the same worker gets the
-  // task it got before while that lease holds.
+  // Claims up to `max_tasks` tasks of (tenant, queue) for `worker`, waiting
+  // up to `wait_ms` for the first (it does not wait for more). A poll
+  // repeating `poll_id` of the same worker claims nothing new while a task
+  // of that poll is still leased to the worker: it gets those tasks back, so
+  // a lost answer costs no lease. wait_ms 0 never blocks (only the lock).
+  std::vector<claimed_task> poll_many(const std::string& tenant,
+                                      const std::string& queue,
+                                      const std::string& worker,
+                                      const std::string& poll_id,
+                                      std::int64_t wait_ms,
+                                      std::size_t max_tasks);
+  // poll_many with max_tasks 1.
   std::optional<claimed_task> poll(const std::string& tenant,
                                    const std::string& queue,
                                    const std::string& worker,
@@ -294,8 +303,8 @@ class task_service {
   std::deque<std::string> cancelled_order_;
   std::unordered_map<std::string, run_log> logs_;
   std::deque<std::string> log_order_;
-  // (worker, poll id) -> attempt id
-  std::unordered_map<std::string, std::string> polls_;
+  // (worker, poll id) -> the attempts that poll claimed and still holds
+  std::unordered_map<std::string, std::vector<std::string>> polls_;
   std::uint64_t redeliveries_ = 0;
   std::uint64_t refused_ = 0;
   std::uint64_t completed_ = 0;

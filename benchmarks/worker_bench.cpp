@@ -7,6 +7,8 @@
 //   (2) steps/s: runs of acme.remote-echo (DURIN_BENCH_WORKER_STEPS steps
 //       each) started without waiting, until the task service counted every
 //       step's outcome as recorded;
+//       with the CPU time per step of the serve and worker processes
+//       (/proc/PID/stat), steadier than the rate on a shared machine;
 //   (3) redelivery: a claimed charge never reported; the time from its
 //       lease's expiry to a second poller receiving the new attempt.
 //
@@ -15,7 +17,11 @@
 // (per process, 16), DURIN_BENCH_REDELIVERIES (10).
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -47,6 +53,63 @@ double load_average() {
     std::fclose(file);
   }
   return load;
+}
+
+// utime + stime of process `pid` in seconds, from /proc/PID/stat.
+double cpu_seconds(pid_t pid) {
+  std::ifstream file("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(file)),
+                   std::istreambuf_iterator<char>());
+  auto close = text.rfind(')');
+  if (close == std::string::npos) {
+    return 0;
+  }
+  std::istringstream fields(text.substr(close + 2));
+  std::string field;
+  unsigned long long utime = 0;
+  unsigned long long stime = 0;
+  // After the command: state is field 3; utime and stime are 14 and 15.
+  for (int index = 3; index <= 15 && fields >> field; ++index) {
+    if (index == 14) {
+      utime = std::stoull(field);
+    } else if (index == 15) {
+      stime = std::stoull(field);
+    }
+  }
+  return static_cast<double>(utime + stime) /
+         static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// The `durin serve` child of this process (serve_process does not expose
+// its pid): the child whose command line has "serve".
+pid_t serve_pid() {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    auto name = entry.path().filename().string();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) {
+      continue;
+    }
+    std::ifstream stat(entry.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)),
+                     std::istreambuf_iterator<char>());
+    auto close = text.rfind(')');
+    if (close == std::string::npos) {
+      continue;
+    }
+    std::istringstream fields(text.substr(close + 2));
+    std::string state;
+    long parent = 0;
+    fields >> state >> parent;
+    if (parent != ::getpid()) {
+      continue;
+    }
+    std::ifstream command(entry.path() / "cmdline");
+    std::string args((std::istreambuf_iterator<char>(command)),
+                     std::istreambuf_iterator<char>());
+    if (args.find(std::string("serve\0", 6)) != std::string::npos) {
+      return static_cast<pid_t>(std::stol(name));
+    }
+  }
+  return -1;
 }
 
 pid_t spawn_worker(const durin::testing::serve_process& node, int concurrency,
@@ -93,11 +156,14 @@ double healthz_per_second(const durin::testing::serve_process& node,
          std::chrono::duration<double>(steady::now() - start).count();
 }
 
+// From /metrics, not /v1/tasks: listing a thousand live attempts every few
+// milliseconds would cost the server more than the steps measured.
 std::int64_t completed_steps(durin::testing::api_client& client) {
-  auto stats = client.get("/v1/tasks").value;
-  return stats.contains("stats")
-             ? stats["stats"]["completed"].get<std::int64_t>()
-             : -1;
+  auto text = client.get("/metrics").body;
+  const std::string name = "\ndurin_task_outcomes_total ";
+  auto at = text.find(name);
+  return at == std::string::npos ? -1
+                                 : std::atoll(text.c_str() + at + name.size());
 }
 
 }  // namespace
@@ -118,6 +184,12 @@ int main() {
     pids.push_back(spawn_worker(node, concurrency, i));
   }
   durin::testing::api_client client(node.address(), node.admin_key());
+  const pid_t server = serve_pid();
+  double server_cpu = cpu_seconds(server);
+  double workers_cpu = 0;
+  for (auto pid : pids) {
+    workers_cpu += cpu_seconds(pid);
+  }
   auto start = steady::now();
   std::atomic<int> next{0};
   std::vector<std::thread> starters;
@@ -137,15 +209,27 @@ int main() {
   const std::int64_t total = static_cast<std::int64_t>(runs) * steps;
   auto deadline = start + std::chrono::seconds(600);
   while (completed_steps(client) < total && steady::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   double seconds = std::chrono::duration<double>(steady::now() - start).count();
   auto finished = completed_steps(client);
+  server_cpu = cpu_seconds(server) - server_cpu;
+  double workers_cpu_after = 0;
+  for (auto pid : pids) {
+    workers_cpu_after += cpu_seconds(pid);
+  }
+  workers_cpu = workers_cpu_after - workers_cpu;
   for (auto pid : pids) {
     ::kill(pid, SIGKILL);
     ::waitpid(pid, nullptr, 0);
   }
   double per_second = static_cast<double>(finished) / seconds;
+  double steps_done = std::max<double>(static_cast<double>(finished), 1);
+  std::printf(
+      "remote-worker CPU per step: serve %.1f us, workers %.1f us (serve "
+      "%.2f s of CPU over %.2f s)\n",
+      server_cpu * 1e6 / steps_done, workers_cpu * 1e6 / steps_done, server_cpu,
+      seconds);
   std::printf(
       "SUMMARY | remote-worker steps | goal >= 10000 steps/s | measured %.0f "
       "steps/s (%lld of %lld steps, %d workers x %d, %.1f s; load %.1f) | "

@@ -838,6 +838,38 @@ bool api::try_start_async(const http_request& request,
   return true;
 }
 
+bool api::try_worker_async(const http_request& request,
+                           std::function<void(http_response)> reply) {
+  if (request.method != "POST") {
+    return false;  // GETs are answered inline
+  }
+  const auto began = clock_type::now();
+  context ctx{request};
+  if (parse_target(ctx) || !is_worker_route(ctx.path)) {
+    return false;
+  }
+  auto who = keys_.authenticate(request.header("authorization"));
+  if (!who) {
+    return false;
+  }
+  auto parsed = parse_body(request.body, options_.json_depth_max);
+  if (parsed.problem) {
+    return false;
+  }
+  auto observed = [this, began, route = ctx.route,
+                   reply = std::move(reply)](http_response response) {
+    metrics_.observe(route, response.status,
+                     std::chrono::duration_cast<std::chrono::microseconds>(
+                         clock_type::now() - began)
+                         .count());
+    reply(std::move(response));
+  };
+  return try_worker_route_async(node_,
+                                {who->tenant, request.method, ctx.path,
+                                 ctx.query, std::move(parsed.value)},
+                                std::move(observed));
+}
+
 http_response api::get_run(context& ctx, const std::string& id) {
   auto run = node_.get(id, ctx.caller.tenant);
   if (!run) {

@@ -55,6 +55,14 @@ class api {
   bool try_start_async(const http_request& request,
                        std::function<void(http_response)> reply);
 
+  // Never blocks: takes an authenticated worker route
+  // (cluster/worker_api.hpp) that needs no waiting thread: every one but a
+  // poll of an empty queue that may wait. Reports are answered once their
+  // outcomes are durable, from the run actor's thread. False having done
+  // nothing otherwise (then call handle). Counts like handle does.
+  bool try_worker_async(const http_request& request,
+                        std::function<void(http_response)> reply);
+
  private:
   struct context;
   std::optional<http_response> parse_target(context& ctx);

@@ -131,10 +131,16 @@ int serve(serve_options options, registry flows, std::ostream& out,
     }
     return std::nullopt;
   };
+  // A worker's report waits only for its outcomes' writes, and a poll of a
+  // queue with tasks for nothing: no worker thread waits with them either
+  // (a poll that may wait for a task is left to the pool).
   options.gateway.answer_async = [&routes](
                                      const http_request& request,
                                      std::function<void(http_response)> reply) {
     if (routes.try_start_async(request, reply)) {
+      return true;
+    }
+    if (routes.try_worker_async(request, reply)) {
       return true;
     }
     if (auto replay = routes.try_replay(request)) {

@@ -14,9 +14,15 @@
 //                    .api_key = key, .task_queue = "payments"}, steps);
 //   w.run();  // until w.stop() from another thread
 //
-// Thread-safety: run() blocks its caller and uses `concurrency` threads of
-// its own; stop() may be called from any thread (a signal handler must not:
-// set a flag and call stop() from a normal thread).
+// One poll claims as many tasks as runners are free (`maxTasks`); finished
+// outcomes are reported in batches (POST /v1/tasks/report): whatever
+// finished while the previous report was on its way goes in the next one,
+// so a lone outcome waits for nothing and batches grow with the load.
+//
+// Thread-safety: run() blocks its caller (which polls) and uses
+// `concurrency` runner threads and one reporter thread of its own; stop()
+// may be called from any thread (a signal handler must not: set a flag and
+// call stop() from a normal thread).
 #pragma once
 
 #include <atomic>
@@ -58,8 +64,9 @@ class worker {
   worker(const worker&) = delete;
   worker& operator=(const worker&) = delete;
 
-  // Polls and runs tasks until stop(). Returns once every thread finished
-  // the task in hand and reported it.
+  // Polls and runs tasks until stop(). Returns once every claimed task ran
+  // and its outcome was reported (or given up after 5 failed tries: its
+  // lease then expires and the node delivers it again).
   void run();
   // Graceful: no new poll starts; tasks in hand finish and are reported.
   void stop();
