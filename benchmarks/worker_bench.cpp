@@ -213,6 +213,15 @@ int main() {
   }
   double seconds = std::chrono::duration<double>(steady::now() - start).count();
   auto finished = completed_steps(client);
+  {
+    auto text = client.get("/metrics").body;
+    auto at = text.find("\ndurin_commit_batches_per_group ");
+    if (at != std::string::npos) {
+      std::printf(
+          "commit batches per fsync'd group: %s\n",
+          text.substr(at + 33, text.find('\n', at + 1) - at - 33).c_str());
+    }
+  }
   server_cpu = cpu_seconds(server) - server_cpu;
   double workers_cpu_after = 0;
   for (auto pid : pids) {

@@ -154,10 +154,10 @@ class worker_impl {
           ready_.push_back(std::move(task));
         }
       }
-      if (tasks.size() == 1) {
+      // One wake per task: waking every runner for a few tasks costs more
+      // than the tasks.
+      for (std::size_t i = 0; i < tasks.size(); ++i) {
         work_.notify_one();
-      } else {
-        work_.notify_all();
       }
     }
   }
