@@ -215,11 +215,13 @@ int main() {
   auto finished = completed_steps(client);
   {
     auto text = client.get("/metrics").body;
-    auto at = text.find("\ndurin_commit_batches_per_group ");
+    const std::string name = "\ndurin_commit_batches_per_group ";
+    auto at = text.find(name);
     if (at != std::string::npos) {
-      std::printf(
-          "commit batches per fsync'd group: %s\n",
-          text.substr(at + 33, text.find('\n', at + 1) - at - 33).c_str());
+      std::printf("commit batches per fsync'd group: %s\n",
+                  text.substr(at + name.size(),
+                              text.find('\n', at + 1) - at - name.size())
+                      .c_str());
     }
   }
   server_cpu = cpu_seconds(server) - server_cpu;
