@@ -3,11 +3,7 @@
 // helpers to talk to it. For the gateway's end-to-end tests.
 #pragma once
 
-#include <fcntl.h>
 #include <poll.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -21,6 +17,7 @@
 
 #include "cluster/http_client.hpp"
 #include "durin/json.hpp"
+#include "tests/support/child_process.hpp"
 
 namespace durin::testing {
 
@@ -30,36 +27,19 @@ class serve_process {
   // ("NAME=value") and waits until it listens. Throws when it does not.
   serve_process(std::string data_dir, std::vector<std::string> env = {},
                 std::int64_t read_timeout_ms = 1000)
-      : data_dir_(std::move(data_dir)) {
-    int out[2];
-    if (::pipe(out) != 0) {
-      throw std::runtime_error("pipe");
-    }
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      ::dup2(out[1], 1);
-      ::close(out[0]);
-      ::close(out[1]);
-      for (auto& entry : env) {
-        ::putenv(entry.data());
-      }
-      auto timeout = std::to_string(read_timeout_ms);
-      ::execl(DURIN_CLI, "durin", "serve", "--data-dir", data_dir_.c_str(),
-              "--listen", "127.0.0.1:0", "--read-timeout-ms", timeout.c_str(),
-              static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    ::close(out[1]);
-    stdout_fd_ = out[0];
+      : data_dir_(std::move(data_dir)),
+        process_(DURIN_CLI,
+                 {"serve", "--data-dir", data_dir_, "--listen", "127.0.0.1:0",
+                  "--read-timeout-ms", std::to_string(read_timeout_ms)},
+                 std::move(env), true) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (port_ == 0 && std::chrono::steady_clock::now() < deadline) {
-      pollfd poll_fd{stdout_fd_, POLLIN, 0};
+      pollfd poll_fd{process_.stdout_fd(), POLLIN, 0};
       if (::poll(&poll_fd, 1, 100) <= 0) {
         continue;
       }
       char chunk[512];
-      auto got = ::read(stdout_fd_, chunk, sizeof chunk);
+      auto got = ::read(process_.stdout_fd(), chunk, sizeof chunk);
       if (got <= 0) {
         break;
       }
@@ -80,15 +60,6 @@ class serve_process {
     std::getline(key_file, admin_key_);
   }
 
-  ~serve_process() {
-    if (pid_ > 0) {
-      kill9();
-    }
-    if (stdout_fd_ >= 0) {
-      ::close(stdout_fd_);
-    }
-  }
-
   serve_process(const serve_process&) = delete;
   serve_process& operator=(const serve_process&) = delete;
 
@@ -98,41 +69,18 @@ class serve_process {
     return {"127.0.0.1", std::to_string(port_)};
   }
 
-  void kill9() {
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
+  void kill9() { process_.kill9(); }
 
   // SIGTERM, then the exit code (-1 when it did not exit normally in time).
-  int terminate() {
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    for (int i = 0; i < 300; ++i) {
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      ::usleep(100'000);
-    }
-    kill9();
-    return -1;
-  }
+  int terminate() { return process_.terminate(); }
 
   // Waits for the process to end on its own (a kill point); true when it
   // died of SIGKILL.
-  bool wait_killed() {
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-  }
+  bool wait_killed() { return process_.wait_killed(); }
 
  private:
   std::string data_dir_;
-  pid_t pid_ = -1;
-  int stdout_fd_ = -1;
+  child_process process_;
   int port_ = 0;
   std::string output_;
   std::string admin_key_;

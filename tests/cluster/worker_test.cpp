@@ -7,11 +7,9 @@
 // the key charges exactly once per step.
 #include <gtest/gtest.h>
 
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <mutex>
 #include <random>
 #include <set>
@@ -29,61 +27,32 @@ using testing::serve_process;
 
 constexpr auto wait_max = std::chrono::seconds(60);
 
-// A `durin worker` child process.
+// A `durin worker` child process; without an id, one unique in this test
+// process.
 class worker_process {
  public:
   worker_process(const serve_process& node, const std::string& queue,
                  std::vector<std::string> env, int concurrency = 4,
-                 std::string id = "") {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      int null = ::open("/dev/null", O_WRONLY);
-      ::dup2(null, 1);
-      for (auto& entry : env) {
-        ::putenv(entry.data());
-      }
-      auto server = "http://127.0.0.1:" + std::to_string(node.port());
-      auto workers = std::to_string(concurrency);
-      if (id.empty()) {
-        id = "worker-" + std::to_string(::getpid());
-      }
-      ::execl(DURIN_CLI, "durin", "worker", "--server", server.c_str(),
-              "--api-key", node.admin_key().c_str(), "--queue", queue.c_str(),
-              "--concurrency", workers.c_str(), "--worker-id", id.c_str(),
-              static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-  }
-  ~worker_process() { kill9(); }
-  worker_process(const worker_process&) = delete;
-  worker_process& operator=(const worker_process&) = delete;
+                 std::string id = "")
+      : process_(DURIN_CLI,
+                 {"worker", "--server",
+                  "http://127.0.0.1:" + std::to_string(node.port()),
+                  "--api-key", node.admin_key(), "--queue", queue,
+                  "--concurrency", std::to_string(concurrency), "--worker-id",
+                  id.empty() ? next_id() : id},
+                 std::move(env), false) {}
 
-  void kill9() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-      pid_ = -1;
-    }
-  }
+  void kill9() { process_.kill9(); }
   // SIGTERM: a graceful stop; the exit code, -1 when it did not exit.
-  int terminate() {
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    for (int i = 0; i < 200; ++i) {
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      ::usleep(50'000);
-    }
-    kill9();
-    return -1;
-  }
+  int terminate() { return process_.terminate(std::chrono::seconds(10)); }
 
  private:
-  pid_t pid_ = -1;
+  static std::string next_id() {
+    static std::atomic<int> made{0};
+    return "worker-" + std::to_string(::getpid()) + "-" +
+           std::to_string(++made);
+  }
+  testing::child_process process_;
 };
 
 // The external payment service: POST /charges {key, attemptId} charges once

@@ -1,0 +1,115 @@
+// A child process of a test: the `durin` executable (or any program) run
+// with arguments and extra environment, killed with the test process
+// (PR_SET_PDEATHSIG) and reaped by whoever ends it. Its stdout goes to a
+// pipe the test reads, or to /dev/null.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace durin::testing {
+
+class child_process {
+ public:
+  // `env` holds extra "NAME=value" entries.
+  child_process(const char* program, std::vector<std::string> args,
+                std::vector<std::string> env, bool capture_stdout) {
+    int out[2] = {-1, -1};
+    if (capture_stdout && ::pipe(out) != 0) {
+      throw std::runtime_error("pipe");
+    }
+    // Built before fork: the child only calls async-signal-safe functions.
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(program));
+    for (auto& arg : args) {
+      argv.push_back(arg.data());
+    }
+    argv.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ < 0) {
+      throw std::runtime_error("fork");
+    }
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (capture_stdout) {
+        ::dup2(out[1], 1);
+        ::close(out[0]);
+        ::close(out[1]);
+      } else {
+        int null = ::open("/dev/null", O_WRONLY);
+        ::dup2(null, 1);
+      }
+      for (auto& entry : env) {
+        ::putenv(entry.data());
+      }
+      ::execv(program, argv.data());
+      ::_exit(127);
+    }
+    if (capture_stdout) {
+      ::close(out[1]);
+      stdout_fd_ = out[0];
+    }
+  }
+
+  ~child_process() {
+    kill9();
+    if (stdout_fd_ >= 0) {
+      ::close(stdout_fd_);
+    }
+  }
+
+  child_process(const child_process&) = delete;
+  child_process& operator=(const child_process&) = delete;
+
+  int stdout_fd() const { return stdout_fd_; }
+
+  void kill9() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+      pid_ = -1;
+    }
+  }
+
+  // SIGTERM, then the exit code (-1 when it did not exit normally within
+  // `limit`, after which it is killed).
+  int terminate(std::chrono::milliseconds limit = std::chrono::seconds(30)) {
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      ::usleep(20'000);
+    }
+    kill9();
+    return -1;
+  }
+
+  // Waits for the process to end on its own (a kill point); true when it
+  // died of SIGKILL.
+  bool wait_killed() {
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int stdout_fd_ = -1;
+};
+
+}  // namespace durin::testing
