@@ -24,6 +24,16 @@ namespace durin::detail {
 // it is not called, or its records are dropped with the batch.
 struct admission_records {
   std::function<void(const run_info& run, persistence::write_batch& batch)> add;
+  // Optional, for a caller that answers once the run waits or ends: called
+  // once, on the run's actor, while it builds the batch that first records
+  // the run waiting or ended (the run as that batch writes it), so those
+  // records are durable exactly when that status is. Then `settled(true)`
+  // once that batch is durable, `settled(false)` if it failed (indefinite).
+  // A run whose actor was reactivated from storage calls neither: the
+  // caller must not count on them.
+  std::function<void(const run_info& run, persistence::write_batch& batch)>
+      settle;
+  std::function<void(bool durable)> settled;
 };
 
 }  // namespace durin::detail

@@ -12,7 +12,7 @@ directory::shard& directory::shard_of(const std::string& run_id) {
 }
 
 caf::actor directory::find_or_spawn(shard& target, const std::string& run_id,
-                                    const persistence::run_record* fresh) {
+                                    const fresh_run* fresh) {
   auto it = target.actors.find(run_id);
   if (it != target.actors.end()) {
     return it->second;
@@ -27,7 +27,7 @@ caf::actor directory::find_or_spawn(shard& target, const std::string& run_id,
   auto handle = spawn_(run_id);
   handle->attach_functor([this] { actor_gone(); });
   if (fresh != nullptr) {
-    caf::anon_send(handle, activate_atom::value, fresh_run{*fresh});
+    caf::anon_send(handle, activate_atom::value, *fresh);
   } else {
     caf::anon_send(handle, activate_atom::value);
   }
@@ -41,10 +41,10 @@ bool directory::activate(const std::string& run_id) {
   return static_cast<bool>(find_or_spawn(shard, run_id, nullptr));
 }
 
-bool directory::activate_fresh(persistence::run_record record) {
-  auto& shard = shard_of(record.id);
+bool directory::activate_fresh(fresh_run run) {
+  auto& shard = shard_of(run.record.id);
   std::lock_guard<std::mutex> lock(shard.mutex);
-  return static_cast<bool>(find_or_spawn(shard, record.id, &record));
+  return static_cast<bool>(find_or_spawn(shard, run.record.id, &run));
 }
 
 bool directory::try_passivate(const std::string& run_id,

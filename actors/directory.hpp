@@ -49,7 +49,7 @@ class directory {
   bool activate(const std::string& run_id);
 
   // Spawns the actor of a run admitted just now, without reading storage.
-  bool activate_fresh(persistence::run_record record);
+  bool activate_fresh(fresh_run run);
 
   // Removes the run's actor if `idle()` holds under the lock (its mailbox is
   // empty). The actor must quit when this returns true.
@@ -79,7 +79,7 @@ class directory {
   shard& shard_of(const std::string& run_id);
   // REQUIRES: shard.mutex held.
   caf::actor find_or_spawn(shard& target, const std::string& run_id,
-                           const persistence::run_record* fresh);
+                           const fresh_run* fresh);
   void actor_gone();
 
   spawn_function spawn_;

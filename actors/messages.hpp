@@ -44,6 +44,8 @@ using watched_atom = caf::atom_constant<caf::atom("watched")>;
 // A run admitted just now: its record, and no history yet.
 struct fresh_run {
   persistence::run_record record;
+  // The admission's records (settle hooks) of the start that made it.
+  std::shared_ptr<const detail::admission_records> admission;
 };
 
 struct step_report {

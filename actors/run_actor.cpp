@@ -32,6 +32,10 @@ struct run_actor_state {
   std::vector<std::string> ending_tokens;
   std::vector<std::string> releasing;
   std::vector<std::string> released;
+  // The start's settle hooks (detail::admission_records): waiting for the
+  // batch that first records the run waiting or ended, then for its outcome.
+  std::shared_ptr<const detail::admission_records> settle_hook;
+  std::shared_ptr<const detail::admission_records> settling;
   static inline const char* name = "durin.run";
 };
 
@@ -94,6 +98,12 @@ void submit_commit(self_pointer self, commit_plan plan) {
   }
   for (auto& timer : plan.timer_deletes) {
     batch.delete_timer(timer);
+  }
+  if (st.settle_hook && plan.run &&
+      (plan.run->status == run_status::waiting ||
+       is_terminal(plan.run->status))) {
+    st.settle_hook->settle(describe_run(*plan.run), batch);
+    st.settling = std::move(st.settle_hook);
   }
   if (plan.delete_active) {
     batch.delete_active(st.run_id);
@@ -378,11 +388,18 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, node* services,
       },
       [self](activate_atom, const fresh_run& run) {
         if (!self->state.engine) {
+          if (run.admission && run.admission->settle &&
+              run.admission->settled) {
+            self->state.settle_hook = run.admission;
+          }
           activate(self, run.record);
         }
       },
       [self](committed_atom, const status& outcome) {
         settle_releases(self, outcome.ok());
+        if (auto settling = std::move(self->state.settling)) {
+          settling->settled(outcome.ok());  // at most one write in flight
+        }
         if (self->state.engine) {
           self->state.engine->on_committed(outcome);
         }

@@ -395,6 +395,7 @@ void runtime::start_async(std::string_view flow, json input,
   services.committer->submit(
       std::move(batch),
       [node, record = std::move(record), info = std::move(info),
+       admission = options.admission,
        done = std::move(done)](const status& outcome) mutable {
         if (!outcome) {
           done(make_error(
@@ -403,7 +404,7 @@ void runtime::start_async(std::string_view flow, json input,
                   " may or may not be durable: " + outcome.error().message));
           return;
         }
-        node->runs->activate_fresh(std::move(record));
+        node->runs->activate_fresh({std::move(record), std::move(admission)});
         done(std::move(info));
       });
 }
@@ -451,14 +452,14 @@ void runtime::start_with_hook(
       std::make_shared<std::function<void(result<run_info>)>>(std::move(done));
   actors::start_claim claim{
       record, std::move(token),
-      [node, record, info = std::move(info),
-       answer](result<run_info> admitted) mutable {
+      [node, record, info = std::move(info), answer,
+       admission = extra](result<run_info> admitted) mutable {
         if (admitted && admitted->id != record.id) {
           (*answer)(std::move(admitted));  // a repeated command's first run
           return;
         }
         if (admitted) {
-          node->runs->activate_fresh(std::move(record));
+          node->runs->activate_fresh({std::move(record), std::move(admission)});
           (*answer)(std::move(info));
           return;
         }

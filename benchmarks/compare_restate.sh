@@ -18,8 +18,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 restate_dir=${RESTATE_DIR:-/tmp/durin-restate-bench}
 work=$(mktemp -d)
 pids=()
+# Each server runs in a process group of its own (setsid), killed whole: the
+# Restate launcher and the SDK service start children of their own, which a
+# stale run would otherwise leave listening on Restate's ports.
 cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do
+    kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true
+  done
   wait 2>/dev/null || true
   rm -rf "$work"
 }
@@ -45,10 +50,16 @@ port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$work/durin.out")
 key=$(cat "$work/durin/admin.key")
 
 # Restate
-(cd "$work" && RESTATE_BASE_DIR="$work/restate" \
+if curl -sf http://127.0.0.1:9070/health >/dev/null 2>&1; then
+  echo "compare_restate: a Restate server already listens on 9070; stop it" \
+    "first (it would be measured instead of a fresh one)" >&2
+  exit 1
+fi
+(cd "$work" && RESTATE_BASE_DIR="$work/restate" exec setsid \
   "$restate_dir/node_modules/.bin/restate-server" > "$work/restate.out" 2>&1) &
 pids+=($!)
-(cd "$restate_dir" && PORT=9080 node service.js > "$work/service.out" 2>&1) &
+(cd "$restate_dir" && PORT=9080 exec setsid node service.js \
+  > "$work/service.out" 2>&1) &
 pids+=($!)
 for _ in $(seq 300); do
   curl -sf http://127.0.0.1:9070/health >/dev/null 2>&1 && break

@@ -1,8 +1,10 @@
 #include "cluster/api.hpp"
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -14,6 +16,13 @@
 #include "persistence/test_points.hpp"
 
 namespace durin::cluster {
+
+struct api::settle_answer {
+  std::mutex mutex;
+  std::condition_variable done;
+  std::optional<http_response> answer;  // added to the settling batch
+  std::optional<bool> durable;          // that batch's outcome
+};
 
 namespace {
 
@@ -654,9 +663,13 @@ http_response api::start_run(context& ctx) {
     }
   }
   auto kept = std::make_shared<std::optional<http_response>>();
+  std::shared_ptr<settle_answer> settled_answer;
   if (ctx.held_key && ctx.recorded_run_id.empty()) {
-    options.admission =
-        admission_for(*ctx.held_key, ctx.fingerprint, wait, kept);
+    if (wait) {
+      settled_answer = std::make_shared<settle_answer>();
+    }
+    options.admission = admission_for(*ctx.held_key, ctx.fingerprint, wait,
+                                      kept, settled_answer);
     ctx.stored = idempotency::stored::marker;
   }
   auto started = ctx.recorded_run_id.empty()
@@ -683,6 +696,20 @@ http_response api::start_run(context& ctx) {
   auto settled = node_.wait_settled(
       started->id, std::chrono::milliseconds(options_.wait_ms_max),
       options.tenant);
+  if (settled && settled_answer) {
+    // The run's settling batch carried the kept answer: once that batch is
+    // durable (its actor says so right after the store did), answer it.
+    std::unique_lock lock(settled_answer->mutex);
+    if (settled_answer->answer &&
+        settled_answer->done.wait_for(
+            lock, std::chrono::seconds(5),
+            [&] { return settled_answer->durable.has_value(); }) &&
+        *settled_answer->durable) {
+      ctx.stored = idempotency::stored::answer;
+      metrics_.count_run_status(to_string(settled->status));
+      return std::move(*settled_answer->answer);
+    }
+  }
   if (settled) {
     return run_response(200, *settled);
   }
@@ -701,8 +728,30 @@ http_response api::start_run(context& ctx) {
 // fsync, and no moment where the run is durable but its key is not.
 std::shared_ptr<detail::admission_records> api::admission_for(
     const persistence::request_address& address, const std::string& fingerprint,
-    bool wait, std::shared_ptr<std::optional<http_response>> kept) {
+    bool wait, std::shared_ptr<std::optional<http_response>> kept,
+    std::shared_ptr<settle_answer> settled) {
   auto records = std::make_shared<detail::admission_records>();
+  if (settled) {
+    // The answer a waited start gives is the run as it first waits or
+    // ends: kept in that very batch, it costs no write of its own.
+    records->settle = [this, address, fingerprint, settled](
+                          const run_info& run,
+                          persistence::write_batch& batch) {
+      auto answer = json_response(200, run.to_json());
+      if (requests_
+              .add_to(batch, address,
+                      requests_.admission_answer(fingerprint, answer))
+              .ok()) {
+        std::lock_guard lock(settled->mutex);
+        settled->answer = std::move(answer);
+      }
+    };
+    records->settled = [settled](bool durable) {
+      std::lock_guard lock(settled->mutex);
+      settled->durable = durable;
+      settled->done.notify_all();
+    };
+  }
   records->add = [this, address, fingerprint, wait, kept](
                      const run_info& run, persistence::write_batch& batch) {
     if (!wait) {

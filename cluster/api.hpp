@@ -85,12 +85,17 @@ class api {
   http_response create_tenant(context& ctx);
 
   http_response run_response(unsigned status, const run_info& run);
+  // What a waited keyed start's run did with the kept answer it adds to the
+  // batch that first records it waiting or ended.
+  struct settle_answer;
   // The records a keyed start adds to its admission batch; `kept` receives
-  // the kept answer when one is written (a start without wait).
+  // the kept answer when one is written (a start without wait). A waited
+  // start's answer rides in the run's settling batch instead (`settled`).
   std::shared_ptr<detail::admission_records> admission_for(
       const persistence::request_address& address,
       const std::string& fingerprint, bool wait,
-      std::shared_ptr<std::optional<http_response>> kept);
+      std::shared_ptr<std::optional<http_response>> kept,
+      std::shared_ptr<settle_answer> settled = nullptr);
 
   runtime& node_;
   auth& keys_;

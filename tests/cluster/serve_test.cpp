@@ -252,6 +252,45 @@ TEST_F(ServeTest, WaitedStartAnswersWhenTheRunWaits) {
   EXPECT_EQ(hook.value["runId"], started.value["id"]);
 }
 
+// A waited keyed start keeps its answer in the write that records the run
+// completed (or waiting), not in a write of its own: it costs the fsync'd
+// groups of the same start without a key. The answer replays byte for byte,
+// across a restart too, and one waiting on a hook is kept as it was then.
+TEST_F(ServeTest, AWaitedKeyedStartKeepsItsAnswerInTheRunsSettlingWrite) {
+  auto groups = [&] {
+    auto metrics = admin().get("/metrics");
+    std::string name = "\ndurin_commit_groups_total ";
+    auto at = metrics.body.find(name);
+    EXPECT_NE(at, std::string::npos) << metrics.body;
+    return at == std::string::npos
+               ? -1L
+               : std::stol(metrics.body.substr(at + name.size()));
+  };
+  auto client = admin();
+  auto before = groups();
+  auto plain = client.post("/v1/runs", review("S-1"));
+  ASSERT_EQ(plain.status, 200u) << plain.body;
+  auto plain_groups = groups() - before;
+  before = groups();
+  auto keyed = client.post("/v1/runs", review("S-2"), "settle-1");
+  ASSERT_EQ(keyed.status, 200u) << keyed.body;
+  ASSERT_EQ(keyed.value["status"], "completed");
+  EXPECT_EQ(groups() - before, plain_groups);
+  json notes = {{"flow", "acme.order-notes"},
+                {"input", {{"orderId", "S-W"}, {"note", "n"}}}};
+  auto waiting = client.post("/v1/runs", notes, "settle-2");
+  ASSERT_EQ(waiting.value["status"], "waiting") << waiting.body;
+  ASSERT_EQ(server_->terminate(), 0);
+  start();
+  auto restarted = admin();
+  auto again = restarted.post("/v1/runs", review("S-2"), "settle-1");
+  EXPECT_EQ(again.body, keyed.body);
+  EXPECT_EQ(again.headers["idempotent-replayed"], "true");
+  auto still = restarted.post("/v1/runs", notes, "settle-2");
+  EXPECT_EQ(still.body, waiting.body);
+  EXPECT_EQ(still.value["status"], "waiting");
+}
+
 // GET /metrics carries durin_runs{status=...}, a gauge of the runs stored
 // by status: it moves with the runs and is right again after a restart.
 TEST_F(ServeTest, MetricsGaugeRunsByStatusAcrossRestarts) {
