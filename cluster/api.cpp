@@ -322,11 +322,34 @@ http_response api::handle(const http_request& request) {
   const auto began = clock_type::now();
   context ctx{request};
   http_response response = route(ctx);
-  auto latency = std::chrono::duration_cast<std::chrono::microseconds>(
-                     clock_type::now() - began)
-                     .count();
-  metrics_.observe(ctx.route, response.status, latency);
+  observe(ctx.route, response.status, began);
   return response;
+}
+
+void api::observe(metrics::route route, unsigned status,
+                  std::chrono::steady_clock::time_point began) {
+  metrics_.observe(route, status,
+                   std::chrono::duration_cast<std::chrono::microseconds>(
+                       clock_type::now() - began)
+                       .count());
+}
+
+bool api::accept_on_io_thread(
+    context& ctx, const std::function<bool(const context&)>& wanted) {
+  if (parse_target(ctx) || !wanted(ctx)) {
+    return false;
+  }
+  auto who = keys_.authenticate(ctx.request.header("authorization"));
+  if (!who) {
+    return false;
+  }
+  auto parsed = parse_body(ctx.request.body, options_.json_depth_max);
+  if (parsed.problem) {
+    return false;
+  }
+  ctx.body = std::move(parsed.value);
+  ctx.caller = *who;
+  return true;
 }
 
 std::optional<http_response> api::parse_target(context& ctx) {
@@ -405,20 +428,13 @@ std::optional<http_response> api::try_replay(const http_request& request) {
   }
   const auto began = clock_type::now();
   context ctx{request};
-  if (parse_target(ctx) || ctx.path.size() < 2 || ctx.path[0] != "v1" ||
-      ctx.path[1] == "webhooks") {
+  if (!accept_on_io_thread(ctx, [](const context& c) {
+        return c.path.size() >= 2 && c.path[0] == "v1" &&
+               c.path[1] != "webhooks";
+      })) {
     return std::nullopt;
   }
-  auto who = keys_.authenticate(request.header("authorization"));
-  if (!who) {
-    return std::nullopt;
-  }
-  auto parsed = parse_body(request.body, options_.json_depth_max);
-  if (parsed.problem) {
-    return std::nullopt;
-  }
-  ctx.body = std::move(parsed.value);
-  persistence::request_address address{who->tenant, who->key_id,
+  persistence::request_address address{ctx.caller.tenant, ctx.caller.key_id,
                                        std::string(key)};
   auto answer = requests_.peek(address, fingerprint_of(ctx));
   if (answer) {
@@ -427,10 +443,7 @@ std::optional<http_response> api::try_replay(const http_request& request) {
     } else {
       metrics_.count_refusal();
     }
-    metrics_.observe(ctx.route, answer->status,
-                     std::chrono::duration_cast<std::chrono::microseconds>(
-                         clock_type::now() - began)
-                         .count());
+    observe(ctx.route, answer->status, began);
   }
   return answer;
 }
@@ -731,17 +744,27 @@ std::shared_ptr<detail::admission_records> api::admission_for(
     bool wait, std::shared_ptr<std::optional<http_response>> kept,
     std::shared_ptr<settle_answer> settled) {
   auto records = std::make_shared<detail::admission_records>();
+  // Adds the answer `status` would give about `run` to `batch` as the key's
+  // kept answer; nullopt when it is too large to keep there.
+  auto keep =
+      [this, address, fingerprint](
+          unsigned status, const run_info& run,
+          persistence::write_batch& batch) -> std::optional<http_response> {
+    auto answer = json_response(status, run.to_json());
+    if (!requests_
+             .add_to(batch, address,
+                     requests_.admission_answer(fingerprint, answer))
+             .ok()) {
+      return std::nullopt;
+    }
+    return answer;
+  };
   if (settled) {
     // The answer a waited start gives is the run as it first waits or
     // ends: kept in that very batch, it costs no write of its own.
-    records->settle = [this, address, fingerprint, settled](
-                          const run_info& run,
-                          persistence::write_batch& batch) {
-      auto answer = json_response(200, run.to_json());
-      if (requests_
-              .add_to(batch, address,
-                      requests_.admission_answer(fingerprint, answer))
-              .ok()) {
+    records->settle = [keep, settled](const run_info& run,
+                                      persistence::write_batch& batch) {
+      if (auto answer = keep(200, run, batch)) {
         std::lock_guard lock(settled->mutex);
         settled->answer = std::move(answer);
       }
@@ -752,14 +775,10 @@ std::shared_ptr<detail::admission_records> api::admission_for(
       settled->done.notify_all();
     };
   }
-  records->add = [this, address, fingerprint, wait, kept](
+  records->add = [this, address, fingerprint, wait, kept, keep](
                      const run_info& run, persistence::write_batch& batch) {
     if (!wait) {
-      auto answer = json_response(202, run.to_json());
-      if (requests_
-              .add_to(batch, address,
-                      requests_.admission_answer(fingerprint, answer))
-              .ok()) {
+      if (auto answer = keep(202, run, batch)) {
         *kept = std::move(answer);
         return;
       }
@@ -784,20 +803,12 @@ bool api::try_start_async(const http_request& request,
   }
   const auto began = clock_type::now();
   context ctx{request};
-  if (parse_target(ctx) || ctx.path.size() != 2 || ctx.path[0] != "v1" ||
-      ctx.path[1] != "runs") {
+  if (!accept_on_io_thread(ctx, [](const context& c) {
+        return c.path.size() == 2 && c.path[0] == "v1" && c.path[1] == "runs";
+      })) {
     return false;
   }
-  auto who = keys_.authenticate(request.header("authorization"));
-  if (!who) {
-    return false;
-  }
-  auto parsed = parse_body(request.body, options_.json_depth_max);
-  if (parsed.problem) {
-    return false;
-  }
-  ctx.body = std::move(parsed.value);
-  ctx.caller = *who;
+  const auto& who = ctx.caller;
   ctx.route = metrics::route::start;
   const auto& body = ctx.body;
   // Only the plain case; everything to explain goes the blocking way.
@@ -811,20 +822,17 @@ bool api::try_start_async(const http_request& request,
     return false;
   }
   auto observe = [this, began](const http_response& response) {
-    metrics_.observe(metrics::route::start, response.status,
-                     std::chrono::duration_cast<std::chrono::microseconds>(
-                         clock_type::now() - began)
-                         .count());
+    this->observe(metrics::route::start, response.status, began);
   };
   start_options options;
-  options.tenant = who->tenant;
+  options.tenant = who.tenant;
   auto kept = std::make_shared<std::optional<http_response>>();
   std::optional<persistence::request_address> address;
   std::string fingerprint;
   std::uint64_t generation = 0;
   if (!key.empty()) {
-    address = persistence::request_address{who->tenant, who->key_id,
-                                           std::string(key)};
+    address =
+        persistence::request_address{who.tenant, who.key_id, std::string(key)};
     fingerprint = fingerprint_of(ctx);
     auto decision = requests_.begin(*address, fingerprint);
     if (decision.kind == idempotency::outcome::answered) {
@@ -894,28 +902,18 @@ bool api::try_worker_async(const http_request& request,
   }
   const auto began = clock_type::now();
   context ctx{request};
-  if (parse_target(ctx) || !is_worker_route(ctx.path)) {
-    return false;
-  }
-  auto who = keys_.authenticate(request.header("authorization"));
-  if (!who) {
-    return false;
-  }
-  auto parsed = parse_body(request.body, options_.json_depth_max);
-  if (parsed.problem) {
+  if (!accept_on_io_thread(
+          ctx, [](const context& c) { return is_worker_route(c.path); })) {
     return false;
   }
   auto observed = [this, began, route = ctx.route,
                    reply = std::move(reply)](http_response response) {
-    metrics_.observe(route, response.status,
-                     std::chrono::duration_cast<std::chrono::microseconds>(
-                         clock_type::now() - began)
-                         .count());
+    observe(route, response.status, began);
     reply(std::move(response));
   };
   return try_worker_route_async(node_,
-                                {who->tenant, request.method, ctx.path,
-                                 ctx.query, std::move(parsed.value)},
+                                {ctx.caller.tenant, request.method, ctx.path,
+                                 ctx.query, std::move(ctx.body)},
                                 std::move(observed));
 }
 

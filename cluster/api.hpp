@@ -9,6 +9,7 @@
 // worker threads, never from an actor.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -66,6 +67,14 @@ class api {
  private:
   struct context;
   std::optional<http_response> parse_target(context& ctx);
+  // The io thread's fast paths (replays, background starts, worker reports)
+  // take a request only when its route is `wanted`, its caller known and
+  // its body well formed; fills ctx.caller and ctx.body. Anything to
+  // explain goes the blocking way, which answers the problem.
+  bool accept_on_io_thread(context& ctx,
+                           const std::function<bool(const context&)>& wanted);
+  void observe(metrics::route route, unsigned status,
+               std::chrono::steady_clock::time_point began);
   static std::string fingerprint_of(const context& ctx);
   http_response route(context& ctx);
   http_response mutate(context& ctx, bool carries_secret,

@@ -306,6 +306,10 @@ TEST_F(HookTest, AStartRacingTheOwnersEndWriteWaitsForItAndIsANewRun) {
   auto second = rt->start("never-opens", json::object(), with_hook("order:S"));
   ASSERT_TRUE(second.ok()) << second.error().to_string();
   EXPECT_NE(second->id, first->id);
+  // It was admitted only once the owner's end (and the token's release) was
+  // durable: never two owners at once.
+  EXPECT_EQ(rt->get(first->id)->status, run_status::completed);
+  EXPECT_GE(shared->writes.load(), 3);
   EXPECT_EQ(rt->wait(first->id, wait_max)->status, run_status::completed);
   EXPECT_EQ(rt->wait(second->id, wait_max)->status, run_status::completed);
   rt->set_storage_fault_for_testing(nullptr);
