@@ -46,6 +46,11 @@ struct fresh_run {
   persistence::run_record record;
   // The admission's records (settle hooks) of the start that made it.
   std::shared_ptr<const detail::admission_records> admission;
+  // Set when the admission is not written yet (a start answered once its
+  // run settles): it rides in the run's first write, and the actor calls
+  // this once that write is durable (with `info`) or failed.
+  std::function<void(result<run_info>)> admitted;
+  run_info info;
 };
 
 struct step_report {

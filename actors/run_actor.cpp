@@ -36,6 +36,19 @@ struct run_actor_state {
   // batch that first records the run waiting or ended, then for its outcome.
   std::shared_ptr<const detail::admission_records> settle_hook;
   std::shared_ptr<const detail::admission_records> settling;
+  // A fresh run whose admission is not written yet: its first write
+  // carries it, and what the engine asked for meanwhile is held until that
+  // write is durable (nothing the run does may be seen before it exists).
+  struct unwritten_admission {
+    persistence::run_record record;
+    std::shared_ptr<const detail::admission_records> records;
+    std::function<void(result<run_info>)> admitted;
+    run_info info;
+    bool submitted = false;
+    bool with_commit = false;  // the write carries the engine's commit too
+    engine_output held;
+  };
+  std::optional<unwritten_admission> admitting;
   static inline const char* name = "durin.run";
 };
 
@@ -84,9 +97,21 @@ void settle_releases(self_pointer self, bool ok) {
   st.releasing.clear();
 }
 
+// Submits the engine's commit `plan`, with the run's admission when that is
+// not written yet (then `plan` may be empty).
 void submit_commit(self_pointer self, commit_plan plan) {
   auto& st = self->state;
   auto batch = st.services->store->batch();
+  if (st.admitting) {
+    auto& admission = *st.admitting;
+    if (!plan.run) {
+      batch.put_run(admission.record);
+    }
+    batch.put_active(st.run_id);
+    if (admission.records && admission.records->add) {
+      admission.records->add(admission.info, batch);
+    }
+  }
   for (auto& [sequence, event] : plan.events) {
     batch.put_event(st.run_id, sequence, event);
   }
@@ -255,6 +280,22 @@ void watch_run(self_pointer self, const std::string& run_id) {
   }
 }
 
+// A write failed and may or may not have landed: drop the engine and
+// reload the truth from the store after a backoff.
+void reload_later(self_pointer self) {
+  auto& st = self->state;
+  std::fprintf(stderr, "durin: run %s: write failed, reloading in %lld ms\n",
+               st.run_id.c_str(), static_cast<long long>(st.reload_backoff_ms));
+  st.engine.reset();
+  st.reloading = true;
+  self->delayed_send(self, std::chrono::milliseconds(st.reload_backoff_ms),
+                     reload_atom::value);
+  st.reload_backoff_ms =
+      std::min(st.reload_backoff_ms * 2, reload_backoff_ms_max);
+}
+
+void carry_out(self_pointer self, engine_output& out);
+
 // Carries out what the engine asked for, then looks whether to stop.
 void drain(self_pointer self) {
   auto& st = self->state;
@@ -264,17 +305,11 @@ void drain(self_pointer self) {
     return;
   }
   if (st.engine->storage_failed()) {
-    // The failed write may or may not have landed: reload the truth.
-    std::fprintf(stderr, "durin: run %s: write failed, reloading in %lld ms\n",
-                 st.run_id.c_str(),
-                 static_cast<long long>(st.reload_backoff_ms));
-    st.engine.reset();
-    st.reloading = true;
-    self->delayed_send(self, std::chrono::milliseconds(st.reload_backoff_ms),
-                       reload_atom::value);
-    st.reload_backoff_ms =
-        std::min(st.reload_backoff_ms * 2, reload_backoff_ms_max);
+    reload_later(self);
     return;
+  }
+  if (st.admitting && st.admitting->submitted) {
+    return;  // the engine's requests wait for the admission's write
   }
   auto out = st.engine->take_output();
   // Before the end can be read from the store (see held_tokens).
@@ -285,6 +320,24 @@ void drain(self_pointer self) {
   if (!out.ending_tokens.empty()) {
     st.ending_tokens = std::move(out.ending_tokens);
   }
+  if (st.admitting) {
+    // The first turn of a run not yet written: one write for both.
+    auto& admission = *st.admitting;
+    admission.submitted = true;
+    admission.with_commit = out.commit.has_value();
+    submit_commit(self, out.commit ? std::move(*out.commit) : commit_plan{});
+    out.commit.reset();
+    admission.held = std::move(out);
+    return;
+  }
+  carry_out(self, out);
+  maybe_leave(self);
+}
+
+// What the engine asked for in `out`, in order: answers, its commit, then
+// the effects that may follow it at once.
+void carry_out(self_pointer self, engine_output& out) {
+  auto& st = self->state;
   for (auto& reply : out.replies) {
     reply();
   }
@@ -316,7 +369,6 @@ void drain(self_pointer self) {
   if (out.finished) {
     st.services->finished.notify(st.engine->info());
   }
-  maybe_leave(self);
 }
 
 void activate(self_pointer self, std::optional<persistence::run_record> fresh) {
@@ -392,16 +444,40 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, node* services,
               run.admission->settled) {
             self->state.settle_hook = run.admission;
           }
+          if (run.admitted) {
+            self->state.admitting = run_actor_state::unwritten_admission{
+                run.record, run.admission, run.admitted, run.info};
+          }
           activate(self, run.record);
         }
       },
       [self](committed_atom, const status& outcome) {
+        auto& st = self->state;
+        std::optional<run_actor_state::unwritten_admission> admission;
+        if (st.admitting && st.admitting->submitted) {
+          admission = std::move(st.admitting);
+          st.admitting.reset();
+          if (outcome) {
+            admission->admitted(admission->info);
+          } else {
+            admission->admitted(make_error(
+                errc::storage_error,
+                "the admission of run " + st.run_id +
+                    " may or may not be durable: " + outcome.error().message));
+          }
+        }
         settle_releases(self, outcome.ok());
-        if (auto settling = std::move(self->state.settling)) {
+        if (auto settling = std::move(st.settling)) {
           settling->settled(outcome.ok());  // at most one write in flight
         }
-        if (self->state.engine) {
-          self->state.engine->on_committed(outcome);
+        if (admission && outcome && st.engine) {
+          carry_out(self, admission->held);  // as if it followed the write
+        }
+        if (st.engine && (!admission || admission->with_commit)) {
+          st.engine->on_committed(outcome);
+        } else if (st.engine && !outcome) {
+          reload_later(self);  // the run may not exist: ask the store
+          return;
         }
         drain(self);
       },

@@ -300,6 +300,37 @@ result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
   return std::unique_ptr<runtime>(new runtime(std::move(impl)));
 }
 
+namespace {
+
+// A start's answer that is given exactly once: by a call, or as
+// shutting-down when the last holder drops it uncalled (an actor system
+// stopping with the message that carried it).
+class answer_once {
+ public:
+  explicit answer_once(std::function<void(result<run_info>)> done)
+      : done_(std::move(done)) {}
+  answer_once(const answer_once&) = delete;
+  answer_once& operator=(const answer_once&) = delete;
+  ~answer_once() {
+    if (done_) {
+      done_(make_error(errc::shutting_down,
+                       "the runtime closed before the start was admitted"));
+    }
+  }
+  void operator()(result<run_info> outcome) {
+    auto done = std::move(done_);
+    done_ = nullptr;
+    if (done) {
+      done(std::move(outcome));
+    }
+  }
+
+ private:
+  std::function<void(result<run_info>)> done_;
+};
+
+}  // namespace
+
 void runtime::start_async(std::string_view flow, json input,
                           const start_options& options,
                           std::function<void(result<run_info>)> done) {
@@ -384,6 +415,20 @@ void runtime::start_async(std::string_view flow, json input,
   if (*keyed) {
     start_with_hook(std::move(record), **keyed, std::move(info),
                     options.command_id, options.admission, std::move(done));
+    return;
+  }
+  if (options.admission && options.admission->settle) {
+    // A start answered once its run settles: the admission rides in the
+    // run's first write (the run's first steps, or its end), one fsync in
+    // series fewer. Nothing the run does is seen before that write lands.
+    auto answer = std::make_shared<answer_once>(std::move(done));
+    if (!node->runs->activate_fresh({std::move(record), options.admission,
+                                     [answer](result<run_info> admitted) {
+                                       (*answer)(std::move(admitted));
+                                     },
+                                     std::move(info)})) {
+      (*answer)(make_error(errc::shutting_down, "the runtime is closing"));
+    }
     return;
   }
   auto batch = services.store->batch();

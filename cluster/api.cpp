@@ -1,5 +1,6 @@
 #include "cluster/api.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -20,8 +21,29 @@ namespace durin::cluster {
 struct api::settle_answer {
   std::mutex mutex;
   std::condition_variable done;
-  std::optional<http_response> answer;  // added to the settling batch
-  std::optional<bool> durable;          // that batch's outcome
+  std::optional<http_response> answer;      // added to the settling batch
+  run_status status = run_status::pending;  // the run as that batch writes it
+  std::optional<bool> durable;              // that batch's outcome
+  // Called once `durable` is set, outside the lock, on the run's actor.
+  std::function<void()> then;
+};
+
+struct api::async_start : std::enable_shared_from_this<async_start> {
+  std::function<void(http_response)> reply;
+  offload_fn offload;
+  std::chrono::steady_clock::time_point began;
+  std::optional<persistence::request_address> address;
+  std::string fingerprint;
+  std::uint64_t generation = 0;
+  std::string tenant;
+  std::shared_ptr<std::optional<http_response>> kept =
+      std::make_shared<std::optional<http_response>>();
+  // A waited start only: its run (known once its admission batch is built),
+  // the answer its settling batch carries, and who answers: the first to
+  // set `claimed` (the settled run, or the hand-over to an offload).
+  std::string run_id;
+  settle_answer settle;
+  std::atomic<bool> claimed{false};
 };
 
 namespace {
@@ -316,7 +338,23 @@ api::api(runtime& node, auth& keys, idempotency& requests, metrics& counters,
       requests_(requests),
       metrics_(counters),
       extra_metrics_(std::move(extra_metrics)),
-      options_(options) {}
+      options_(options),
+      unsettled_(
+          std::make_unique<actors::due_list<std::shared_ptr<async_start>>>(
+              std::chrono::milliseconds(500),
+              [this](std::shared_ptr<async_start>& start) {
+                if (!start->claimed.exchange(true)) {
+                  hand_over(std::move(start));
+                }
+              })) {}
+
+api::~api() {
+  close();
+}
+
+void api::close() {
+  unsettled_->stop();
+}
 
 http_response api::handle(const http_request& request) {
   const auto began = clock_type::now();
@@ -681,7 +719,7 @@ http_response api::start_run(context& ctx) {
     if (wait) {
       settled_answer = std::make_shared<settle_answer>();
     }
-    options.admission = admission_for(*ctx.held_key, ctx.fingerprint, wait,
+    options.admission = admission_for(&*ctx.held_key, ctx.fingerprint, wait,
                                       kept, settled_answer);
     ctx.stored = idempotency::stored::marker;
   }
@@ -704,13 +742,27 @@ http_response api::start_run(context& ctx) {
     }
     return run_response(202, *started);
   }
+  return answer_waited(
+      started->id, options.tenant, settled_answer.get(),
+      clock_type::now() + std::chrono::milliseconds(options_.wait_ms_max),
+      ctx.stored);
+}
+
+http_response api::answer_waited(const std::string& run_id,
+                                 const std::string& tenant,
+                                 settle_answer* settled_answer,
+                                 clock_type::time_point deadline,
+                                 idempotency::stored& stored) {
   // Answers once the run ends or waits for something, told by the store
   // when that status is durable (no polling).
   auto settled = node_.wait_settled(
-      started->id, std::chrono::milliseconds(options_.wait_ms_max),
-      options.tenant);
+      run_id,
+      std::max(std::chrono::milliseconds(0),
+               std::chrono::duration_cast<std::chrono::milliseconds>(
+                   deadline - clock_type::now())),
+      tenant);
   if (settled && settled_answer) {
-    // The run's settling batch carried the kept answer: once that batch is
+    // The run's settling batch carried the answer: once that batch is
     // durable (its actor says so right after the store did), answer it.
     std::unique_lock lock(settled_answer->mutex);
     if (settled_answer->answer &&
@@ -718,7 +770,7 @@ http_response api::start_run(context& ctx) {
             lock, std::chrono::seconds(5),
             [&] { return settled_answer->durable.has_value(); }) &&
         *settled_answer->durable) {
-      ctx.stored = idempotency::stored::answer;
+      stored = idempotency::stored::answer;
       metrics_.count_run_status(to_string(settled->status));
       return std::move(*settled_answer->answer);
     }
@@ -729,7 +781,7 @@ http_response api::start_run(context& ctx) {
   if (settled.error().code != errc::timeout) {
     return error_response(settled.error());
   }
-  auto now = node_.get(started->id, options.tenant);
+  auto now = node_.get(run_id, tenant);
   if (!now) {
     return error_response(now.error());
   }
@@ -740,21 +792,26 @@ http_response api::start_run(context& ctx) {
 // answer itself when it answers at once, else a marker naming the run. One
 // fsync, and no moment where the run is durable but its key is not.
 std::shared_ptr<detail::admission_records> api::admission_for(
-    const persistence::request_address& address, const std::string& fingerprint,
+    const persistence::request_address* address, const std::string& fingerprint,
     bool wait, std::shared_ptr<std::optional<http_response>> kept,
     std::shared_ptr<settle_answer> settled) {
   auto records = std::make_shared<detail::admission_records>();
-  // Adds the answer `status` would give about `run` to `batch` as the key's
-  // kept answer; nullopt when it is too large to keep there.
+  std::optional<persistence::request_address> key;
+  if (address != nullptr) {
+    key = *address;
+  }
+  // The answer `status` would give about `run`, added to `batch` as the
+  // key's kept answer; nullopt when it is too large to keep there. Without
+  // a key it is only the answer.
   auto keep =
-      [this, address, fingerprint](
+      [this, key, fingerprint](
           unsigned status, const run_info& run,
           persistence::write_batch& batch) -> std::optional<http_response> {
     auto answer = json_response(status, run.to_json());
-    if (!requests_
-             .add_to(batch, address,
-                     requests_.admission_answer(fingerprint, answer))
-             .ok()) {
+    if (key && !requests_
+                    .add_to(batch, *key,
+                            requests_.admission_answer(fingerprint, answer))
+                    .ok()) {
       return std::nullopt;
     }
     return answer;
@@ -764,35 +821,43 @@ std::shared_ptr<detail::admission_records> api::admission_for(
     // ends: kept in that very batch, it costs no write of its own.
     records->settle = [keep, settled](const run_info& run,
                                       persistence::write_batch& batch) {
-      if (auto answer = keep(200, run, batch)) {
-        std::lock_guard lock(settled->mutex);
-        settled->answer = std::move(answer);
-      }
+      auto answer = keep(200, run, batch);
+      std::lock_guard lock(settled->mutex);
+      settled->answer = std::move(answer);
+      settled->status = run.status;
     };
     records->settled = [settled](bool durable) {
-      std::lock_guard lock(settled->mutex);
-      settled->durable = durable;
-      settled->done.notify_all();
+      {
+        std::lock_guard lock(settled->mutex);
+        settled->durable = durable;
+        settled->done.notify_all();
+      }
+      if (settled->then) {
+        settled->then();
+      }
     };
   }
-  records->add = [this, address, fingerprint, wait, kept, keep](
-                     const run_info& run, persistence::write_batch& batch) {
-    if (!wait) {
-      if (auto answer = keep(202, run, batch)) {
-        *kept = std::move(answer);
-        return;
+  if (key) {
+    records->add = [this, key, fingerprint, wait, kept, keep](
+                       const run_info& run, persistence::write_batch& batch) {
+      if (!wait) {
+        if (auto answer = keep(202, run, batch)) {
+          *kept = std::move(answer);
+          return;
+        }
+        // Too large to keep in the admission: the marker protects the run,
+        // and finish tries to keep the answer on its own.
       }
-      // Too large to keep in the admission: the marker protects the run,
-      // and finish tries to keep the answer on its own.
-    }
-    (void)requests_.add_to(batch, address,
-                           requests_.admission_marker(fingerprint, run.id));
-  };
+      (void)requests_.add_to(batch, *key,
+                             requests_.admission_marker(fingerprint, run.id));
+    };
+  }
   return records;
 }
 
 bool api::try_start_async(const http_request& request,
-                          std::function<void(http_response)> reply) {
+                          std::function<void(http_response)> reply,
+                          const offload_fn& offload) {
 #if defined(DURIN_TEST_POINTS)
   if (std::getenv("DURIN_TEST_HOLD_MS") != nullptr) {
     return false;  // the hold is a test of the blocking path
@@ -812,87 +877,148 @@ bool api::try_start_async(const http_request& request,
   ctx.route = metrics::route::start;
   const auto& body = ctx.body;
   // Only the plain case; everything to explain goes the blocking way.
-  if (only_fields(body, {"flow", "input", "wait"}) || !body.contains("wait") ||
-      body["wait"] != json(false) || !body.contains("flow") ||
-      !body["flow"].is_string() || body["flow"].get<std::string>().empty()) {
+  if (only_fields(body, {"flow", "input", "wait"}) || !body.contains("flow") ||
+      !body["flow"].is_string() || body["flow"].get<std::string>().empty() ||
+      (body.contains("wait") && !body["wait"].is_boolean())) {
     return false;
   }
+  const bool wait = body.value("wait", true);
   auto key = request.header("idempotency-key");
   if (!key.empty() && (key.size() > 255 || !printable_ascii(key))) {
     return false;
   }
-  auto observe = [this, began](const http_response& response) {
-    this->observe(metrics::route::start, response.status, began);
-  };
-  start_options options;
-  options.tenant = who.tenant;
-  auto kept = std::make_shared<std::optional<http_response>>();
-  std::optional<persistence::request_address> address;
-  std::string fingerprint;
-  std::uint64_t generation = 0;
+  auto start = std::make_shared<async_start>();
+  start->reply = std::move(reply);
+  start->began = began;
+  start->tenant = who.tenant;
   if (!key.empty()) {
-    address =
+    start->address =
         persistence::request_address{who.tenant, who.key_id, std::string(key)};
-    fingerprint = fingerprint_of(ctx);
-    auto decision = requests_.begin(*address, fingerprint);
+    start->fingerprint = fingerprint_of(ctx);
+    auto decision = requests_.begin(*start->address, start->fingerprint);
     if (decision.kind == idempotency::outcome::answered) {
       if (decision.response.status < 300) {
         metrics_.count_replay();
       } else {
         metrics_.count_refusal();
       }
-      observe(decision.response);
-      reply(std::move(decision.response));
+      observe(metrics::route::start, decision.response.status, began);
+      start->reply(std::move(decision.response));
       return true;
     }
     if (!decision.recorded_run_id.empty()) {
       // A run an earlier process admitted for this key: the blocking path
       // answers it. Give the key back first (no write).
-      (void)requests_.finish(*address, fingerprint, decision.generation,
+      (void)requests_.finish(*start->address, start->fingerprint,
+                             decision.generation,
                              error_response(409, "retry", "retry"), false,
                              idempotency::stored::marker);
       return false;
     }
-    generation = decision.generation;
+    start->generation = decision.generation;
     DURIN_TEST_KILL_POINT("gateway.after_hold");
-    options.admission = admission_for(*address, fingerprint, false, kept);
+  }
+  start_options options;
+  options.tenant = who.tenant;
+  if (wait) {
+    start->offload = offload;
+    // The settle hooks hold the start through an alias of its answer, so
+    // `then` may use it by address.
+    auto* raw = start.get();
+    std::shared_ptr<settle_answer> settled(start, &start->settle);
+    start->settle.then = [this, raw] { on_settled(*raw); };
+    auto records = admission_for(start->address ? &*start->address : nullptr,
+                                 start->fingerprint, true, start->kept,
+                                 std::move(settled));
+    // The run's id, known before anything is written: a hand-over needs it.
+    auto add_key = std::move(records->add);
+    records->add = [raw, add_key = std::move(add_key)](
+                       const run_info& run, persistence::write_batch& batch) {
+      raw->run_id = run.id;
+      if (add_key) {
+        add_key(run, batch);
+      }
+    };
+    options.admission = std::move(records);
+  } else if (start->address) {
+    options.admission =
+        admission_for(&*start->address, start->fingerprint, false, start->kept);
   }
   json input = body.contains("input") ? body["input"] : json::object();
-  auto done = [this, reply = std::move(reply), observe, kept, address,
-               fingerprint, generation](result<run_info> started) mutable {
-    http_response response;
-    auto already = idempotency::stored::marker;
+  auto done = [this, start, wait](result<run_info> started) {
     if (!started) {
-      response = error_response(started.error());
-    } else {
-      metrics_.count_start();
-      DURIN_TEST_KILL_POINT("gateway.after_admit");
-      metrics_.count_run_status(to_string(started->status));
-      if (*kept) {
-        response = std::move(**kept);
-        already = idempotency::stored::answer;
-      } else {
-        response = json_response(202, started->to_json());
-        if (address) {
-          // Only the admission's marker holds the key; keeping the answer
-          // now would block this (the committer's) thread.
-          response.headers.emplace_back("Idempotency-Key-Kept", "false");
-          already = idempotency::stored::answer;
-        }
+      if (!start->claimed.exchange(true)) {
+        answer(*start, error_response(started.error()),
+               idempotency::stored::marker);
       }
+      return;
     }
-    if (address) {
-      // No write here: the record is durable already, or (a refusal, an
-      // unknown outcome) only the admission's marker may exist.
-      response = requests_.finish(*address, fingerprint, generation,
-                                  std::move(response), false, already);
+    metrics_.count_start();
+    DURIN_TEST_KILL_POINT("gateway.after_admit");
+    if (wait) {
+      // Answered when the run settles, or handed over if it takes long.
+      unsettled_->add(start);
+      return;
     }
-    observe(response);
-    reply(std::move(response));
+    metrics_.count_run_status(to_string(started->status));
+    if (*start->kept) {
+      answer(*start, std::move(**start->kept), idempotency::stored::answer);
+      return;
+    }
+    auto response = json_response(202, started->to_json());
+    if (start->address) {
+      // Only the admission's marker holds the key; keeping the answer now
+      // would block this (the committer's) thread.
+      response.headers.emplace_back("Idempotency-Key-Kept", "false");
+    }
+    answer(*start, std::move(response), idempotency::stored::answer);
   };
   node_.start_async(body["flow"].get<std::string>(), std::move(input), options,
                     std::move(done));
   return true;
+}
+
+void api::answer(async_start& start, http_response response,
+                 idempotency::stored already) {
+  if (start.address) {
+    // Writes only when `already` says the answer is not kept yet: never so
+    // on the io thread, the committer's or an actor's.
+    response =
+        requests_.finish(*start.address, start.fingerprint, start.generation,
+                         std::move(response), false, already);
+  }
+  observe(metrics::route::start, response.status, start.began);
+  start.reply(std::move(response));
+}
+
+void api::on_settled(async_start& start) {
+  if (start.claimed.exchange(true)) {
+    return;
+  }
+  std::unique_lock lock(start.settle.mutex);
+  if (start.settle.answer && start.settle.durable.value_or(false)) {
+    auto response = std::move(*start.settle.answer);
+    start.settle.answer.reset();
+    auto status = start.settle.status;
+    lock.unlock();
+    metrics_.count_run_status(to_string(status));
+    answer(start, std::move(response), idempotency::stored::answer);
+    return;
+  }
+  lock.unlock();
+  // Not kept (too large) or not known durable: the blocking way finds out.
+  hand_over(start.shared_from_this());
+}
+
+void api::hand_over(std::shared_ptr<async_start> start) {
+  auto offload = start->offload;
+  offload([this, start = std::move(start)] {
+    auto stored = idempotency::stored::marker;
+    auto response = answer_waited(
+        start->run_id, start->tenant, &start->settle,
+        start->began + std::chrono::milliseconds(options_.wait_ms_max), stored);
+    answer(*start, std::move(response), stored);
+  });
 }
 
 bool api::try_worker_async(const http_request& request,

@@ -16,7 +16,9 @@
 #include <optional>
 #include <string>
 
+#include "actors/due_list.hpp"
 #include "cluster/auth.hpp"
+#include "cluster/gateway.hpp"
 #include "cluster/http_message.hpp"
 #include "cluster/idempotency.hpp"
 #include "cluster/metrics.hpp"
@@ -38,7 +40,13 @@ class api {
   api(runtime& node, auth& keys, idempotency& requests, metrics& counters,
       std::function<std::string()> extra_metrics, api_options options = {});
 
+  ~api();  // close()
+
   http_response handle(const http_request& request);
+
+  // Hands no more waited starts over to an offload (call once the gateway
+  // has stopped, before it is destroyed).
+  void close();
 
   // Never blocks: the kept answer (or its refusal) of a keyed mutating
   // request whose key already finished, without acting; nullopt for anything
@@ -46,15 +54,20 @@ class api {
   // metrics like handle does.
   std::optional<http_response> try_replay(const http_request& request);
 
-  // Never blocks: takes a plain background start (POST /v1/runs with
-  // "wait": false and no hook, keyed or not) off the worker pool, so no
-  // thread waits for its fsync. Answers false having done nothing for any
-  // other request, or one it would refuse (then call handle). Otherwise
-  // `reply` is called exactly once: at once for a replay or refusal of its
-  // key, else once the admission is durable or refused, from the
-  // committer's thread (it must not block). Counts like handle does.
+  // Never blocks: takes a plain start (POST /v1/runs with "flow", "input"
+  // and "wait" only, keyed or not) off the worker pool, so no thread waits
+  // for its writes. Answers false having done nothing for any other
+  // request, or one it would refuse (then call handle). Otherwise `reply`
+  // is called exactly once: at once for a replay or refusal of its key;
+  // for "wait": false once the admission is durable or refused, from the
+  // committer's thread; for a waited start once the write that records the
+  // run waiting or ended is durable, from the run's actor. A waited start
+  // not settled within about a second (a long step, a run reactivated from
+  // storage) is handed to `offload` and answered like handle would.
+  // Counts like handle does.
   bool try_start_async(const http_request& request,
-                       std::function<void(http_response)> reply);
+                       std::function<void(http_response)> reply,
+                       const offload_fn& offload);
 
   // Never blocks: takes an authenticated worker route
   // (cluster/worker_api.hpp) that needs no waiting thread: every one but a
@@ -94,17 +107,33 @@ class api {
   http_response create_tenant(context& ctx);
 
   http_response run_response(unsigned status, const run_info& run);
-  // What a waited keyed start's run did with the kept answer it adds to the
-  // batch that first records it waiting or ended.
+  // What a waited start's run did with the answer it adds to the batch that
+  // first records it waiting or ended (kept there for a keyed start).
   struct settle_answer;
-  // The records a keyed start adds to its admission batch; `kept` receives
-  // the kept answer when one is written (a start without wait). A waited
-  // start's answer rides in the run's settling batch instead (`settled`).
+  // The records a start adds to its admission batch: with a key (`address`)
+  // the key's record; `kept` receives the kept answer when one is written
+  // (a start without wait). A waited start's answer rides in the run's
+  // settling batch instead (`settled`).
   std::shared_ptr<detail::admission_records> admission_for(
-      const persistence::request_address& address,
+      const persistence::request_address* address,
       const std::string& fingerprint, bool wait,
       std::shared_ptr<std::optional<http_response>> kept,
       std::shared_ptr<settle_answer> settled = nullptr);
+  // A waited start's answer once its run `run_id` is admitted: the answer
+  // its settling batch kept, once durable (then `stored` becomes answer);
+  // else the run as it first waits or ends, or as it is at `deadline`.
+  // Blocks up to the deadline.
+  http_response answer_waited(const std::string& run_id,
+                              const std::string& tenant, settle_answer* settled,
+                              std::chrono::steady_clock::time_point deadline,
+                              idempotency::stored& stored);
+  // A start taken by try_start_async, answered from whichever thread learns
+  // its outcome first.
+  struct async_start;
+  void answer(async_start& start, http_response response,
+              idempotency::stored already);
+  void on_settled(async_start& start);
+  void hand_over(std::shared_ptr<async_start> start);
 
   runtime& node_;
   auth& keys_;
@@ -112,6 +141,9 @@ class api {
   metrics& metrics_;
   std::function<std::string()> extra_metrics_;
   api_options options_;
+  // Waited starts taken on the io thread, handed over to an offload when
+  // still unanswered one to two ticks later.
+  std::unique_ptr<actors::due_list<std::shared_ptr<async_start>>> unsettled_;
 };
 
 // The HTTP status of a runtime error code.

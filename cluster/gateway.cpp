@@ -127,6 +127,9 @@ class gateway_impl : public std::enable_shared_from_this<gateway_impl> {
   asio::io_context io_;
   tcp::acceptor acceptor_;
   asio::thread_pool workers_;
+  const offload_fn offload_{[this](std::function<void()> job) {
+    asio::post(workers_, std::move(job));
+  }};
   std::vector<std::thread> threads_;
   std::uint16_t port_ = 0;
   std::mutex stop_mutex_;
@@ -315,7 +318,8 @@ class session : public std::enable_shared_from_this<session> {
       };
       bool taken = false;
       try {
-        taken = owner_.options_.answer_async(request, std::move(reply));
+        taken = owner_.options_.answer_async(request, std::move(reply),
+                                             owner_.offload_);
       } catch (const std::exception&) {
         taken = false;  // nothing was taken: the worker answers it
       }

@@ -26,6 +26,8 @@
 namespace durin::cluster {
 
 using http_handler = std::function<http_response(const http_request&)>;
+// Runs a job on one of the gateway's worker threads, which may block.
+using offload_fn = std::function<void(std::function<void()>)>;
 
 struct gateway_options {
   // Tried first, on the io thread that read the request: an answer is sent
@@ -36,9 +38,11 @@ struct gateway_options {
   // Tried next, on the io thread: true when it took the request and will
   // call the reply exactly once, from any thread, without a worker (a
   // start that only waits for its fsync); false hands it to the workers.
-  // It must never block.
+  // It must never block. `offload` runs a job on a worker, for a request
+  // taken this way that must wait after all (the job then replies).
   std::function<bool(const http_request&,
-                     std::function<void(http_response)> reply)>
+                     std::function<void(http_response)> reply,
+                     const offload_fn& offload)>
       answer_async;
   std::string address = "127.0.0.1";
   std::uint16_t port = 7070;  // 0: any free port (see gateway::port)

@@ -118,12 +118,13 @@ int serve(serve_options options, registry flows, std::ostream& out,
   };
   api routes(**node, keys, held, counters, commit_metrics, options.api);
   // Reads never block (a store read, a bounded scan): answer them on the
-  // io thread. A background start only waits for its admission's fsync, so
-  // no worker waits with it; it also answers the replays and refusals of
-  // its own key, so it is tried before the general replay check (which
-  // would parse, authenticate and read the key once more). Replays of
-  // other keyed routes are answered on the io thread too. Everything else
-  // that writes goes to the worker pool.
+  // io thread. A plain start, waited or not, is answered by whichever
+  // thread learns its outcome (the committer, the run's actor), so no worker
+  // waits with it unless it takes long; it also answers the replays and
+  // refusals of its own key, so it is tried before the general replay check
+  // (which would parse, authenticate and read the key once more). Replays
+  // of other keyed routes are answered on the io thread too. Everything
+  // else that writes goes to the worker pool.
   options.gateway.answer_inline =
       [&routes](const http_request& request) -> std::optional<http_response> {
     if (request.method == "GET") {
@@ -136,8 +137,9 @@ int serve(serve_options options, registry flows, std::ostream& out,
   // (a poll that may wait for a task is left to the pool).
   options.gateway.answer_async = [&routes](
                                      const http_request& request,
-                                     std::function<void(http_response)> reply) {
-    if (routes.try_start_async(request, reply)) {
+                                     std::function<void(http_response)> reply,
+                                     const offload_fn& offload) {
+    if (routes.try_start_async(request, reply, offload)) {
       return true;
     }
     if (routes.try_worker_async(request, reply)) {
@@ -181,6 +183,7 @@ int serve(serve_options options, registry flows, std::ostream& out,
   sigwait(&signals, &received);
   out << "stopping (signal " << received << ")" << std::endl;
   (*server)->stop();
+  routes.close();
   {
     std::lock_guard lock(sweep_mutex);
     stopping = true;

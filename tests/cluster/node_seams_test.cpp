@@ -11,6 +11,9 @@
 #include <atomic>
 #include <future>
 #include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "actors/admission.hpp"
 #include "actors/node.hpp"
@@ -46,6 +49,17 @@ flow<json> gated(context& ctx, json) {
   co_return json{{"passed", waited}};
 }
 
+// Its step tells whether its own run is in the store.
+std::atomic<persistence::store*> looked_in{nullptr};
+
+flow<json> looks(context& ctx, json) {
+  auto stored = co_await ctx.step("look", [] {
+    auto run = looked_in.load()->get_run(step_metadata().run_id);
+    return run.ok() && run->has_value();
+  });
+  co_return json{{"stored", stored}};
+}
+
 class NodeSeamsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -63,6 +77,7 @@ class NodeSeamsTest : public ::testing::Test {
     flows.flow("quick", quick);
     flows.flow("nap", nap);
     flows.flow("gated", gated);
+    flows.flow("looks", looks);
     runtime_options options;
     options.data_dir = dir_.path();
     options.clock = clock_;
@@ -96,6 +111,37 @@ class NodeSeamsTest : public ::testing::Test {
     };
     options.admission = std::move(records);
     return options;
+  }
+  // with_record(key), for a caller answered once the run settles: what
+  // the run told its settle hooks lands in `told`.
+  struct settle_log {
+    std::mutex mutex;
+    std::vector<run_status> settled_as;  // the status each settle call saw
+    std::vector<bool> outcomes;          // each settled() call
+  };
+  start_options settling(const std::string& key,
+                         std::shared_ptr<settle_log> told) {
+    auto options = with_record(key);
+    auto records =
+        std::make_shared<detail::admission_records>(*options.admission);
+    records->settle = [told](const run_info& run, persistence::write_batch&) {
+      std::lock_guard lock(told->mutex);
+      told->settled_as.push_back(run.status);
+    };
+    records->settled = [told](bool durable) {
+      std::lock_guard lock(told->mutex);
+      told->outcomes.push_back(durable);
+    };
+    options.admission = std::move(records);
+    return options;
+  }
+  // Counts the node's group writes from now on; the n-th answers
+  // `fault_at_n` (see runtime::set_storage_fault_for_testing).
+  std::shared_ptr<std::atomic<int>> count_writes(int n = 0, int fault = 0) {
+    auto writes = std::make_shared<std::atomic<int>>(0);
+    node_->set_storage_fault_for_testing(
+        [writes, n, fault] { return ++*writes == n ? fault : 0; });
+    return writes;
   }
   std::optional<persistence::request_record> record_of(const std::string& key) {
     auto found = requests().get({"default", "caller", key});
@@ -141,6 +187,89 @@ TEST_F(NodeSeamsTest, ARefusedStartWritesNoAdmissionRecords) {
   auto refused = node_->start("nap", json::object(), duplicate);
   EXPECT_EQ(refused.error().code, errc::hook_conflict);
   EXPECT_FALSE(record_of("duplicate").has_value());
+}
+
+// A start whose caller answers once the run settles writes nothing of its
+// own: its admission (run, key record) rides in the run's first write, so a
+// flow that ends at once costs one fsync'd write in all.
+TEST_F(NodeSeamsTest,
+       AStartAnsweredWhenItSettlesIsAdmittedInTheRunsFirstWrite) {
+  auto told = std::make_shared<settle_log>();
+  auto writes = count_writes();
+  auto run = node_->start("quick", json{{"a", 1}}, settling("one", told));
+  ASSERT_TRUE(run.ok()) << run.error().to_string();
+  EXPECT_EQ(run->status, run_status::pending);
+  auto ended = node_->wait(run->id, long_wait);
+  ASSERT_TRUE(ended.ok());
+  EXPECT_EQ(ended->status, run_status::completed);
+  EXPECT_EQ(ended->output, json({{"a", 1}}));
+  EXPECT_EQ(writes->load(), 1);
+  ASSERT_TRUE(record_of("one").has_value());
+  EXPECT_EQ(record_of("one")->body, run->id);
+  std::lock_guard lock(told->mutex);
+  EXPECT_EQ(told->settled_as, std::vector<run_status>{run_status::completed});
+  EXPECT_EQ(told->outcomes, std::vector<bool>{true});
+  // The same start without settle hooks writes its admission first.
+  auto plain = count_writes();
+  auto other = node_->start("quick", json::object(), with_record("two"));
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE(node_->wait(other->id, long_wait).ok());
+  EXPECT_EQ(plain->load(), 2);
+  node_->set_storage_fault_for_testing(nullptr);
+}
+
+// A step of a run admitted that way never runs before the run is durable:
+// the first write is held up, and the step still finds its run stored.
+TEST_F(NodeSeamsTest, AStepOfARunAdmittedInItsFirstWriteRunsOnceItIsDurable) {
+  auto writes = std::make_shared<std::atomic<int>>(0);
+  node_->set_storage_fault_for_testing([writes] {
+    if (++*writes == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return 0;
+  });
+  looked_in = &store();
+  auto told = std::make_shared<settle_log>();
+  auto run = node_->start("looks", json::object(), settling("stepped", told));
+  ASSERT_TRUE(run.ok()) << run.error().to_string();
+  auto ended = node_->wait(run->id, long_wait);
+  ASSERT_TRUE(ended.ok());
+  EXPECT_EQ(ended->status, run_status::completed);
+  EXPECT_EQ(ended->output, json({{"stored", true}}));
+  node_->set_storage_fault_for_testing(nullptr);
+}
+
+// The run's first write fails having landed (2) or not (1): the start is
+// answered as maybe-durable, and the store holds one truth: the run and its
+// key record both, going on to its end, or neither.
+TEST_F(NodeSeamsTest, AFailedFirstWriteOfARunAdmittedInItLeavesOneTruth) {
+  for (int mode : {1, 2}) {
+    SCOPED_TRACE(mode);
+    open();
+    auto told = std::make_shared<settle_log>();
+    count_writes(1, mode);
+    std::string key = "failed-" + std::to_string(mode);
+    auto run = node_->start("quick", json::object(), settling(key, told));
+    ASSERT_FALSE(run.ok());
+    EXPECT_EQ(run.error().code, errc::storage_error);
+    {
+      std::lock_guard lock(told->mutex);
+      EXPECT_EQ(told->outcomes, std::vector<bool>{false});
+    }
+    node_->set_storage_fault_for_testing(nullptr);
+    auto runs = node_->list(run_filter{});
+    ASSERT_TRUE(runs.ok());
+    if (mode == 1) {
+      EXPECT_TRUE(runs->runs.empty());
+      EXPECT_FALSE(record_of(key).has_value());
+      continue;
+    }
+    ASSERT_EQ(runs->runs.size(), 1u);
+    ASSERT_TRUE(record_of(key).has_value());
+    auto ended = node_->wait(runs->runs[0].id, long_wait);
+    ASSERT_TRUE(ended.ok());
+    EXPECT_EQ(ended->status, run_status::completed);
+  }
 }
 
 TEST_F(NodeSeamsTest, WaitSettledAnswersOnceTheRunWaits) {

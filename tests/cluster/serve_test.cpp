@@ -16,7 +16,11 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 #include <cstdio>
+#include <future>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "tests/cluster/serve_process.hpp"
@@ -289,6 +293,95 @@ TEST_F(ServeTest, AWaitedKeyedStartKeepsItsAnswerInTheRunsSettlingWrite) {
   auto still = restarted.post("/v1/runs", notes, "settle-2");
   EXPECT_EQ(still.body, waiting.body);
   EXPECT_EQ(still.value["status"], "waiting");
+}
+
+// A waited start is answered by the thread that sees its run settle; one
+// that takes longer than about a second (here a step waiting for a remote
+// worker) is handed to a gateway worker, and is answered just the same once
+// the run ends: completed, and replayed byte for byte under its key.
+TEST_F(ServeTest, AWaitedStartOutlastingItsHandOverIsAnsweredWhenItSettles) {
+  json body = {{"flow", "acme.remote-echo"}, {"input", {{"value", "sent"}}}};
+  auto waited = std::async(std::launch::async, [&] {
+    return admin().post("/v1/runs", body, "slow-1");
+  });
+  auto client = admin();
+  json task;
+  for (int i = 0; i < 100 && task.is_null(); ++i) {
+    auto polled = client.post("/v1/task-queues/workers/poll",
+                              {{"workerId", "w1"}, {"waitMs", 100}});
+    ASSERT_EQ(polled.status, 200u) << polled.body;
+    task = polled.value["task"];
+  }
+  ASSERT_FALSE(task.is_null());
+  // Past the hand-over, and still unanswered: the run has not ended.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ASSERT_EQ(waited.wait_for(std::chrono::seconds(0)),
+            std::future_status::timeout);
+  auto done = client.post(
+      "/v1/tasks/" + task["attemptId"].get<std::string>() + "/complete",
+      {{"workerId", "w1"}, {"result", "echoed"}});
+  ASSERT_EQ(done.status, 200u) << done.body;
+  auto answer = waited.get();
+  ASSERT_EQ(answer.status, 200u) << answer.body;
+  EXPECT_EQ(answer.value["status"], "completed");
+  EXPECT_EQ(answer.value["output"]["value"], "echoed");
+  auto again = client.post("/v1/runs", body, "slow-1");
+  EXPECT_EQ(again.body, answer.body);
+  EXPECT_EQ(again.headers["idempotent-replayed"], "true");
+  auto page = client.get("/v1/runs?flow=acme.remote-echo");
+  EXPECT_EQ(page.value["runs"].size(), 1u) << page.body;
+}
+
+// Waited starts answered from the run's actor keep every rule under load:
+// 200 starts on 16 connections, half keyed and each key sent twice at once,
+// give one run per key, and every answer is the run ended or a refusal of
+// a key still in flight.
+TEST_F(ServeTest, ConcurrentWaitedStartsAnswerOncePerRunAndKey) {
+  constexpr int clients = 16;
+  constexpr int per_client = 12;
+  std::vector<std::thread> threads;
+  std::mutex mutex;
+  std::map<std::string, std::set<std::string>> runs_by_key;
+  int unkeyed_runs = 0;
+  std::vector<std::string> problems;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      auto client = admin();
+      for (int i = 0; i < per_client; ++i) {
+        // Clients c and c^1 send the same keys at once.
+        std::string key =
+            i % 2 == 0 ? ""
+                       : "k-" + std::to_string(c / 2) + "-" + std::to_string(i);
+        auto answer =
+            client.post("/v1/runs",
+                        {{"flow", "acme.review-order"},
+                         {"input", {{"orderId", key.empty() ? "U" : key}}}},
+                        key);
+        std::lock_guard lock(mutex);
+        if (answer.status == 200u && answer.value["status"] == "completed") {
+          if (key.empty()) {
+            ++unkeyed_runs;
+          } else {
+            runs_by_key[key].insert(answer.value["id"].get<std::string>());
+          }
+        } else if (answer.status != 409u ||
+                   answer.code() != "idempotency-key-in-flight") {
+          problems.push_back(std::to_string(answer.status) + " " + answer.body);
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) {
+    thread.join();
+  }
+  EXPECT_TRUE(problems.empty()) << problems.front();
+  EXPECT_EQ(unkeyed_runs, clients * per_client / 2);
+  auto client = admin();
+  for (const auto& [key, ids] : runs_by_key) {
+    EXPECT_EQ(ids.size(), 1u) << key;
+    EXPECT_EQ(runs_for(client, key), 1) << key;
+  }
+  EXPECT_EQ(runs_for(client, "U"), clients * per_client / 2);
 }
 
 // GET /metrics carries durin_runs{status=...}, a gauge of the runs stored
