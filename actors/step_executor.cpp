@@ -101,14 +101,26 @@ step_executor::~step_executor() {
 }
 
 bool step_executor::submit(step_task task) {
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_ || queue_.size() >= queue_max_) {
       return false;
     }
     queue_.push_back(std::move(task));
+    wake = wake_one();
   }
-  wake_.notify_one();
+  if (wake) {
+    wake_.notify_one();
+  }
+  return true;
+}
+
+bool step_executor::wake_one() {
+  if (wakes_on_the_way_ > 0 || sleeping_ == 0) {
+    return false;  // a woken thread takes it, or every thread is busy
+  }
+  ++wakes_on_the_way_;
   return true;
 }
 
@@ -131,21 +143,33 @@ void step_executor::stop() {
 }
 
 void step_executor::work() {
+  std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    step_task task;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (stopping_) {
-        return;
+    while (!stopping_ && queue_.empty()) {
+      ++sleeping_;
+      wake_.wait(lock);
+      --sleeping_;
+      if (wakes_on_the_way_ > 0) {
+        --wakes_on_the_way_;
       }
-      task = std::move(queue_.front());
-      queue_.pop_front();
+    }
+    if (stopping_) {
+      return;
+    }
+    auto task = std::move(queue_.front());
+    queue_.pop_front();
+    // More waiting: a successor, so that they need not wait for this body.
+    bool wake = !queue_.empty() && wake_one();
+    lock.unlock();
+    if (wake) {
+      wake_.notify_one();
     }
     auto outcome = run_step_body(task.info, task.body, task.beat);
     if (task.done) {
       task.done(std::move(outcome));
     }
+    task = step_task{};  // its captures go before the lock is taken again
+    lock.lock();
   }
 }
 

@@ -59,6 +59,12 @@ step_outcome run_step_body(
     step_info& info, const std::function<json()>& body,
     const std::function<bool(const step_progress&)>& beat);
 
+// A bounded pool of threads for step bodies, which may block. Wakes few
+// threads for a burst of quick steps: a submit wakes a sleeping thread only
+// when no wake is already on its way, and a thread that takes a task while
+// more wait wakes one successor, so tasks never wait behind a long body
+// while a thread sleeps, yet a burst is not paid for with one wake-up
+// (costly on a virtual machine) per task.
 class step_executor {
  public:
   step_executor(std::size_t threads, std::size_t queue_max);
@@ -70,11 +76,17 @@ class step_executor {
 
  private:
   void work();
+  // Under mutex_: whether a submit or a taken task should wake a thread.
+  bool wake_one();
 
   std::size_t queue_max_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<step_task> queue_;
+  // Under mutex_: threads blocked in wake_, and wakes sent that no thread
+  // has woken from yet.
+  std::size_t sleeping_ = 0;
+  std::size_t wakes_on_the_way_ = 0;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };

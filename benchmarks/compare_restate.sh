@@ -4,7 +4,8 @@
 # concurrency, two workloads: a no-op flow started with an idempotency key,
 # and a 10-step flow (durin steps vs Restate ctx.run). Both are waited calls
 # (durin "wait": true, Restate's request-response ingress). Prints both
-# figures and the ratio durin/Restate.
+# figures and the ratio durin/Restate. durin is measured first, then
+# Restate, each server alone on the machine.
 #
 #   benchmarks/compare_restate.sh [BUILD_DIR] [SECONDS] [CONNECTIONS]
 #
@@ -38,8 +39,36 @@ if [ ! -x "$restate_dir/node_modules/.bin/restate-server" ]; then
 fi
 cp "$here/restate/service.js" "$restate_dir/service.js"
 
+# A stale Restate would be measured instead of a fresh one, and would load
+# the machine while durin is measured.
+if curl -sf http://127.0.0.1:9070/health >/dev/null 2>&1; then
+  echo "compare_restate: a Restate server already listens on 9070; stop it" \
+    "first (it would be measured instead of a fresh one)" >&2
+  exit 1
+fi
+
+# One server at a time: each is measured alone on the machine, so neither's
+# background work (Restate's compaction and log trimming after a load, say)
+# lands in the other's figures.
+load="$build/benchmarks/http_load --connections $connections --seconds $seconds --workload raw-keyed"
+rate() { sed -n 's/.*throughput=\([0-9]*\).*/\1/p'; }
+run() {
+  local name=$1; shift
+  local out
+  out=$("$@")
+  echo "$name: $out" >&2
+  echo "$out" | rate
+}
+stop_servers() {
+  for pid in "${pids[@]}"; do
+    kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true
+  done
+  wait 2>/dev/null || true
+  pids=()
+}
+
 # durin
-"$build/bin/durin" serve --bench-flows --data-dir "$work/durin" \
+setsid "$build/bin/durin" serve --bench-flows --data-dir "$work/durin" \
   --listen 127.0.0.1:0 > "$work/durin.out" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do
@@ -48,13 +77,15 @@ for _ in $(seq 100); do
 done
 port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$work/durin.out")
 key=$(cat "$work/durin/admin.key")
+d_noop=$(run "durin   noop      " $load --server "http://127.0.0.1:$port" \
+  --api-key "$key" --path /v1/runs \
+  --body '{"flow":"bench.noop","input":{}}')
+d_ten=$(run "durin   ten-steps " $load --server "http://127.0.0.1:$port" \
+  --api-key "$key" --path /v1/runs \
+  --body '{"flow":"bench.ten-steps","input":{}}')
+stop_servers
 
 # Restate
-if curl -sf http://127.0.0.1:9070/health >/dev/null 2>&1; then
-  echo "compare_restate: a Restate server already listens on 9070; stop it" \
-    "first (it would be measured instead of a fresh one)" >&2
-  exit 1
-fi
 (cd "$work" && RESTATE_BASE_DIR="$work/restate" exec setsid \
   "$restate_dir/node_modules/.bin/restate-server" > "$work/restate.out" 2>&1) &
 pids+=($!)
@@ -70,26 +101,11 @@ curl -sf -X POST http://127.0.0.1:9070/deployments \
   -H 'content-type: application/json' \
   -d '{"uri":"http://127.0.0.1:9080"}' >/dev/null
 sleep 1
-
-load="$build/benchmarks/http_load --connections $connections --seconds $seconds --workload raw-keyed"
-rate() { sed -n 's/.*throughput=\([0-9]*\).*/\1/p'; }
-run() {
-  local name=$1; shift
-  local out
-  out=$("$@")
-  echo "$name: $out" >&2
-  echo "$out" | rate
-}
-d_noop=$(run "durin   noop      " $load --server "http://127.0.0.1:$port" \
-  --api-key "$key" --path /v1/runs \
-  --body '{"flow":"bench.noop","input":{}}')
 r_noop=$(run "restate noop      " $load --server http://127.0.0.1:8080 \
   --path /Bench/noop --body '{}')
-d_ten=$(run "durin   ten-steps " $load --server "http://127.0.0.1:$port" \
-  --api-key "$key" --path /v1/runs \
-  --body '{"flow":"bench.ten-steps","input":{}}')
 r_ten=$(run "restate ten-steps " $load --server http://127.0.0.1:8080 \
   --path /Bench/tenSteps --body '{}')
+stop_servers
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 echo "workload   durin/s  restate/s  durin/restate"
 echo "noop       $d_noop  $r_noop  $(ratio "$d_noop" "$r_noop")"
