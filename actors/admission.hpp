@@ -19,9 +19,13 @@ namespace durin::detail {
 // attempt, with the run as the start answers it (status pending, input and
 // createdAt as the caller will see them), while the admission batch is
 // built: on the caller's thread, or on the token actor's thread for a start
-// with a hook. It must not block or write; it only adds to `batch`. When the
-// start is refused before writing (flow-not-found, hook-conflict, bad input)
-// it is not called, or its records are dropped with the batch.
+// with a hook. A start without a hook that sets `settle` writes no
+// admission of its own: `add` is called on the run's actor, for the run's
+// first write, which carries the admission (and the run's first events,
+// its end too for a flow that ends at once). It must not block or write;
+// it only adds to `batch`. When the start is refused before writing
+// (flow-not-found, hook-conflict, bad input) it is not called, or its
+// records are dropped with the batch.
 struct admission_records {
   std::function<void(const run_info& run, persistence::write_batch& batch)> add;
   // Optional, for a caller that answers once the run waits or ends: called
