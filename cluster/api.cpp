@@ -21,6 +21,8 @@ namespace durin::cluster {
 struct api::settle_answer {
   std::mutex mutex;
   std::condition_variable done;
+  // The run, known once its admission batch is built (before any write).
+  std::string run_id;
   std::optional<http_response> answer;      // added to the settling batch
   run_status status = run_status::pending;  // the run as that batch writes it
   std::optional<bool> durable;              // that batch's outcome
@@ -38,10 +40,9 @@ struct api::async_start : std::enable_shared_from_this<async_start> {
   std::string tenant;
   std::shared_ptr<std::optional<http_response>> kept =
       std::make_shared<std::optional<http_response>>();
-  // A waited start only: its run (known once its admission batch is built),
-  // the answer its settling batch carries, and who answers: the first to
-  // set `claimed` (the settled run, or the hand-over to an offload).
-  std::string run_id;
+  // A waited start only: its run and the answer its settling batch
+  // carries, and who answers: the first to set `claimed` (the settled run,
+  // or the hand-over to an offload).
   settle_answer settle;
   std::atomic<bool> claimed{false};
 };
@@ -837,9 +838,15 @@ std::shared_ptr<detail::admission_records> api::admission_for(
       }
     };
   }
-  if (key) {
-    records->add = [this, key, fingerprint, wait, kept, keep](
+  if (key || settled) {
+    records->add = [this, key, fingerprint, wait, kept, keep, settled](
                        const run_info& run, persistence::write_batch& batch) {
+      if (settled) {
+        settled->run_id = run.id;  // before any write: a hand-over needs it
+      }
+      if (!key) {
+        return;
+      }
       if (!wait) {
         if (auto answer = keep(202, run, batch)) {
           *kept = std::move(answer);
@@ -927,19 +934,9 @@ bool api::try_start_async(const http_request& request,
     auto* raw = start.get();
     std::shared_ptr<settle_answer> settled(start, &start->settle);
     start->settle.then = [this, raw] { on_settled(*raw); };
-    auto records = admission_for(start->address ? &*start->address : nullptr,
-                                 start->fingerprint, true, start->kept,
-                                 std::move(settled));
-    // The run's id, known before anything is written: a hand-over needs it.
-    auto add_key = std::move(records->add);
-    records->add = [raw, add_key = std::move(add_key)](
-                       const run_info& run, persistence::write_batch& batch) {
-      raw->run_id = run.id;
-      if (add_key) {
-        add_key(run, batch);
-      }
-    };
-    options.admission = std::move(records);
+    options.admission = admission_for(
+        start->address ? &*start->address : nullptr, start->fingerprint, true,
+        start->kept, std::move(settled));
   } else if (start->address) {
     options.admission =
         admission_for(&*start->address, start->fingerprint, false, start->kept);
@@ -1014,8 +1011,9 @@ void api::hand_over(std::shared_ptr<async_start> start) {
   auto offload = start->offload;
   offload([this, start = std::move(start)] {
     auto stored = idempotency::stored::marker;
+    metrics_.count_hand_over();
     auto response = answer_waited(
-        start->run_id, start->tenant, &start->settle,
+        start->settle.run_id, start->tenant, &start->settle,
         start->began + std::chrono::milliseconds(options_.wait_ms_max), stored);
     answer(*start, std::move(response), stored);
   });

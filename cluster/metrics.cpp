@@ -66,6 +66,12 @@ std::string metrics::render(const std::string& extra) const {
          std::to_string(cumulative) + "\n";
   out += "# TYPE durin_runs_started_total counter\n";
   out += "durin_runs_started_total " + std::to_string(starts_.load()) + "\n";
+  out +=
+      "# HELP durin_waited_starts_handed_over_total Waited starts answered "
+      "by a gateway worker (their run took over a second to settle).\n";
+  out += "# TYPE durin_waited_starts_handed_over_total counter\n";
+  out += "durin_waited_starts_handed_over_total " +
+         std::to_string(hand_overs_.load()) + "\n";
   out += "# TYPE durin_idempotent_replays_total counter\n";
   out += "durin_idempotent_replays_total " + std::to_string(replays_.load()) +
          "\n";

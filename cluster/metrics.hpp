@@ -35,6 +35,10 @@ class metrics {
   void count_replay() { replays_.fetch_add(1, std::memory_order_relaxed); }
   void count_refusal() { refusals_.fetch_add(1, std::memory_order_relaxed); }
   void count_start() { starts_.fetch_add(1, std::memory_order_relaxed); }
+  // A waited start taken on the io thread that a worker answered after all.
+  void count_hand_over() {
+    hand_overs_.fetch_add(1, std::memory_order_relaxed);
+  }
   void count_run_status(std::string_view status);
 
   // The text exposition; `extra` appends more lines (commit statistics).
@@ -55,6 +59,7 @@ class metrics {
   std::atomic<std::uint64_t> replays_{0};
   std::atomic<std::uint64_t> refusals_{0};
   std::atomic<std::uint64_t> starts_{0};
+  std::atomic<std::uint64_t> hand_overs_{0};
   std::array<std::atomic<std::uint64_t>, 8> run_status_{};
 };
 

@@ -13,20 +13,18 @@
 #include <thread>
 #include <vector>
 
-#include "persistence/committer.hpp"
-#include "persistence/store.hpp"
-#include "tests/support/temp_dir.hpp"
+#include "tests/support/store_fixture.hpp"
 
 namespace durin::cluster {
 namespace {
 
-class AuthTest : public ::testing::Test {
+class AuthTest : public testing::store_fixture {
  protected:
   void SetUp() override {
-    auto opened = persistence::store::open(dir_.path());
-    ASSERT_TRUE(opened.ok());
-    store_ = std::move(opened.value());
-    writer_ = std::make_unique<persistence::committer>(*store_);
+    store_fixture::SetUp();
+    if (HasFatalFailure()) {
+      return;  // the store did not open
+    }
     key_store_ = std::make_unique<persistence::auth_store>(*store_, *writer_);
     keys_ = std::make_unique<auth>(*key_store_, [] { return 1'000'000; });
     auto made = keys_->bootstrap(dir_.path() + "/admin.key");
@@ -37,9 +35,6 @@ class AuthTest : public ::testing::Test {
     return "Bearer " + key.secret;
   }
 
-  testing::temp_dir dir_;
-  std::unique_ptr<persistence::store> store_;
-  std::unique_ptr<persistence::committer> writer_;
   std::unique_ptr<persistence::auth_store> key_store_;
   std::unique_ptr<auth> keys_;
 };

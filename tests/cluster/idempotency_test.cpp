@@ -8,21 +8,19 @@
 
 #include <atomic>
 
-#include "persistence/committer.hpp"
 #include "persistence/requests.hpp"
-#include "persistence/store.hpp"
-#include "tests/support/temp_dir.hpp"
+#include "tests/support/store_fixture.hpp"
 
 namespace durin::cluster {
 namespace {
 
-class IdempotencyTest : public ::testing::Test {
+class IdempotencyTest : public testing::store_fixture {
  protected:
   void SetUp() override {
-    auto opened = persistence::store::open(dir_.path());
-    ASSERT_TRUE(opened.ok());
-    store_ = std::move(opened.value());
-    writer_ = std::make_unique<persistence::committer>(*store_);
+    store_fixture::SetUp();
+    if (HasFatalFailure()) {
+      return;  // the store did not open
+    }
     requests_ = std::make_unique<persistence::request_store>(*store_, *writer_);
   }
   std::unique_ptr<idempotency> make(const std::string& instance) {
@@ -35,9 +33,6 @@ class IdempotencyTest : public ::testing::Test {
     return response;
   }
 
-  testing::temp_dir dir_;
-  std::unique_ptr<persistence::store> store_;
-  std::unique_ptr<persistence::committer> writer_;
   std::unique_ptr<persistence::request_store> requests_;
   std::atomic<std::int64_t> now_ms_{1'000'000};
   persistence::request_address key_{"default", "key_a", "k"};

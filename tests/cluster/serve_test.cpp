@@ -313,8 +313,16 @@ TEST_F(ServeTest, AWaitedStartOutlastingItsHandOverIsAnsweredWhenItSettles) {
     task = polled.value["task"];
   }
   ASSERT_FALSE(task.is_null());
-  // Past the hand-over, and still unanswered: the run has not ended.
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // Handed over to a worker, and still unanswered: the run has not ended.
+  const std::string handed = "\ndurin_waited_starts_handed_over_total 1\n";
+  bool handed_over = false;
+  for (int i = 0; i < 100 && !handed_over; ++i) {
+    handed_over = client.get("/metrics").body.find(handed) != std::string::npos;
+    if (!handed_over) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ASSERT_TRUE(handed_over);
   ASSERT_EQ(waited.wait_for(std::chrono::seconds(0)),
             std::future_status::timeout);
   auto done = client.post(
