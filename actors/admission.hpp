@@ -3,7 +3,7 @@
 // opening their own, and may add records to a run's admission batch so that
 // those records are durable exactly when the run is (both or neither).
 //
-// actors::services_of(runtime&) (declared in durin/runtime.hpp; the type in
+// services::services_of(runtime&) (declared in durin/runtime.hpp; the type in
 // actors/node.hpp) gives the node's services. Not for embedding
 // applications: these types are internal and may change.
 #pragma once

@@ -12,12 +12,16 @@
 #include <caf/atom.hpp>
 
 #include "actors/admission.hpp"
-#include "actors/step_executor.hpp"
 #include "durin/error.hpp"
 #include "durin/run.hpp"
 #include "persistence/records.hpp"
+#include "services/step_executor.hpp"
 
 namespace durin::actors {
+
+using services::report_answer;
+using services::step_outcome;
+using services::step_task;
 
 using activate_atom = caf::atom_constant<caf::atom("activate")>;
 using committed_atom = caf::atom_constant<caf::atom("committed")>;

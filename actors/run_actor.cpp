@@ -7,8 +7,8 @@
 #include <cstdio>
 
 #include "actors/run_engine.hpp"
-#include "actors/task_service.hpp"
 #include "persistence/keys.hpp"
+#include "services/task_service.hpp"
 
 namespace durin::actors {
 
@@ -183,18 +183,19 @@ void dispatch_step(self_pointer self, step_dispatch dispatch) {
     }
     return;
   }
-  task_spec spec{.tenant = st.tenant,
-                 .run_id = st.run_id,
-                 .instance_id = dispatch.info.instance_id,
-                 .step_id = dispatch.info.step_id,
-                 .step_name = dispatch.info.step_name,
-                 .attempt_id = attempt_id,
-                 .attempt = dispatch.info.attempt,
-                 .call = call,
-                 .task_queue = dispatch.task_queue,
-                 .args = std::move(dispatch.args),
-                 .timeouts = dispatch.timeouts,
-                 .step_scheduled_at_ms = dispatch.step_scheduled_at_ms};
+  services::task_spec spec{
+      .tenant = st.tenant,
+      .run_id = st.run_id,
+      .instance_id = dispatch.info.instance_id,
+      .step_id = dispatch.info.step_id,
+      .step_name = dispatch.info.step_name,
+      .attempt_id = attempt_id,
+      .attempt = dispatch.info.attempt,
+      .call = call,
+      .task_queue = dispatch.task_queue,
+      .args = std::move(dispatch.args),
+      .timeouts = dispatch.timeouts,
+      .step_scheduled_at_ms = dispatch.step_scheduled_at_ms};
   if (!spec.task_queue.empty()) {
     if (!service->enqueue(std::move(spec))) {
       refuse("task queue '" + dispatch.task_queue + "' is full");

@@ -10,9 +10,11 @@
 #include <caf/typed_actor.hpp>
 
 #include "actors/messages.hpp"
-#include "actors/node.hpp"
+#include "services/node.hpp"
 
 namespace durin::actors {
+
+using services::node;
 
 using run_actor = caf::typed_actor<
     // Loads the run and its history from storage and replays it.

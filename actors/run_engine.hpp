@@ -33,13 +33,13 @@
 #include <vector>
 
 #include "actors/messages.hpp"
-#include "actors/step_executor.hpp"
 #include "durin/clock.hpp"
 #include "durin/error.hpp"
 #include "durin/flow.hpp"
 #include "durin/registry.hpp"
 #include "durin/run.hpp"
 #include "persistence/records.hpp"
+#include "services/step_executor.hpp"
 
 namespace durin::actors {
 

@@ -71,7 +71,8 @@ void publish(self_pointer self) {
   }
   auto& record = st.record;
   if (record && record->state == token_state::active) {
-    held.set(st.address, record->owner_run, held_tokens::while_active);
+    held.set(st.address, record->owner_run,
+             services::held_tokens::while_active);
   } else if (record && record->retain_until_ms > now_ms(self)) {
     held.set(st.address, record->owner_run, record->retain_until_ms);
   } else {
@@ -266,14 +267,14 @@ void run_waiting(self_pointer self) {
       break;
     }
     switch (st.services->held.begin_request(st.address)) {
-      case held_tokens::release_state::none:
+      case services::held_tokens::release_state::none:
         break;
-      case held_tokens::release_state::in_flight:
+      case services::held_tokens::release_state::in_flight:
         return;  // the owner wakes this actor once its end write settles
-      case held_tokens::release_state::done:
+      case services::held_tokens::release_state::done:
         st.record.reset();  // the owner's end write deleted the token
         break;
-      case held_tokens::release_state::unknown:
+      case services::held_tokens::release_state::unknown:
         st.loaded = false;  // that write may or may not have landed
         break;
     }

@@ -15,9 +15,11 @@
 #include <chrono>
 #include <string>
 
-#include "actors/node.hpp"
+#include "services/node.hpp"
 
 namespace durin::actors {
+
+using services::node;
 
 // How long an idle token actor stays before it passivates (node::lingering
 // tells it): a start is usually followed within milliseconds by its run's

@@ -44,7 +44,7 @@
 #include <thread>
 #include <vector>
 
-#include "cluster/http_client.hpp"
+#include "client/http_client.hpp"
 #include "durin/json.hpp"
 
 namespace {
@@ -397,7 +397,7 @@ int main(int argc, char** argv) {
                  "report this process's CPU use during the run");
   CLI11_PARSE(app, argc, argv);
 
-  auto address = durin::cluster::parse_server_url(server);
+  auto address = durin::client::parse_server_url(server);
   if (!address) {
     std::cerr << address.error().to_string() << "\n";
     return 2;
@@ -440,7 +440,7 @@ int main(int argc, char** argv) {
     request.body = raw_body;
     request.key_prefix = "bench-" + run_tag + "-";
   } else if (workload == "replay" || workload == "get-run") {
-    durin::cluster::http_connection setup(*address);
+    durin::client::http_connection setup(*address);
     auto headers = auth;
     headers.emplace_back("Idempotency-Key", "bench-replay-" + run_tag);
     auto first = setup.send("POST", "/v1/runs", headers, start_body);

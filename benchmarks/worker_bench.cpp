@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/cluster/serve_process.hpp"
+#include "tests/support/serve_process.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace {

@@ -17,10 +17,10 @@
 
 #include "bin/example_flows.hpp"
 #include "bin/worker_steps.hpp"
-#include "cluster/http_client.hpp"
-#include "cluster/server.hpp"
+#include "client/http_client.hpp"
 #include "durin/durin.hpp"
 #include "durin/worker.hpp"
+#include "gateway/server.hpp"
 
 namespace {
 
@@ -100,7 +100,7 @@ std::string percent_encode(std::string_view text) {
 // or `code: message` on stderr (exit 1).
 int call(const client_options& options, const std::string& method,
          const std::string& target, const durin::json* body) {
-  auto server = durin::cluster::parse_server_url(
+  auto server = durin::client::parse_server_url(
       options.server.empty() ? env_or("DURIN_SERVER", "http://127.0.0.1:7070")
                              : options.server);
   if (!server) {
@@ -127,7 +127,7 @@ int call(const client_options& options, const std::string& method,
   if (!options.idempotency_key.empty()) {
     headers.emplace_back("Idempotency-Key", options.idempotency_key);
   }
-  durin::cluster::http_connection connection(*server, options.timeout_ms);
+  durin::client::http_connection connection(*server, options.timeout_ms);
   auto answer = connection.send(method, target, headers, payload);
   if (!answer) {
     return fail(answer.error());
@@ -195,25 +195,25 @@ durin::flow<durin::json> bench_ten_steps(durin::context& ctx,
 
 int serve_command(const std::string& data_dir, const std::string& listen,
                   std::int64_t read_timeout_ms, bool bench_flows) {
-  durin::cluster::serve_options options;
+  durin::gateway::serve_options options;
   options.data_dir = data_dir;
   auto colon = listen.rfind(':');
   if (colon == std::string::npos) {
     std::cerr << "invalid-argument: --listen is HOST:PORT\n";
     return 2;
   }
-  options.gateway.address = listen.substr(0, colon);
+  options.http.address = listen.substr(0, colon);
   try {
     auto port = std::stoul(listen.substr(colon + 1));
     if (port > 65535) {
       throw std::out_of_range("port");
     }
-    options.gateway.port = static_cast<std::uint16_t>(port);
+    options.http.port = static_cast<std::uint16_t>(port);
   } catch (const std::exception&) {
     std::cerr << "invalid-argument: --listen port must be 0 to 65535\n";
     return 2;
   }
-  options.gateway.read_timeout_ms = read_timeout_ms;
+  options.http.read_timeout_ms = read_timeout_ms;
   durin::registry flows;
   durin::examples::register_examples(flows);
   durin::examples::register_worker_steps(flows);
@@ -221,7 +221,7 @@ int serve_command(const std::string& data_dir, const std::string& listen,
     flows.flow("bench.noop", bench_noop);
     flows.flow("bench.ten-steps", bench_ten_steps);
   }
-  return durin::cluster::serve(options, std::move(flows), std::cout, std::cerr);
+  return durin::gateway::serve(options, std::move(flows), std::cout, std::cerr);
 }
 
 // `durin worker`: runs the example steps registered to `queue` in this
@@ -249,7 +249,7 @@ int worker_command(const client_options& client, const std::string& queue,
                  "DURIN_API_KEY\n";
     return 1;
   }
-  if (auto url = durin::cluster::parse_server_url(options.server_url); !url) {
+  if (auto url = durin::client::parse_server_url(options.server_url); !url) {
     return fail(url.error());
   }
   options.task_queue = queue;
@@ -279,7 +279,7 @@ int worker_command(const client_options& client, const std::string& queue,
 // One GET; the JSON body, or nullopt after printing why.
 std::optional<durin::json> get_json(const client_options& options,
                                     const std::string& target) {
-  auto server = durin::cluster::parse_server_url(
+  auto server = durin::client::parse_server_url(
       options.server.empty() ? env_or("DURIN_SERVER", "http://127.0.0.1:7070")
                              : options.server);
   if (!server) {
@@ -292,7 +292,7 @@ std::optional<durin::json> get_json(const client_options& options,
     std::ifstream file(options.data_dir + "/admin.key");
     std::getline(file, key);
   }
-  durin::cluster::http_connection connection(*server, options.timeout_ms);
+  durin::client::http_connection connection(*server, options.timeout_ms);
   auto answer =
       connection.send("GET", target, {{"Authorization", "Bearer " + key}}, "");
   if (!answer) {

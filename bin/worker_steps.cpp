@@ -7,7 +7,7 @@
 #include <string>
 #include <thread>
 
-#include "cluster/http_client.hpp"
+#include "client/http_client.hpp"
 #include "durin/flow.hpp"
 
 namespace durin::examples {
@@ -46,13 +46,13 @@ json charge(const std::string& order_id, int index) {
   if (url == nullptr) {
     return json{{"charged", meta.step_id}, {"local", true}};
   }
-  auto address = cluster::parse_server_url(url);
+  auto address = client::parse_server_url(url);
   if (!address) {
     throw fatal_error("DURIN_PAYMENT_URL is not a server URL");
   }
-  thread_local std::unique_ptr<cluster::http_connection> connection;
+  thread_local std::unique_ptr<client::http_connection> connection;
   if (!connection) {
-    connection = std::make_unique<cluster::http_connection>(*address, 10'000);
+    connection = std::make_unique<client::http_connection>(*address, 10'000);
   }
   auto response =
       connection->send("POST", "/charges",

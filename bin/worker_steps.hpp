@@ -7,7 +7,7 @@
 // | acme.pay          | {"orderId","charges"} | charges x charge (payments) |
 //
 // `charge` posts {key: step_id, attemptId, orderId} to the payment service
-// at $DURIN_PAYMENT_URL (tests/cluster/worker_test.cpp runs one) after
+// at $DURIN_PAYMENT_URL (tests/gateway/worker_test.cpp runs one) after
 // $DURIN_CHARGE_DELAY_MS; its start-to-close timeout is
 // $DURIN_CHARGE_TIMEOUT_MS (default 10 s), so a killed worker's attempt is
 // delivered again after that. Tests make every $DURIN_CHARGE_SLOW_EVERY-th

@@ -1,7 +1,7 @@
 // Tenants and API keys: the `tenants` and `api_keys` column families. A
 // tenant is a namespace for runs, hooks, keys and idempotency records; an API
 // key belongs to one tenant and is one caller. Only a hash of a key's secret
-// is stored. cluster/auth.hpp makes and checks keys; this file stores them.
+// is stored. gateway/auth.hpp makes and checks keys; this file stores them.
 //
 // Thread-safety: every method may be called from any thread. Writes go
 // through the committer with sync=true and return once durable (they block

@@ -189,7 +189,7 @@ std::string inbox_resume(std::string_view tenant, std::string_view name,
   return key;
 }
 
-// ---- cluster/ families (gateway): requests, tenants, api_keys ----------
+// ---- gateway/ families: requests, tenants, api_keys ------------------
 
 std::string request(std::string_view tenant, std::string_view caller,
                     std::string_view idempotency_key) {
@@ -213,7 +213,7 @@ std::string api_key(std::string_view key_id) {
   return key;
 }
 
-// ---- end of cluster/ families ---------------------------------------------
+// ---- end of gateway/ families ---------------------------------------------
 
 void put_u16(std::string& out, std::uint16_t value) {
   out.push_back(static_cast<char>(value >> 8));

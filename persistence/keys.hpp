@@ -65,14 +65,14 @@ std::string inbox_payload(std::string_view tenant, std::string_view token,
 std::string inbox_resume(std::string_view tenant, std::string_view token,
                          std::string_view resume_id);
 
-// ---- cluster/ families (gateway): requests, tenants, api_keys ----------
+// ---- gateway/ families: requests, tenants, api_keys ------------------
 // `requests`: lp(tenant) + lp(caller) + lp(idempotency key).
 std::string request(std::string_view tenant, std::string_view caller,
                     std::string_view idempotency_key);
 // `tenants`: lp(tenant id). `api_keys`: lp(key id).
 std::string tenant(std::string_view tenant_id);
 std::string api_key(std::string_view key_id);
-// ---- end of cluster/ families ---------------------------------------------
+// ---- end of gateway/ families ---------------------------------------------
 
 // Big-endian helpers, shared with the codec. REQUIRES (get_*): `bytes`
 // points at 2, 4 or 8 readable bytes.

@@ -3,7 +3,7 @@
 // (a request with that key is running in the process `instance_id`), a kept
 // response (status and body, replayed byte for byte), or a withheld marker
 // (the first request succeeded at `succeeded_at_ms` but its response carried
-// a secret, so it was not kept). cluster/idempotency.hpp decides what the
+// a secret, so it was not kept). gateway/idempotency.hpp decides what the
 // records mean; this file only stores them.
 //
 // Thread-safety: every method may be called from any thread. Writes go

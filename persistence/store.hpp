@@ -42,9 +42,9 @@ enum class family : std::uint8_t {
   meta,
   tokens,    // hook tokens: owner, state, retention (actors/token_*)
   inbox,     // payloads resumed to a token, resume ids
-  requests,  // request idempotency keys (cluster/)
-  tenants,   // tenants (cluster/)
-  api_keys,  // API keys (cluster/)
+  requests,  // request idempotency keys (gateway/)
+  tenants,   // tenants (gateway/)
+  api_keys,  // API keys (gateway/)
 };
 inline constexpr std::size_t family_count = 10;
 

@@ -7,6 +7,7 @@
 #include <caf/all.hpp>
 #include <durin/caf.hpp>
 #include <durin/durin.hpp>
+#include <durin/worker.hpp>
 #include <iostream>
 
 namespace {
@@ -83,5 +84,13 @@ int main(int argc, char** argv) {
           [&] { std::cerr << "no answer from durin within 30 s\n"; });
   caf::anon_send_exit(desk, caf::exit_reason::user_shutdown);
   rt->reset();  // closes durin before the actor system it runs on
+
+  // The remote worker of the same package (durin::durin_client): a process
+  // that runs steps for a `durin serve` node would call run(); here it is
+  // only made, to show that it links from the installed package.
+  durin::worker idle_worker({.task_queue = "shipping"}, durin::registry{});
+  if (idle_worker.stats().tasks != 0) {
+    return 1;
+  }
   return exit_code;
 }

@@ -125,13 +125,13 @@ class runtime;
 namespace persistence {
 struct run_record;
 }
-namespace actors {
+namespace services {
 struct node;
 // The node's services, for components embedded beside the runtime in one
 // process (actors/admission.hpp).
 node& services_of(runtime& rt);
 class task_service;
-}  // namespace actors
+}  // namespace services
 
 class runtime {
  public:
@@ -218,9 +218,9 @@ class runtime {
   // when the run ends, or at once if it has. See durin/caf.hpp.
   void notify_on_finish(std::string_view run_id, const caf::actor& listener);
 
-  // Every step attempt and its lease (actors/task_service.hpp): remote
-  // workers poll and report through it (cluster/worker_api.hpp).
-  actors::task_service& tasks();
+  // Every step attempt and its lease (services/task_service.hpp): remote
+  // workers poll and report through it (gateway/worker_api.hpp).
+  services::task_service& tasks();
 
   // Run actors alive now (runs passivated on a far timer have none).
   std::size_t active_run_actors() const;
@@ -228,13 +228,8 @@ class runtime {
   caf::actor_system& system();
   std::int64_t now_ms() const;
 
-  // Tests only: `decide` is asked before each group write to storage and
-  // answers 0 (write), 1 (fail before writing) or 2 (write, then report a
-  // failure): an indefinite outcome. Null restores normal writes.
-  void set_storage_fault_for_testing(std::function<int()> decide);
-
  private:
-  friend actors::node& actors::services_of(runtime& rt);
+  friend services::node& services::services_of(runtime& rt);
   explicit runtime(std::unique_ptr<runtime_impl> impl);
   result<run_info> cancel_once(std::string_view run_id,
                                const cancel_options& options);

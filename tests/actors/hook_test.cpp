@@ -13,11 +13,12 @@
 #include <mutex>
 #include <thread>
 
-#include "actors/node.hpp"
 #include "actors/run_engine.hpp"
 #include "bin/example_flows.hpp"
 #include "durin/durin.hpp"
-#include "tests/actors/runtime_fixture.hpp"
+#include "services/node.hpp"
+#include "tests/support/runtime_fixture.hpp"
+#include "tests/support/storage_faults.hpp"
 
 namespace durin {
 namespace {
@@ -274,7 +275,7 @@ TEST_F(HookTest, AnOwnerFreesItsTokenInTheWriteThatRecordsItsEnd) {
   ASSERT_TRUE(done.ok());
   EXPECT_EQ(done->status, run_status::completed);
   auto record =
-      actors::services_of(*rt).store->get_token(default_tenant, "order:R");
+      services::services_of(*rt).store->get_token(default_tenant, "order:R");
   ASSERT_TRUE(record.ok());
   EXPECT_FALSE(record->has_value());
   auto next = rt->start("never-opens", json::object(), with_hook("order:R"));
@@ -293,12 +294,12 @@ TEST_F(HookTest, AStartRacingTheOwnersEndWriteWaitsForItAndIsANewRun) {
   auto shared = std::make_shared<gate>();
   auto end_writing = shared->end_writing.get_future();
   // Write 1 admits the run; write 2 records its end: held up for a while.
-  rt->set_storage_fault_for_testing([shared] {
+  testing::inject_storage_faults(*rt, [shared] {
     if (++shared->writes == 2) {
       shared->end_writing.set_value();
       std::this_thread::sleep_for(300ms);
     }
-    return 0;
+    return testing::storage_fault::none;
   });
   auto first = rt->start("never-opens", json::object(), with_hook("order:S"));
   ASSERT_TRUE(first.ok());
@@ -312,26 +313,29 @@ TEST_F(HookTest, AStartRacingTheOwnersEndWriteWaitsForItAndIsANewRun) {
   EXPECT_GE(shared->writes.load(), 3);
   EXPECT_EQ(rt->wait(first->id, wait_max)->status, run_status::completed);
   EXPECT_EQ(rt->wait(second->id, wait_max)->status, run_status::completed);
-  rt->set_storage_fault_for_testing(nullptr);
+  testing::inject_storage_faults(*rt, nullptr);
 }
 
-// The owner's end write fails, having landed (2) or not (1): the token
-// follows the store, and a start after the end is seen is a new run.
+// The owner's end write fails, having landed or not: the token follows the
+// store, and a start after the end is seen is a new run.
 TEST_F(HookTest, AFailedEndWriteLeavesTheTokenToWhatTheStoreHolds) {
-  for (int mode : {2, 1}) {
-    SCOPED_TRACE(mode);
+  using testing::storage_fault;
+  for (auto mode :
+       {storage_fault::fail_after_write, storage_fault::fail_before_write}) {
+    SCOPED_TRACE(static_cast<int>(mode));
     // A node of its own each time, quiet, so that write 2 is the end.
     auto rt = open();
-    std::string token = "order:F" + std::to_string(mode);
+    std::string token = "order:F" + std::to_string(static_cast<int>(mode));
     auto writes = std::make_shared<std::atomic<int>>(0);
-    rt->set_storage_fault_for_testing(
-        [writes, mode] { return ++*writes == 2 ? mode : 0; });
+    testing::inject_storage_faults(*rt, [writes, mode] {
+      return ++*writes == 2 ? mode : storage_fault::none;
+    });
     auto first = rt->start("never-opens", json::object(), with_hook(token));
     ASSERT_TRUE(first.ok());
     auto done = rt->wait(first->id, wait_max);
     ASSERT_TRUE(done.ok());
     EXPECT_EQ(done->status, run_status::completed);
-    rt->set_storage_fault_for_testing(nullptr);
+    testing::inject_storage_faults(*rt, nullptr);
     auto second = rt->start("never-opens", json::object(), with_hook(token));
     ASSERT_TRUE(second.ok()) << second.error().to_string();
     EXPECT_NE(second->id, first->id);
@@ -750,9 +754,11 @@ namespace {
 TEST_F(HookTest, StartOutcomeUnknownThenRetryGivesOneRun) {
   auto rt = open();
   // The admission lands but is reported as failed: indefinite.
-  rt->set_storage_fault_for_testing(
-      [faults = std::make_shared<std::atomic<int>>(1)] {
-        return faults->exchange(0) > 0 ? 2 : 0;
+  testing::inject_storage_faults(
+      *rt, [faults = std::make_shared<std::atomic<int>>(1)] {
+        return faults->exchange(0) > 0
+                   ? testing::storage_fault::fail_after_write
+                   : testing::storage_fault::none;
       });
   auto first =
       rt->start("collect", {{"token", "order:U"}}, with_hook("order:U"));
@@ -774,9 +780,11 @@ TEST_F(HookTest, StartOutcomeUnknownThenRetryGivesOneRun) {
   // that the fault hits the admission.)
   ASSERT_TRUE(eventually([&] { return hook_is_free(*rt, "order:U"); }));
   std::this_thread::sleep_for(50ms);
-  rt->set_storage_fault_for_testing(
-      [calls = std::make_shared<std::atomic<int>>(1)] {
-        return calls->exchange(0) > 0 ? 1 : 0;
+  testing::inject_storage_faults(
+      *rt, [calls = std::make_shared<std::atomic<int>>(1)] {
+        return calls->exchange(0) > 0
+                   ? testing::storage_fault::fail_before_write
+                   : testing::storage_fault::none;
       });
   auto lost =
       rt->start("collect", {{"token", "order:V"}}, with_hook("order:V"));
@@ -803,10 +811,12 @@ flow<json> claims_with_metadata(context& ctx, json input) {
 TEST_F(HookTest, ClaimRetriedAfterAFailedTokenWriteKeepsMetadataAndRetention) {
   flows_.flow("claims-with-metadata", claims_with_metadata);
   auto rt = open();
-  rt->set_storage_fault_for_testing(
-      [writes = std::make_shared<std::atomic<int>>(0)] {
+  testing::inject_storage_faults(
+      *rt, [writes = std::make_shared<std::atomic<int>>(0)] {
         auto n = ++*writes;
-        return n == 2 || n == 3 ? 1 : 0;  // the first write is the admission
+        // The first write is the admission.
+        return n == 2 || n == 3 ? testing::storage_fault::fail_before_write
+                                : testing::storage_fault::none;
       });
   auto run = rt->start("claims-with-metadata", {{"token", "order:R"}});
   ASSERT_TRUE(run.ok()) << run.error().to_string();
@@ -819,7 +829,7 @@ TEST_F(HookTest, ClaimRetriedAfterAFailedTokenWriteKeepsMetadataAndRetention) {
   EXPECT_GT(hook->retain_until_ms, run->created_at_ms);
   ASSERT_TRUE(
       eventually([&] { return status_is(*rt, run->id, run_status::waiting); }));
-  rt->set_storage_fault_for_testing(nullptr);
+  testing::inject_storage_faults(*rt, nullptr);
   ASSERT_TRUE(rt->resume_hook("order:R", "go").ok());
   ASSERT_EQ(rt->wait(run->id, wait_max)->status, run_status::completed);
   ASSERT_TRUE(eventually([&] {

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "durin/durin.hpp"
-#include "tests/actors/runtime_fixture.hpp"
+#include "tests/support/runtime_fixture.hpp"
 
 namespace durin {
 namespace {

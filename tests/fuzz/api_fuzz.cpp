@@ -1,6 +1,6 @@
 // Fuzz target for the gateway's request handling: the request target
 // (path segments, percent-decoding, query), header values, and JSON body
-// decoding (UTF-8, depth, types, unknown fields), through cluster::api on a
+// decoding (UTF-8, depth, types, unknown fields), through gateway::api on a
 // real runtime in a temporary directory, with a valid admin key, so every
 // route is reachable. Any crash, sanitizer report or non-JSON error body is
 // a finding.
@@ -18,18 +18,18 @@
 #include <memory>
 #include <string>
 
-#include "actors/node.hpp"
 #include "bin/example_flows.hpp"
-#include "cluster/api.hpp"
-#include "cluster/auth.hpp"
-#include "cluster/idempotency.hpp"
-#include "cluster/metrics.hpp"
 #include "durin/json.hpp"
 #include "durin/runtime.hpp"
+#include "gateway/api.hpp"
+#include "gateway/auth.hpp"
+#include "gateway/idempotency.hpp"
+#include "gateway/metrics.hpp"
 #include "persistence/auth_store.hpp"
 #include "persistence/committer.hpp"
 #include "persistence/requests.hpp"
 #include "persistence/store.hpp"
+#include "services/node.hpp"
 
 namespace {
 
@@ -44,10 +44,10 @@ struct fuzz_node {
   std::unique_ptr<durin::runtime> node;
   std::unique_ptr<durin::persistence::request_store> requests;
   std::unique_ptr<durin::persistence::auth_store> key_store;
-  std::unique_ptr<durin::cluster::auth> keys;
-  std::unique_ptr<durin::cluster::idempotency> held;
-  durin::cluster::metrics counters;
-  std::unique_ptr<durin::cluster::api> routes;
+  std::unique_ptr<durin::gateway::auth> keys;
+  std::unique_ptr<durin::gateway::idempotency> held;
+  durin::gateway::metrics counters;
+  std::unique_ptr<durin::gateway::api> routes;
   std::string admin_secret;
 
   fuzz_node() {
@@ -56,12 +56,12 @@ struct fuzz_node {
     durin::registry flows;
     durin::examples::register_examples(flows);
     node = std::move(durin::runtime::open({.data_dir = dir}, flows).value());
-    auto& services = durin::actors::services_of(*node);
+    auto& services = durin::services::services_of(*node);
     requests = std::make_unique<durin::persistence::request_store>(
         *services.store, *services.committer);
     key_store = std::make_unique<durin::persistence::auth_store>(
         *services.store, *services.committer);
-    keys = std::make_unique<durin::cluster::auth>(*key_store, wall_ms);
+    keys = std::make_unique<durin::gateway::auth>(*key_store, wall_ms);
     (void)keys->bootstrap(dir + "/admin.key").value();
     std::FILE* file = std::fopen((dir + "/admin.key").c_str(), "r");
     char line[256] = {};
@@ -74,11 +74,11 @@ struct fuzz_node {
     if (file != nullptr) {
       std::fclose(file);
     }
-    held = std::make_unique<durin::cluster::idempotency>(*requests, "fuzz",
+    held = std::make_unique<durin::gateway::idempotency>(*requests, "fuzz",
                                                          wall_ms);
-    durin::cluster::api_options options;
+    durin::gateway::api_options options;
     options.wait_ms_max = 50;  // a waited start must not stall the fuzzer
-    routes = std::make_unique<durin::cluster::api>(*node, *keys, *held,
+    routes = std::make_unique<durin::gateway::api>(*node, *keys, *held,
                                                    counters, nullptr, options);
   }
   ~fuzz_node() {
@@ -111,7 +111,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
   static const char* methods[] = {"GET", "POST", "DELETE", "PUT"};
   auto& node = shared_node();
   std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
-  durin::cluster::http_request request;
+  durin::wire::http_request request;
   request.method = methods[data[0] % 4];
   auto newline = text.find('\n');
   request.target = text.substr(0, newline);

@@ -1,0 +1,217 @@
+#include "gateway/auth.hpp"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <stdexcept>
+
+namespace durin::gateway {
+
+namespace {
+
+std::string to_hex(const unsigned char* bytes, std::size_t size) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(size * 2);
+  for (std::size_t i = 0; i < size; ++i) {
+    out.push_back(digits[bytes[i] >> 4]);
+    out.push_back(digits[bytes[i] & 0xF]);
+  }
+  return out;
+}
+
+// Constant-time comparison of two hex digests.
+bool same_digest(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) {
+    return false;
+  }
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  }
+  return diff == 0;
+}
+
+constexpr std::size_t secret_random_bytes = 32;
+constexpr std::size_t key_id_random_bytes = 8;
+
+}  // namespace
+
+std::string sha256_hex(std::string_view bytes) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
+  unsigned int size = 0;
+  if (EVP_Digest(bytes.data(), bytes.size(), digest.data(), &size, EVP_sha256(),
+                 nullptr) != 1) {
+    throw std::runtime_error("EVP_Digest failed");  // never: OpenSSL is broken
+  }
+  return to_hex(digest.data(), size);
+}
+
+std::string random_hex(std::size_t bytes) {
+  std::string raw(bytes, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()),
+                 static_cast<int>(bytes)) != 1) {
+    throw std::runtime_error("RAND_bytes failed");  // never: no entropy
+  }
+  return to_hex(reinterpret_cast<const unsigned char*>(raw.data()), bytes);
+}
+
+auth::auth(persistence::auth_store& keys, std::function<std::int64_t()> now_ms)
+    : keys_(keys), now_ms_(std::move(now_ms)) {}
+
+new_api_key auth::make_key(std::string_view tenant, std::string name,
+                           bool admin) {
+  new_api_key key;
+  key.record.id = "key_" + random_hex(key_id_random_bytes);
+  key.record.tenant = std::string(tenant);
+  key.record.name = std::move(name);
+  key.record.admin = admin;
+  key.record.created_at_ms = now_ms_();
+  key.secret = "dk_" + key.record.id + "_" + random_hex(secret_random_bytes);
+  key.record.secret_sha256 = sha256_hex(key.secret);
+  return key;
+}
+
+result<bool> auth::bootstrap(const std::string& admin_key_path) {
+  auto existing = keys_.get_tenant("default");
+  if (!existing) {
+    return existing.error();
+  }
+  if (*existing) {
+    return false;
+  }
+  persistence::tenant_record tenant{"default", "default", now_ms_()};
+  auto key = make_key("default", "admin", true);
+  // The file first: a crash between the two leaves a file with an unknown
+  // key and no tenant, and the next start makes both again.
+  int fd = ::open(admin_key_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) {
+    return make_error(errc::storage_error, "cannot write " + admin_key_path);
+  }
+  std::string line = key.secret + "\n";
+  bool written = ::write(fd, line.data(), line.size()) ==
+                     static_cast<ssize_t>(line.size()) &&
+                 ::fsync(fd) == 0;
+  ::fchmod(fd, 0600);
+  ::close(fd);
+  if (!written) {
+    return make_error(errc::storage_error, "cannot write " + admin_key_path);
+  }
+  if (auto created = keys_.create_tenant(tenant, key.record); !created) {
+    return created.error();
+  }
+  return true;
+}
+
+result<principal> auth::authenticate(std::string_view authorization) const {
+  constexpr std::string_view scheme = "Bearer ";
+  if (authorization.empty()) {
+    return make_error(errc::invalid_argument,
+                      "missing Authorization header: send 'Authorization: "
+                      "Bearer <api key>'");
+  }
+  if (authorization.size() <= scheme.size() ||
+      authorization.substr(0, scheme.size()) != scheme) {
+    return make_error(errc::invalid_argument,
+                      "the Authorization header must be 'Bearer <api key>'");
+  }
+  auto secret = authorization.substr(scheme.size());
+  // dk_<key id>_<hex>: the key id is "key_" + 16 hex digits.
+  constexpr std::size_t id_size = 4 + 2 * key_id_random_bytes;
+  if (secret.size() != 3 + id_size + 1 + 2 * secret_random_bytes ||
+      secret.substr(0, 3) != "dk_" || secret[3 + id_size] != '_') {
+    return make_error(errc::invalid_argument, "unknown or revoked API key");
+  }
+  const auto key_id = secret.substr(3, id_size);
+  const auto digest = sha256_hex(secret);
+  std::uint64_t revocations_seen = 0;
+  {
+    std::lock_guard lock(cache_mutex_);
+    auto found = cache_.find(std::string(key_id));
+    if (found != cache_.end()) {
+      if (!same_digest(found->second.secret_sha256, digest)) {
+        return make_error(errc::invalid_argument, "unknown or revoked API key");
+      }
+      return found->second.caller;
+    }
+    revocations_seen = revocations_;
+  }
+  auto key = keys_.get_api_key(key_id);
+  if (!key) {
+    return key.error();
+  }
+  if (!*key || !same_digest((*key)->secret_sha256, digest)) {
+    return make_error(errc::invalid_argument, "unknown or revoked API key");
+  }
+  principal caller{(*key)->tenant, (*key)->id, (*key)->admin};
+  std::lock_guard lock(cache_mutex_);
+  // A revocation that began since the read may have erased what was read.
+  if (revocations_ == revocations_seen) {
+    if (cache_.size() >= cached_keys_max) {
+      cache_.clear();
+    }
+    cache_.emplace(std::string(key_id),
+                   cached_key{(*key)->secret_sha256, caller});
+  }
+  return caller;
+}
+
+void auth::forget(std::string_view key_id) {
+  std::lock_guard lock(cache_mutex_);
+  ++revocations_;
+  cache_.erase(std::string(key_id));
+}
+
+result<new_api_key> auth::create_key(std::string_view tenant, std::string name,
+                                     bool admin) {
+  auto key = make_key(tenant, std::move(name), admin);
+  if (auto stored = keys_.put_api_key(key.record); !stored) {
+    return stored.error();
+  }
+  return key;
+}
+
+result<std::vector<persistence::api_key_record>> auth::list_keys(
+    std::string_view tenant) const {
+  return keys_.list_api_keys(tenant, 10'000);
+}
+
+result<bool> auth::revoke_key(std::string_view tenant,
+                              std::string_view key_id) {
+  auto key = keys_.get_api_key(key_id);
+  if (!key) {
+    return key.error();
+  }
+  if (!*key || (*key)->tenant != tenant) {
+    return false;
+  }
+  // Before the erase, so no read from now on is cached; after it, for a
+  // read that began before the first forget and was cached since.
+  forget(key_id);
+  auto erased = keys_.erase_api_key(key_id);
+  forget(key_id);
+  if (!erased) {
+    return erased.error();
+  }
+  return true;
+}
+
+result<auth::new_tenant> auth::create_tenant(std::string name) {
+  new_tenant made;
+  made.tenant.id = "tenant_" + random_hex(8);
+  made.tenant.name = std::move(name);
+  made.tenant.created_at_ms = now_ms_();
+  made.first_key = make_key(made.tenant.id, "first", false);
+  if (auto created = keys_.create_tenant(made.tenant, made.first_key.record);
+      !created) {
+    return created.error();
+  }
+  return made;
+}
+
+}  // namespace durin::gateway

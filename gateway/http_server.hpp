@@ -1,0 +1,79 @@
+// The HTTP/1.1 server of a node (Boost.Beast on Boost.Asio). It owns its own
+// io_context threads, which only read and write sockets, and a pool of worker
+// threads that run the handler (gateway/api.hpp), which may block on durable
+// writes. No CAF actor thread is ever used or blocked.
+//
+// Limits (explicit, per connection): a request's header at most
+// `header_bytes_max` (431 beyond), its body at most `body_bytes_max` (413
+// beyond); a request must arrive within `read_timeout_ms` of its first byte
+// (408, then the connection closes); an idle keep-alive connection closes
+// after `idle_timeout_ms`.
+//
+// Thread-safety: start, port and stop may be called from any thread; stop
+// is idempotent and waits for in-flight requests to be answered (up to
+// `drain_timeout_ms`).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "client/http_message.hpp"
+#include "durin/error.hpp"
+
+namespace durin::gateway {
+
+using wire::http_request;
+using wire::http_response;
+
+using http_handler = std::function<http_response(const http_request&)>;
+// Runs a job on one of the gateway's worker threads, which may block.
+using offload_fn = std::function<void(std::function<void()>)>;
+
+struct http_server_options {
+  // Tried first, on the io thread that read the request: an answer is sent
+  // at once, nullopt hands the request to the worker pool. It must never
+  // block (reads, replays of kept answers).
+  std::function<std::optional<http_response>(const http_request&)>
+      answer_inline;
+  // Tried next, on the io thread: true when it took the request and will
+  // call the reply exactly once, from any thread, without a worker (a
+  // start that only waits for its fsync); false hands it to the workers.
+  // It must never block. `offload` runs a job on a worker, for a request
+  // taken this way that must wait after all (the job then replies).
+  std::function<bool(const http_request&,
+                     std::function<void(http_response)> reply,
+                     const offload_fn& offload)>
+      answer_async;
+  std::string address = "127.0.0.1";
+  std::uint16_t port = 7070;  // 0: any free port (see http_server::port)
+  std::size_t io_threads = 2;
+  std::size_t worker_threads = 64;
+  std::size_t header_bytes_max = 16 * 1024;
+  std::size_t body_bytes_max = 1024 * 1024;
+  std::int64_t read_timeout_ms = 10'000;
+  std::int64_t drain_timeout_ms = 30'000;
+};
+
+class http_server_impl;
+
+class http_server {
+ public:
+  // Binds and starts serving; invalid-argument for a bad address or a
+  // failed bind, naming the reason.
+  static result<std::unique_ptr<http_server>> start(http_server_options options,
+                                                    http_handler handler);
+  ~http_server();  // stop()
+
+  std::uint16_t port() const;  // the bound port
+  // Stops accepting, answers in-flight requests, closes every connection.
+  void stop();
+
+ private:
+  explicit http_server(std::unique_ptr<http_server_impl> impl);
+  std::unique_ptr<http_server_impl> impl_;
+};
+
+}  // namespace durin::gateway

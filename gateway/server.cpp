@@ -1,0 +1,198 @@
+#include "gateway/server.hpp"
+
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "durin/runtime.hpp"
+#include "gateway/worker_api.hpp"
+#include "persistence/auth_store.hpp"
+#include "persistence/committer.hpp"
+#include "persistence/requests.hpp"
+#include "persistence/store.hpp"
+#include "services/node.hpp"
+
+namespace durin::gateway {
+
+namespace {
+
+int fail(std::ostream& err, const error& problem) {
+  err << to_code(problem.code) << ": " << problem.message << std::endl;
+  return 1;
+}
+
+std::int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Blocks SIGTERM/SIGINT in every thread started after it, so sigwait in the
+// serving thread receives them.
+sigset_t block_stop_signals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
+}  // namespace
+
+int serve(serve_options options, registry flows, std::ostream& out,
+          std::ostream& err) {
+  auto signals = block_stop_signals();
+  std::error_code fs_error;
+  std::filesystem::create_directories(options.data_dir, fs_error);
+  // The runtime's own actor system: its workers block after a short spin
+  // (see runtime::open) instead of sleeping in a polling loop.
+  auto node = runtime::open({.data_dir = options.data_dir}, std::move(flows));
+  if (!node) {
+    return fail(err, node.error());
+  }
+  // One store for the node: request records ride in the admission batches
+  // of the runs they start (one fsync, no window between the two).
+  auto& services = services::services_of(**node);
+  auto& writer = *services.committer;
+  persistence::request_store requests(*services.store, writer);
+  persistence::auth_store key_store(*services.store, writer);
+  auth keys(key_store, wall_ms);
+  const std::string admin_key_path = options.data_dir + "/admin.key";
+  auto created = keys.bootstrap(admin_key_path);
+  if (!created) {
+    return fail(err, created.error());
+  }
+  const std::string instance_id = random_hex(16);
+  // Keys held by requests of an earlier process are free at once: begin()
+  // treats markers of other instances as free, and keeps the run they
+  // record. Here only expired records go.
+  if (auto swept = requests.sweep(wall_ms(), ""); !swept) {
+    return fail(err, swept.error());
+  }
+  idempotency held(requests, instance_id, wall_ms, options.idempotency);
+  metrics counters;
+  // Counted from the store now, then kept by every write (a true gauge,
+  // right across restarts).
+  auto* node_store = services.store.get();
+  if (auto counted = node_store->runs_by_status(); !counted) {
+    return fail(err, counted.error());
+  }
+  auto commit_metrics = [&writer, node_store, &node] {
+    auto stats = writer.statistics();
+    std::string text = task_metrics(**node);
+    if (auto counts = node_store->runs_by_status()) {
+      text +=
+          "# HELP durin_runs Runs stored on this node, by status.\n"
+          "# TYPE durin_runs gauge\n";
+      for (auto status :
+           {run_status::pending, run_status::running, run_status::waiting,
+            run_status::completed, run_status::failed, run_status::cancelled}) {
+        text +=
+            "durin_runs{status=\"" + std::string(to_string(status)) + "\"} " +
+            std::to_string((*counts)[static_cast<std::size_t>(status)]) + "\n";
+      }
+    }
+    text +=
+        "# HELP durin_commit_groups_total fsync'd group writes of the "
+        "node's store.\n";
+    text += "durin_commit_groups_total " + std::to_string(stats.group_writes) +
+            "\n";
+    text +=
+        "durin_commit_batches_total " + std::to_string(stats.batches) + "\n";
+    text += "durin_commit_operations_total " +
+            std::to_string(stats.operations) + "\n";
+    text += "durin_commit_batches_per_group " +
+            std::to_string(stats.group_writes == 0
+                               ? 0.0
+                               : static_cast<double>(stats.batches) /
+                                     static_cast<double>(stats.group_writes)) +
+            "\n";
+    return text;
+  };
+  api routes(**node, keys, held, counters, commit_metrics, options.api);
+  // Reads never block (a store read, a bounded scan): answer them on the
+  // io thread. A plain start, waited or not, is answered by whichever
+  // thread learns its outcome (the committer, the run's actor), so no worker
+  // waits with it unless it takes long; it also answers the replays and
+  // refusals of its own key, so it is tried before the general replay check
+  // (which would parse, authenticate and read the key once more). Replays
+  // of other keyed routes are answered on the io thread too. Everything
+  // else that writes goes to the worker pool.
+  options.http.answer_inline =
+      [&routes](const http_request& request) -> std::optional<http_response> {
+    if (request.method == "GET") {
+      return routes.handle(request);
+    }
+    return std::nullopt;
+  };
+  // A worker's report waits only for its outcomes' writes, and a poll of a
+  // queue with tasks for nothing: no worker thread waits with them either
+  // (a poll that may wait for a task is left to the pool).
+  options.http.answer_async = [&routes](
+                                  const http_request& request,
+                                  std::function<void(http_response)> reply,
+                                  const offload_fn& offload) {
+    if (routes.try_start_async(request, reply, offload)) {
+      return true;
+    }
+    if (routes.try_worker_async(request, reply)) {
+      return true;
+    }
+    if (auto replay = routes.try_replay(request)) {
+      reply(std::move(*replay));
+      return true;
+    }
+    return false;
+  };
+  auto server =
+      http_server::start(options.http, [&routes](const http_request& request) {
+        return routes.handle(request);
+      });
+  if (!server) {
+    return fail(err, server.error());
+  }
+  std::mutex sweep_mutex;
+  std::condition_variable sweep_wake;
+  bool stopping = false;
+  std::thread sweeper([&] {
+    std::unique_lock lock(sweep_mutex);
+    while (!sweep_wake.wait_for(
+        lock, std::chrono::milliseconds(options.sweep_interval_ms),
+        [&] { return stopping; })) {
+      lock.unlock();
+      (void)requests.sweep(wall_ms(), "");
+      lock.lock();
+    }
+  });
+  if (*created) {
+    out << "created tenant 'default'; admin API key written to "
+        << admin_key_path << std::endl;
+  } else {
+    out << "admin API key in " << admin_key_path << std::endl;
+  }
+  out << "listening on " << options.http.address << ":" << (*server)->port()
+      << std::endl;
+  int received = 0;
+  sigwait(&signals, &received);
+  out << "stopping (signal " << received << ")" << std::endl;
+  (*server)->stop();
+  routes.close();
+  {
+    std::lock_guard lock(sweep_mutex);
+    stopping = true;
+  }
+  sweep_wake.notify_all();
+  sweeper.join();
+  node->reset();
+  out << "stopped" << std::endl;
+  return 0;
+}
+
+}  // namespace durin::gateway

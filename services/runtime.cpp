@@ -1,0 +1,888 @@
+// durin::runtime: wiring of the node's services, admission of runs, and the
+// blocking convenience calls on top of the actors.
+#include "durin/runtime.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/send.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <future>
+#include <random>
+
+#include "actors/admission.hpp"
+#include "actors/identity.hpp"
+#include "actors/run_actor.hpp"
+#include "actors/run_engine.hpp"
+#include "actors/token_actor.hpp"
+#include "durin/caf.hpp"
+#include "persistence/keys.hpp"
+#include "services/node.hpp"
+
+namespace durin {
+
+namespace {
+
+constexpr std::size_t input_bytes_max = 1 << 20;
+constexpr std::size_t run_id_bytes_max = 128;
+constexpr std::size_t flow_name_bytes_max = 128;
+constexpr std::size_t hook_token_bytes_max = 256;
+constexpr std::size_t metadata_bytes_max = 64 << 10;
+constexpr auto cancel_answer_timeout = std::chrono::seconds(30);
+constexpr std::size_t identity_bytes_max = 200;
+
+// The token that keys a start: the caller's hook, else the instance id's,
+// else the command id's (held for command_retention); none for a plain start.
+result<std::optional<start_hook>> start_token_of(const start_options& options,
+                                                 const runtime_options& node) {
+  for (const auto* id : {&options.instance_id, &options.command_id}) {
+    if (id->size() > identity_bytes_max) {
+      return make_error(errc::invalid_argument,
+                        std::string(id == &options.instance_id ? "instance_id"
+                                                               : "command_id") +
+                            " is at most 200 bytes; got " +
+                            std::to_string(id->size()));
+    }
+  }
+  if (options.hook) {
+    if (!options.instance_id.empty()) {
+      return make_error(errc::invalid_argument,
+                        "instance_id and hook cannot both be set: the hook's "
+                        "token already keys the start");
+    }
+    if (actors::is_reserved_token(options.hook->token)) {
+      return make_error(errc::invalid_argument,
+                        "hook.token may not begin with byte 0x1F (reserved "
+                        "for instance and command ids)");
+    }
+    return std::optional<start_hook>(options.hook);
+  }
+  if (!options.instance_id.empty()) {
+    return std::optional<start_hook>(start_hook{
+        actors::instance_token(options.instance_id), nullptr, nullptr});
+  }
+  if (!options.command_id.empty()) {
+    auto keep = std::min(node.command_retention, node.retention_max);
+    return std::optional<start_hook>(
+        start_hook{actors::command_token(options.command_id),
+                   json(keep.count()), nullptr});
+  }
+  return std::optional<start_hook>();
+}
+
+// duplicate_policy::return_existing_active: a start refused by an active
+// holder of its instance id answers that run instead.
+result<run_info> existing_active_or(const runtime& rt, result<run_info> outcome,
+                                    const std::string& tenant) {
+  if (outcome || outcome.error().code != errc::hook_conflict) {
+    return outcome;
+  }
+  auto holder = rt.get(outcome.error().run_id, tenant);
+  if (holder && !is_terminal(holder->status)) {
+    return holder;
+  }
+  return outcome;
+}
+// Records a list examines at most per page (filters may skip many).
+constexpr std::size_t list_scan_max = 100'000;
+
+status check_run_id(std::string_view run_id) {
+  if (run_id.empty() || run_id.size() > run_id_bytes_max) {
+    return make_error(
+        errc::invalid_argument,
+        "a run id is 1 to 128 bytes; got " + std::to_string(run_id.size()));
+  }
+  return {};
+}
+
+}  // namespace
+
+class runtime_impl {
+ public:
+  services::node services;
+  std::unique_ptr<caf::actor_system_config> own_config;
+  std::unique_ptr<caf::actor_system> own_system;
+  caf::actor_system* system = nullptr;
+  std::atomic<bool> closing{false};
+  std::mutex ids_mutex;
+  std::mt19937_64 ids{std::random_device{}()};
+  std::once_flag settled_listener;
+
+  ~runtime_impl() { close(); }
+
+  void close() {
+    if (closing.exchange(true)) {
+      return;
+    }
+    if (services.timers) {
+      services.timers->stop();
+    }
+    if (services.tasks) {
+      services.tasks->stop();
+    }
+    if (services.lingering) {
+      services.lingering->stop();
+    }
+    if (services.runs) {
+      services.runs->close();
+    }
+    if (services.tokens) {
+      services.tokens->close();
+    }
+    if (services.executor) {
+      services.executor->stop();
+    }
+    if (services.committer) {
+      services.committer->stop();
+    }
+    services.finished.clear();
+    services.settled.clear();
+    own_system.reset();
+  }
+
+  // "run_" + 10 characters of milliseconds + 16 of randomness (Crockford
+  // base32), so ids sort by creation time.
+  std::string new_run_id() {
+    static constexpr char digits[] = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+    auto ms = static_cast<std::uint64_t>(services.clock->now_ms());
+    std::uint64_t high;
+    std::uint64_t low;
+    {
+      std::lock_guard<std::mutex> lock(ids_mutex);
+      high = ids();
+      low = ids();
+    }
+    std::string id = "run_";
+    for (int i = 9; i >= 0; --i) {
+      id += digits[(ms >> (i * 5)) & 31];
+    }
+    for (int i = 0; i < 12; ++i) {
+      id += digits[(high >> (i * 5)) & 31];
+    }
+    for (int i = 0; i < 4; ++i) {
+      id += digits[(low >> (i * 5)) & 31];
+    }
+    return id;
+  }
+
+  status recover() {
+    auto active = services.store->active_runs();
+    if (!active) {
+      return active.error();
+    }
+    for (auto& run_id : *active) {
+      auto record = services.store->get_run(run_id);
+      // A run waiting on a timer is activated by the timer; the others
+      // (and any whose record is unreadable, to report it) start now.
+      if (record && *record && (*record)->status == run_status::waiting) {
+        continue;
+      }
+      services.runs->activate(run_id);
+    }
+    return {};
+  }
+
+  result<run_info> get(std::string_view run_id, std::string_view tenant) const {
+    if (auto checked = check_run_id(run_id); !checked) {
+      return checked.error();
+    }
+    auto record = services.store->get_run(run_id);
+    if (!record) {
+      return record.error();
+    }
+    // Another tenant's run is indistinguishable from no run at all.
+    if (!*record || (*record)->tenant != tenant) {
+      return make_error(errc::run_not_found,
+                        "no run with id '" + std::string(run_id) + "'");
+    }
+    auto info = actors::describe_run(**record);
+    if (!is_terminal(info.status)) {
+      if (auto reason = services.runs->blocked(info.id)) {
+        info.status = run_status::blocked;
+        info.blocked_reason = *reason;
+      }
+    }
+    return info;
+  }
+};
+
+runtime::runtime(std::unique_ptr<runtime_impl> impl) : impl_(std::move(impl)) {}
+
+runtime::~runtime() = default;
+
+result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
+                                               registry flows) {
+  // CAF's work-stealing workers poll their queue before blocking: 100 busy
+  // attempts, then 500 more with a 50 µs sleep each. A node's actors mostly
+  // wait for fsyncs, so on a small machine those sleeps are a stream of
+  // context switches that take CPU from the committer and the load itself
+  // (a fifth of `durin serve`'s samples in a profile of keyed starts). After
+  // a short spin a worker blocks on its condition variable, which every
+  // enqueue from outside signals.
+  auto config = std::make_unique<caf::actor_system_config>();
+  config->set("work-stealing.aggressive-poll-attempts", std::size_t{100});
+  config->set("work-stealing.moderate-poll-attempts", std::size_t{0});
+  if (options.actor_threads > 0) {
+    config->set("scheduler.max-threads", options.actor_threads);
+  }
+  auto system = std::make_unique<caf::actor_system>(*config);
+  auto opened = open(std::move(options), std::move(flows), *system);
+  if (!opened) {
+    return opened.error();
+  }
+  auto& impl = *(*opened)->impl_;
+  impl.own_config = std::move(config);
+  impl.own_system = std::move(system);
+  return opened;
+}
+
+result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
+                                               registry flows,
+                                               caf::actor_system& system) {
+  if (options.data_dir.empty()) {
+    return make_error(errc::invalid_argument, "data_dir must not be empty");
+  }
+  if (options.step_threads == 0 || options.step_threads > 1024) {
+    return make_error(errc::invalid_argument, "step_threads must be 1 to 1024");
+  }
+  if (options.step_queue_max == 0) {
+    return make_error(errc::invalid_argument,
+                      "step_queue_max must be at least 1");
+  }
+  auto impl = std::make_unique<runtime_impl>();
+  auto& services = impl->services;
+  impl->system = &system;
+  services.clock =
+      options.clock ? options.clock : std::make_shared<durin::system_clock>();
+  services.options = options;
+  services.flows = std::move(flows);
+  auto store = persistence::store::open(options.data_dir);
+  if (!store) {
+    return store.error();
+  }
+  services.store = std::move(*store);
+  services.committer =
+      std::make_unique<persistence::committer>(*services.store);
+  services.executor = std::make_unique<services::step_executor>(
+      options.step_threads, options.step_queue_max);
+  auto* node = &services;
+  services.tasks = std::make_unique<services::task_service>(
+      services.clock,
+      [node](const std::string& run_id, actors::step_report report) {
+        return node->runs->deliver(run_id, actors::step_done_atom::value,
+                                   std::move(report));
+      });
+  services.runs = std::make_unique<services::directory>(
+      [&system, node](const std::string& run_id) {
+        return actors::spawn_run_actor(system, *node, run_id);
+      });
+  services.lingering =
+      std::make_unique<services::linger_list>(actors::token_linger / 2);
+  services.tokens = std::make_unique<services::directory>(
+      [&system, node](const std::string& address) {
+        return actors::spawn_token_actor(system, *node, address);
+      });
+  services.timers = std::make_unique<services::timer_service>(
+      *services.store, *services.clock,
+      [node](const persistence::timer_record& timer) {
+        // A retention timer names a token; the others name a run.
+        auto& target = timer.kind == persistence::timer_kind::token_retention
+                           ? *node->tokens
+                           : *node->runs;
+        target.deliver(timer.run_id, actors::timer_atom::value, timer);
+      });
+  if (auto recovered = impl->recover(); !recovered) {
+    return recovered.error();
+  }
+  services.timers->start();
+  services.tasks->start();
+  return std::unique_ptr<runtime>(new runtime(std::move(impl)));
+}
+
+namespace {
+
+// A start's answer that is given exactly once: by a call, or as
+// shutting-down when the last holder drops it uncalled (an actor system
+// stopping with the message that carried it).
+class answer_once {
+ public:
+  explicit answer_once(std::function<void(result<run_info>)> done)
+      : done_(std::move(done)) {}
+  answer_once(const answer_once&) = delete;
+  answer_once& operator=(const answer_once&) = delete;
+  ~answer_once() {
+    if (done_) {
+      done_(make_error(errc::shutting_down,
+                       "the runtime closed before the start was admitted"));
+    }
+  }
+  void operator()(result<run_info> outcome) {
+    auto done = std::move(done_);
+    done_ = nullptr;
+    if (done) {
+      done(std::move(outcome));
+    }
+  }
+
+ private:
+  std::function<void(result<run_info>)> done_;
+};
+
+}  // namespace
+
+void runtime::start_async(std::string_view flow, json input,
+                          const start_options& options,
+                          std::function<void(result<run_info>)> done) {
+  auto& services = impl_->services;
+  if (impl_->closing) {
+    done(make_error(errc::shutting_down, "the runtime is closing"));
+    return;
+  }
+  if (options.tenant.empty() || options.tenant.size() > 128) {
+    done(make_error(errc::invalid_argument, "a tenant is 1 to 128 bytes"));
+    return;
+  }
+  if (flow.empty() || flow.size() > flow_name_bytes_max) {
+    done(make_error(
+        errc::invalid_argument,
+        "a flow name is 1 to 128 bytes; got " + std::to_string(flow.size())));
+    return;
+  }
+  const auto* entry = services.flows.find_flow(flow);
+  if (entry == nullptr) {
+    done(make_error(errc::flow_not_found,
+                    "no flow registered under '" + std::string(flow) + "'"));
+    return;
+  }
+  try {
+    entry->check_input(input);
+  } catch (const json::exception& e) {
+    done(
+        make_error(errc::invalid_input, "input for flow '" + std::string(flow) +
+                                            "' does not convert: " + e.what()));
+    return;
+  }
+  auto keyed = start_token_of(options, services.options);
+  if (!keyed) {
+    done(keyed.error());
+    return;
+  }
+  if (*keyed && !options.instance_id.empty() &&
+      options.on_duplicate == duplicate_policy::return_existing_active) {
+    done = [this, tenant = options.tenant,
+            done = std::move(done)](result<run_info> outcome) {
+      done(existing_active_or(*this, std::move(outcome), tenant));
+    };
+  }
+  if (*keyed && options.command_id.empty()) {
+    // A held token refuses the start before a run id is even drawn (a
+    // command's repeat needs the token's actor: it compares command ids).
+    auto& token = (*keyed)->token;
+    if (!token.empty() && token.size() <= hook_token_bytes_max) {
+      auto owner =
+          services.held.holder(persistence::keys::token(options.tenant, token),
+                               services.clock->now_ms());
+      if (owner) {
+        done(actors::token_held_error(token, *owner));
+        return;
+      }
+    }
+  }
+  persistence::run_record record;
+  record.id = impl_->new_run_id();
+  record.flow = std::string(flow);
+  record.status = run_status::pending;
+  record.input = actors::encode_payload(input);
+  if (record.input.size() > input_bytes_max) {
+    done(make_error(errc::invalid_argument,
+                    "input is " + std::to_string(record.input.size()) +
+                        " bytes encoded; the limit is " +
+                        std::to_string(input_bytes_max)));
+    return;
+  }
+  record.created_at_ms = services.clock->now_ms();
+  record.tenant = options.tenant;
+  if (services.options.spec_version != 0) {
+    record.spec_version = services.options.spec_version;
+  }
+  if (*keyed) {
+    record.start_token = (*keyed)->token;
+  }
+  auto info = actors::describe_run(record);
+  info.input = std::move(input);
+  auto* node = &services;
+  if (*keyed) {
+    start_with_hook(std::move(record), **keyed, std::move(info),
+                    options.command_id, options.admission, std::move(done));
+    return;
+  }
+  if (options.admission && options.admission->settle) {
+    // A start answered once its run settles: the admission rides in the
+    // run's first write (the run's first steps, or its end), one fsync in
+    // series fewer. Nothing the run does is seen before that write lands.
+    auto answer = std::make_shared<answer_once>(std::move(done));
+    if (!node->runs->activate_fresh({std::move(record), options.admission,
+                                     [answer](result<run_info> admitted) {
+                                       (*answer)(std::move(admitted));
+                                     },
+                                     std::move(info)})) {
+      (*answer)(make_error(errc::shutting_down, "the runtime is closing"));
+    }
+    return;
+  }
+  auto batch = services.store->batch();
+  batch.put_run(record);
+  batch.put_active(record.id);
+  if (options.admission && options.admission->add) {
+    options.admission->add(info, batch);
+  }
+  services.committer->submit(
+      std::move(batch),
+      [node, record = std::move(record), info = std::move(info),
+       admission = options.admission,
+       done = std::move(done)](const status& outcome) mutable {
+        if (!outcome) {
+          done(make_error(
+              errc::storage_error,
+              "the admission of run " + record.id +
+                  " may or may not be durable: " + outcome.error().message));
+          return;
+        }
+        node->runs->activate_fresh({std::move(record), std::move(admission)});
+        done(std::move(info));
+      });
+}
+
+void runtime::start_with_hook(
+    persistence::run_record record, const start_hook& hook, run_info info,
+    std::string command_id,
+    std::shared_ptr<const detail::admission_records> extra,
+    std::function<void(result<run_info>)> done) {
+  auto& services = impl_->services;
+  if (hook.token.empty() || hook.token.size() > hook_token_bytes_max) {
+    done(make_error(errc::invalid_argument,
+                    "hook.token must be 1 to 256 bytes; got " +
+                        std::to_string(hook.token.size())));
+    return;
+  }
+  auto until = actors::retain_until(hook.min_retention, record.created_at_ms,
+                                    services.options.retention_max.count());
+  if (!until) {
+    done(until.error());
+    return;
+  }
+  auto metadata = actors::encode_payload(hook.metadata);
+  if (metadata.size() > metadata_bytes_max) {
+    done(make_error(errc::invalid_argument,
+                    "hook.metadata is " + std::to_string(metadata.size()) +
+                        " bytes encoded; the limit is " +
+                        std::to_string(metadata_bytes_max)));
+    return;
+  }
+  record.start_token = hook.token;
+  persistence::token_record token;
+  token.tenant = record.tenant;
+  token.token = hook.token;
+  token.owner_run = record.id;
+  token.start_hook = true;
+  token.created_at_ms = record.created_at_ms;
+  token.retain_until_ms = *until;
+  token.metadata = std::move(metadata);
+  token.owner_spec_version = record.spec_version;
+  token.owner_command = std::move(command_id);
+  auto* node = &services;
+  auto address = persistence::keys::token(record.tenant, hook.token);
+  auto answer =
+      std::make_shared<std::function<void(result<run_info>)>>(std::move(done));
+  actors::start_claim claim{
+      record, std::move(token),
+      [node, record, info = std::move(info), answer,
+       admission = extra](result<run_info> admitted) mutable {
+        if (admitted && admitted->id != record.id) {
+          (*answer)(std::move(admitted));  // a repeated command's first run
+          return;
+        }
+        if (admitted) {
+          node->runs->activate_fresh({std::move(record), std::move(admission)});
+          (*answer)(std::move(info));
+          return;
+        }
+        // If the admission did land, the run must not
+        // wait for a restart: activation finds out.
+        if (admitted.error().code == errc::start_outcome_unknown) {
+          node->runs->activate(record.id);
+        }
+        (*answer)(std::move(admitted));
+      }};
+  claim.admission = std::move(extra);
+  if (!services.tokens->deliver(address, actors::start_claim_atom::value,
+                                std::move(claim))) {
+    (*answer)(make_error(errc::shutting_down, "the runtime is closing"));
+  }
+}
+
+void runtime::resume_hook_async(std::string_view token, json payload,
+                                const resume_options& options,
+                                std::function<void(result<std::string>)> done) {
+  if (impl_->closing) {
+    done(make_error(errc::shutting_down, "the runtime is closing"));
+    return;
+  }
+  if (token.empty() || token.size() > hook_token_bytes_max) {
+    done(make_error(
+        errc::invalid_argument,
+        "a hook token is 1 to 256 bytes; got " + std::to_string(token.size())));
+    return;
+  }
+  if (options.resume_id.size() > 256 || options.command_id.size() > 256) {
+    done(make_error(errc::invalid_argument,
+                    "a resume id (command id) is at most 256 bytes"));
+    return;
+  }
+  if (!options.command_id.empty() && !options.resume_id.empty() &&
+      options.command_id != options.resume_id) {
+    done(make_error(errc::invalid_argument,
+                    "a resume's command id is its resume id: set one, or "
+                    "both to the same value"));
+    return;
+  }
+  if (actors::is_reserved_token(token)) {
+    done(make_error(errc::hook_not_found,
+                    "no run can receive payloads for that token"));
+    return;
+  }
+  auto bytes = actors::encode_payload(payload);
+  if (bytes.size() > input_bytes_max) {
+    done(make_error(errc::invalid_argument,
+                    "payload is " + std::to_string(bytes.size()) +
+                        " bytes encoded; the limit is " +
+                        std::to_string(input_bytes_max)));
+    return;
+  }
+  // Shared: if the token's actor cannot be reached, the request (and its
+  // callback) is dropped undelivered and `done` is still ours to call.
+  auto answer = std::make_shared<std::function<void(result<std::string>)>>(
+      std::move(done));
+  actors::resume_request request{
+      std::move(bytes),
+      options.resume_id.empty() ? options.command_id : options.resume_id,
+      [answer](result<std::string> outcome) { (*answer)(std::move(outcome)); }};
+  auto address = persistence::keys::token(options.tenant, token);
+  if (!impl_->services.tokens->deliver(address, actors::resume_atom::value,
+                                       std::move(request))) {
+    (*answer)(make_error(errc::shutting_down, "the runtime is closing"));
+  }
+}
+
+result<std::string> runtime::resume_hook(std::string_view token, json payload,
+                                         const resume_options& options) {
+  auto answer = std::make_shared<std::promise<result<std::string>>>();
+  auto future = answer->get_future();
+  resume_hook_async(token, std::move(payload), options,
+                    [answer](result<std::string> outcome) {
+                      answer->set_value(std::move(outcome));
+                    });
+  if (future.wait_for(cancel_answer_timeout) != std::future_status::ready) {
+    return make_error(errc::timeout,
+                      "the resume was not confirmed in time; retry it with "
+                      "the same resume id");
+  }
+  return future.get();
+}
+
+result<hook_info> runtime::get_hook_by_token(std::string_view token,
+                                             std::string_view tenant) const {
+  if (token.empty() || token.size() > hook_token_bytes_max) {
+    return make_error(
+        errc::invalid_argument,
+        "a hook token is 1 to 256 bytes; got " + std::to_string(token.size()));
+  }
+  if (actors::is_reserved_token(token)) {
+    return make_error(errc::hook_not_found,
+                      "no hook holds that token (byte 0x1F is reserved)");
+  }
+  return actors::read_hook(impl_->services, tenant, token);
+}
+
+result<run_info> runtime::get_instance(std::string_view instance_id,
+                                       std::string_view tenant) const {
+  if (instance_id.empty() || instance_id.size() > identity_bytes_max) {
+    return make_error(errc::invalid_argument,
+                      "an instance id is 1 to 200 bytes; got " +
+                          std::to_string(instance_id.size()));
+  }
+  auto hook = actors::read_hook(impl_->services, tenant,
+                                actors::instance_token(instance_id));
+  if (hook && hook->state == "active") {
+    auto run = get(hook->owner_run_id, tenant);
+    if (run && !is_terminal(run->status)) {
+      return run;
+    }
+  }
+  if (!hook && hook.error().code != errc::hook_not_found) {
+    return hook.error();
+  }
+  return make_error(errc::run_not_found, "no active run holds instance '" +
+                                             std::string(instance_id) + "'");
+}
+
+result<run_info> runtime::start(std::string_view flow, json input,
+                                const start_options& options) {
+  std::promise<result<run_info>> answer;
+  auto future = answer.get_future();
+  start_async(flow, std::move(input), options,
+              [&answer](result<run_info> outcome) {
+                answer.set_value(std::move(outcome));
+              });
+  return future.get();
+}
+
+result<run_info> runtime::get(std::string_view run_id,
+                              std::string_view tenant) const {
+  return impl_->get(run_id, tenant);
+}
+
+result<run_info> runtime::wait(std::string_view run_id,
+                               std::chrono::milliseconds timeout,
+                               std::string_view tenant) const {
+  struct waiter {
+    std::mutex mutex;
+    std::condition_variable done;
+    std::optional<run_info> info;
+  };
+  auto state = std::make_shared<waiter>();
+  std::string id(run_id);
+  auto& listeners = impl_->services.finished;
+  auto token = listeners.add(id, [state](const run_info& info) {
+    std::lock_guard<std::mutex> lock(state->mutex);
+    state->info = info;
+    state->done.notify_all();
+  });
+  auto now = get(run_id, tenant);
+  if (!now || is_terminal(now->status)) {
+    listeners.remove(id, token);
+    return now;
+  }
+  std::unique_lock<std::mutex> lock(state->mutex);
+  bool ended = state->done.wait_for(lock, timeout,
+                                    [&] { return state->info.has_value(); });
+  lock.unlock();
+  listeners.remove(id, token);
+  if (ended) {
+    return *state->info;
+  }
+  return make_error(errc::timeout, "run " + id + " did not end within " +
+                                       std::to_string(timeout.count()) +
+                                       " ms; it goes on");
+}
+
+result<run_info> runtime::wait_settled(std::string_view run_id,
+                                       std::chrono::milliseconds timeout,
+                                       std::string_view tenant) const {
+  auto& services = impl_->services;
+  // Installed on first use, so nodes that never wait this way pay nothing
+  // per write.
+  std::call_once(impl_->settled_listener, [&services] {
+    auto* node = &services;
+    services.store->set_run_listener(
+        [node](std::string_view id, run_status status) {
+          if (status == run_status::waiting || is_terminal(status)) {
+            run_info info;
+            info.id = std::string(id);
+            info.status = status;
+            node->settled.notify(info);
+          }
+        });
+  });
+  struct waiter {
+    std::mutex mutex;
+    std::condition_variable done;
+    bool settled = false;
+  };
+  auto state = std::make_shared<waiter>();
+  std::string id(run_id);
+  auto token = services.settled.add(id, [state](const run_info&) {
+    std::lock_guard<std::mutex> lock(state->mutex);
+    state->settled = true;
+    state->done.notify_all();
+  });
+  auto settled = [](const run_info& info) {
+    return info.status == run_status::waiting || is_terminal(info.status) ||
+           info.status == run_status::blocked;
+  };
+  auto now = get(run_id, tenant);
+  if (!now || settled(*now)) {
+    services.settled.remove(id, token);
+    return now;
+  }
+  std::unique_lock<std::mutex> lock(state->mutex);
+  bool woke =
+      state->done.wait_for(lock, timeout, [&] { return state->settled; });
+  lock.unlock();
+  services.settled.remove(id, token);
+  if (!woke) {
+    return make_error(errc::timeout,
+                      "run " + id + " neither ended nor waited within " +
+                          std::to_string(timeout.count()) + " ms; it goes on");
+  }
+  return get(run_id, tenant);
+}
+
+result<run_page> runtime::list(const run_filter& filter) const {
+  if (filter.limit == 0 || filter.limit > 1000) {
+    return make_error(errc::invalid_argument, "limit must be 1 to 1000; got " +
+                                                  std::to_string(filter.limit));
+  }
+  if (filter.cursor.size() > run_id_bytes_max) {
+    return make_error(errc::invalid_argument, "cursor is not valid");
+  }
+  std::optional<run_status> stored_status = filter.status;
+  if (stored_status == run_status::blocked) {
+    stored_status.reset();  // not stored: filtered below
+  }
+  auto scan = impl_->services.store->scan_runs(filter.cursor, stored_status,
+                                               filter.flow, filter.limit,
+                                               list_scan_max, filter.tenant);
+  if (!scan) {
+    return scan.error();
+  }
+  run_page page;
+  for (auto& record : scan->runs) {
+    auto info = actors::describe_run(record);
+    if (!is_terminal(info.status)) {
+      if (auto reason = impl_->services.runs->blocked(info.id)) {
+        info.status = run_status::blocked;
+        info.blocked_reason = *reason;
+      }
+    }
+    if (filter.status == run_status::blocked &&
+        info.status != run_status::blocked) {
+      continue;
+    }
+    page.runs.push_back(std::move(info));
+  }
+  page.next_cursor = scan->next_before_id;
+  return page;
+}
+
+result<std::vector<history_event>> runtime::history(
+    std::string_view run_id, std::string_view tenant) const {
+  auto info = get(run_id, tenant);
+  if (!info) {
+    return info.error();
+  }
+  auto events = impl_->services.store->load_history(run_id);
+  if (!events) {
+    return events.error();
+  }
+  std::vector<history_event> out;
+  out.reserve(events->size());
+  std::string id(run_id);
+  for (std::size_t i = 0; i < events->size(); ++i) {
+    out.push_back(actors::describe_event(id, i + 1, (*events)[i]));
+  }
+  return out;
+}
+
+result<run_info> runtime::cancel(std::string_view run_id, std::string reason,
+                                 std::string_view tenant) {
+  cancel_options options;
+  options.tenant = std::string(tenant);
+  options.reason = std::move(reason);
+  return cancel(run_id, options);
+}
+
+result<run_info> runtime::cancel(std::string_view run_id,
+                                 const cancel_options& options) {
+  if (options.command_id.size() > identity_bytes_max) {
+    return make_error(errc::invalid_argument,
+                      "command_id is at most 200 bytes; got " +
+                          std::to_string(options.command_id.size()));
+  }
+  auto outcome = cancel_once(run_id, options);
+  if (outcome || outcome.error().code != errc::run_finished ||
+      options.command_id.empty()) {
+    return outcome;
+  }
+  // A repeat of the command that cancelled the run: that outcome again.
+  auto events = history(run_id, options.tenant);
+  if (events && !events->empty() && events->back().kind == "run-cancelled" &&
+      events->back().detail.value("commandId", std::string()) ==
+          options.command_id) {
+    return get(run_id, options.tenant);
+  }
+  return outcome;
+}
+
+result<run_info> runtime::cancel_once(std::string_view run_id,
+                                      const cancel_options& options) {
+  auto now = get(run_id, options.tenant);
+  if (!now) {
+    return now.error();
+  }
+  if (is_terminal(now->status)) {
+    return make_error(errc::run_finished,
+                      "run " + now->id + " has already ended as " +
+                          std::string(to_string(now->status)));
+  }
+  auto answer = std::make_shared<std::promise<result<run_info>>>();
+  auto future = answer->get_future();
+  actors::cancel_request request{options.reason, options.command_id,
+                                 [answer](result<run_info> outcome) {
+                                   answer->set_value(std::move(outcome));
+                                 }};
+  if (!impl_->services.runs->deliver(now->id, actors::cancel_atom::value,
+                                     std::move(request))) {
+    return make_error(errc::shutting_down, "the runtime is closing");
+  }
+  if (future.wait_for(cancel_answer_timeout) != std::future_status::ready) {
+    return make_error(errc::timeout,
+                      "the cancel of run " + now->id +
+                          " was not confirmed in time; it may still apply");
+  }
+  return future.get();
+}
+
+void runtime::notify_on_finish(std::string_view run_id,
+                               const caf::actor& listener) {
+  auto sent = std::make_shared<std::atomic<bool>>(false);
+  auto send_once = [sent, listener](const run_info& info) {
+    if (!sent->exchange(true)) {
+      caf::anon_send(listener, run_finished_atom::value, info);
+    }
+  };
+  std::string id(run_id);
+  auto token = impl_->services.finished.add(id, send_once);
+  auto now = get(run_id);
+  if (now && is_terminal(now->status)) {
+    impl_->services.finished.remove(id, token);
+    send_once(*now);
+  }
+}
+
+namespace services {
+
+node& services_of(runtime& rt) {
+  return rt.impl_->services;
+}
+
+}  // namespace services
+
+services::task_service& runtime::tasks() {
+  return *impl_->services.tasks;
+}
+
+std::size_t runtime::active_run_actors() const {
+  return impl_->services.runs->active();
+}
+
+caf::actor_system& runtime::system() {
+  return *impl_->system;
+}
+
+std::int64_t runtime::now_ms() const {
+  return impl_->services.clock->now_ms();
+}
+
+}  // namespace durin

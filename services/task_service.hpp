@@ -1,0 +1,319 @@
+// The task service holds every step attempt of a node as a task with a
+// lease. An attempt of an in-node step is leased at once to the node's step
+// executor ("node"); an attempt of a step registered to a task queue waits
+// on that queue until a worker claims it with a poll. Claiming gives a lease
+// (owner, expiry); heartbeats renew it; a lease that expires, and every
+// other timeout, ends the attempt and reports a timeout to the run, whose
+// engine records it and schedules a new attempt (a new attempt id).
+//
+// Fencing: an outcome or heartbeat is taken only from the lease owner of an
+// attempt that is still live. The first outcome of an attempt ends it; every
+// later report, and every report for an attempt that lost its lease or whose
+// run was cancelled, is refused with a reason (stale_attempt, run_cancelled,
+// task_not_found) and changes nothing. A report from another worker for a
+// live attempt is wrong_owner; for an attempt still queued, not_claimed.
+//
+// Durability: nothing here is on disk. The run's history is the durable
+// truth: an accepted outcome is answered only once the run actor recorded
+// it, and after a restart every step without a recorded outcome is
+// dispatched again as a new attempt (at least once). Leases of in-node
+// attempts stay in memory on purpose: they cost no write.
+//
+// Thread-safety: every method may be called from any thread. poll() blocks
+// up to its wait (call it from gateway worker threads, never an actor).
+// Limits: queued tasks per queue `queue_tasks_max`, remembered ended
+// attempts `ended_attempts_max`, transport logs of `logged_runs_max` runs.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "actors/messages.hpp"
+#include "durin/clock.hpp"
+#include "durin/step.hpp"
+
+namespace durin::services {
+
+using actors::step_report;
+
+enum class timeout_kind : std::uint8_t {
+  schedule_to_start,
+  start_to_close,
+  schedule_to_close,
+  heartbeat,
+};
+// "schedule-to-start", ...
+const char* to_string(timeout_kind kind);
+
+// One attempt handed to the service by a run actor.
+struct task_spec {
+  std::string tenant = "default";
+  std::string run_id;
+  std::string instance_id;
+  std::string step_id;
+  std::string step_name;
+  std::string attempt_id;
+  std::uint32_t attempt = 1;
+  std::uint64_t call = 0;
+  std::string task_queue;  // empty: runs in the node
+  json args;               // a JSON array: the step's arguments
+  step_timeouts timeouts;
+  // When the step's first attempt was scheduled (schedule-to-close).
+  std::int64_t step_scheduled_at_ms = 0;
+};
+
+enum class attempt_state : std::uint8_t {
+  queued,
+  running,
+  completed,
+  failed,
+  expired,
+  cancelled,
+};
+const char* to_string(attempt_state state);
+
+// What the service shows of one attempt (tasks list, runs describe).
+struct attempt_view {
+  std::string tenant;
+  std::string run_id;
+  std::string step_id;
+  std::string step_name;
+  std::string attempt_id;
+  std::uint32_t attempt = 0;
+  std::string task_queue;
+  attempt_state state = attempt_state::queued;
+  std::string owner;
+  std::int64_t scheduled_at_ms = 0;
+  std::int64_t started_at_ms = 0;
+  std::int64_t lease_expires_ms = 0;
+  std::int64_t ended_at_ms = 0;
+  std::int64_t last_heartbeat_ms = 0;
+  std::uint32_t heartbeats = 0;
+  step_progress progress;
+  std::string timeout;  // the timeout kind that ended it, if one did
+
+  json to_json() const;
+};
+
+// A report the service refused (late, stale, wrong owner...).
+struct refused_report {
+  std::string attempt_id;
+  std::string step_id;
+  std::string owner;
+  std::string what;    // "complete", "fail", "heartbeat"
+  std::string reason;  // stale_attempt, run_cancelled, wrong_owner, ...
+  std::int64_t at_ms = 0;
+
+  json to_json() const;
+};
+
+// The transport's side of one run: every attempt the service saw and every
+// report it refused, beside what the history records.
+struct run_transport {
+  std::vector<attempt_view> attempts;
+  std::vector<refused_report> refused;
+};
+
+// A claimed task as a worker gets it.
+struct claimed_task {
+  task_spec spec;
+  std::string owner;
+  std::int64_t lease_expires_ms = 0;
+};
+
+enum class report_verdict : std::uint8_t {
+  accepted,        // handed to the run; the reply says whether it recorded
+  stale_attempt,   // the attempt ended or lost its lease
+  run_cancelled,   // the run was cancelled
+  task_not_found,  // no such attempt (unknown, or forgotten after a restart)
+  wrong_owner,     // the attempt's lease is held by another worker
+  not_claimed,     // the attempt is queued: nobody holds its lease
+};
+const char* to_string(report_verdict verdict);
+
+struct heartbeat_answer {
+  report_verdict verdict = report_verdict::accepted;
+  bool go_on = false;  // true only for an accepted heartbeat
+  std::int64_t lease_expires_ms = 0;
+};
+
+struct task_service_options {
+  // The lease of a remote attempt whose step has neither a heartbeat nor a
+  // start-to-close timeout.
+  std::int64_t default_lease_ms = 30'000;
+  // How often expiries are looked for: a lapsed lease is redelivered at most
+  // this much after its expiry (plus the run's retry write).
+  std::int64_t reap_interval_ms = 20;
+  std::size_t queue_tasks_max = 100'000;
+  std::size_t ended_attempts_max = 100'000;
+  std::size_t logged_runs_max = 10'000;
+  std::size_t log_entries_max = 64;  // attempts and refusals, per run
+  // A lease held longer than this without a heartbeat counts as stuck.
+  std::int64_t stuck_after_ms = 60'000;
+  // A queue not polled for this long counts as unpolled.
+  std::int64_t unpolled_after_ms = 30'000;
+  std::int64_t poll_wait_ms_max = 60'000;
+};
+
+struct task_stats {
+  std::size_t queued = 0;
+  std::size_t running = 0;
+  std::size_t stuck_leases = 0;
+  std::size_t queued_unpolled = 0;  // waiting on a queue nobody polls
+  std::uint64_t redeliveries = 0;   // attempts ended by a timeout
+  std::uint64_t refused_reports = 0;
+  std::uint64_t completed = 0;
+};
+
+class task_service {
+ public:
+  // Where a finished or timed-out attempt goes: the run's actor.
+  using deliver_function =
+      std::function<bool(const std::string& run_id, step_report report)>;
+
+  task_service(std::shared_ptr<durin::clock> clock, deliver_function deliver,
+               task_service_options options = {});
+  ~task_service();  // stop()
+
+  // Starts the expiry thread.
+  void start();
+  // Stops it and wakes every poller (they return nothing).
+  void stop();
+
+  // Registers an in-node attempt, leased to "node" from now. A live attempt
+  // of the same run is replaced (it becomes stale).
+  void start_local(task_spec spec);
+  // Queues a remote attempt on spec.task_queue. False when the queue is full.
+  bool enqueue(task_spec spec);
+
+  // Claims up to `max_tasks` tasks of (tenant, queue) for `worker`, waiting
+  // up to `wait_ms` for the first (it does not wait for more). A poll
+  // repeating `poll_id` of the same worker claims nothing new while a task
+  // of that poll is still leased to the worker: it gets those tasks back, so
+  // a lost answer costs no lease. wait_ms 0 never blocks (only the lock).
+  std::vector<claimed_task> poll_many(const std::string& tenant,
+                                      const std::string& queue,
+                                      const std::string& worker,
+                                      const std::string& poll_id,
+                                      std::int64_t wait_ms,
+                                      std::size_t max_tasks);
+  // poll_many with max_tasks 1.
+  std::optional<claimed_task> poll(const std::string& tenant,
+                                   const std::string& queue,
+                                   const std::string& worker,
+                                   const std::string& poll_id,
+                                   std::int64_t wait_ms);
+
+  // An attempt's outcome from `owner`. When accepted, the run gets it and
+  // `reply` is called (on an actor thread; it must not block) with whether
+  // it was recorded, once that is durable. Otherwise `reply` is not called.
+  report_verdict report(const std::string& tenant,
+                        const std::string& attempt_id, const std::string& owner,
+                        step_outcome outcome,
+                        std::function<void(report_answer)> reply);
+
+  heartbeat_answer heartbeat(const std::string& tenant,
+                             const std::string& attempt_id,
+                             const std::string& owner,
+                             const step_progress& progress);
+
+  // The run was cancelled: its attempts end, later reports are refused
+  // run_cancelled.
+  void cancel_run(const std::string& run_id);
+  // True when cancel_run was called for the run (remembered for the last
+  // `ended_attempts_max` cancellations): what an in-node step without
+  // timeouts, which the service does not track, learns from a heartbeat.
+  bool run_cancelled(const std::string& run_id) const;
+  // The attempt never started (the executor refused it): it ends silently.
+  void cancel_attempt(const std::string& attempt_id);
+
+  // Live attempts (queued, running) of `tenant`, at most `max`.
+  std::vector<attempt_view> list(const std::string& tenant,
+                                 std::size_t max) const;
+  // What the service remembers of the run's attempts and refusals.
+  run_transport transport_of(const std::string& run_id) const;
+  task_stats stats() const;
+  // Names of queues polled or used, for the operator view.
+  std::vector<std::string> queues(const std::string& tenant) const;
+
+ private:
+  struct attempt {
+    task_spec spec;
+    attempt_view view;
+    std::string poll_id;
+    std::int64_t start_deadline_ms = 0;  // schedule-to-start
+    std::int64_t close_deadline_ms = 0;  // start-to-close
+    std::int64_t step_deadline_ms = 0;   // schedule-to-close
+  };
+  struct queue_state {
+    std::deque<std::string> attempt_ids;
+    std::condition_variable ready;
+    std::int64_t last_poll_ms = 0;
+    std::size_t waiting = 0;
+  };
+  struct ended_attempt {
+    report_verdict reason = report_verdict::stale_attempt;
+  };
+  struct run_log {
+    std::vector<attempt_view> attempts;
+    std::vector<refused_report> refused;
+  };
+  struct expiry {
+    std::string run_id;
+    step_report report;
+  };
+
+  std::int64_t now() const { return clock_->now_ms(); }
+  static std::string queue_key(const std::string& tenant,
+                               const std::string& queue);
+  void reap_loop();
+  std::vector<expiry> collect_expired();
+  // REQUIRES: mutex_ held. Ends `it`, remembering why later reports are
+  // refused, and updates the run's log.
+  void end_locked(std::unordered_map<std::string, attempt>::iterator it,
+                  attempt_state state, report_verdict later);
+  void replace_live_locked(const std::string& run_id);
+  void log_locked(const attempt_view& view);
+  void refuse_locked(const std::string& run_id, refused_report refusal);
+  report_verdict ended_verdict_locked(const std::string& attempt_id) const;
+  void arm_lease_locked(attempt& entry);
+  claimed_task claim_locked(attempt& entry, const std::string& worker,
+                            const std::string& poll_id);
+
+  std::shared_ptr<durin::clock> clock_;
+  deliver_function deliver_;
+  task_service_options options_;
+
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, attempt> live_;        // by attempt id
+  std::unordered_map<std::string, std::string> by_run_;  // run -> attempt
+  std::unordered_set<std::string> with_deadline_;        // attempt ids
+  std::unordered_map<std::string, std::unique_ptr<queue_state>> queues_;
+  std::unordered_map<std::string, ended_attempt> ended_;
+  std::deque<std::string> ended_order_;
+  std::unordered_set<std::string> cancelled_runs_;
+  std::deque<std::string> cancelled_order_;
+  std::unordered_map<std::string, run_log> logs_;
+  std::deque<std::string> log_order_;
+  // (worker, poll id) -> the attempts that poll claimed and still holds
+  std::unordered_map<std::string, std::vector<std::string>> polls_;
+  std::uint64_t redeliveries_ = 0;
+  std::uint64_t refused_ = 0;
+  std::uint64_t completed_ = 0;
+
+  bool stopping_ = false;
+  std::condition_variable reaper_wake_;
+  std::thread reaper_;
+};
+
+}  // namespace durin::services

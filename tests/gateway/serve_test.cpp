@@ -1,0 +1,1106 @@
+// End-to-end tests of `durin serve`: every rule of request idempotency
+// (seeds/001, issue 4 rules 1-7), every route, auth and tenants, bad input,
+// crashes and races, against real server processes over loopback.
+//
+// Method: each test starts its own `durin serve` on a fresh data dir with
+// --listen 127.0.0.1:0 (tests/support/serve_process.hpp) and talks HTTP to
+// it. Test-only knobs of the server: DURIN_TEST_HOLD_MS (a keyed request
+// holds its key that long before acting, so a repeat can arrive while it
+// runs) and DURIN_KILL_AT=gateway.after_hold:1 / gateway.after_admit:1 (the
+// server SIGKILLs itself at that point of a keyed request).
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <cstdio>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "tests/support/serve_process.hpp"
+#include "tests/support/temp_dir.hpp"
+
+namespace durin::testing {
+namespace {
+
+const std::string conflict_text =
+    "Idempotency-Key was reused with a different request body. Use a fresh "
+    "key or the original body.";
+const std::string in_flight_text =
+    "A request with this Idempotency-Key is still running. Retry after it "
+    "answers (Retry-After), and you'll get its answer.";
+
+json review(const std::string& order) {
+  return {{"flow", "acme.review-order"}, {"input", {{"orderId", order}}}};
+}
+
+class ServeTest : public ::testing::Test {
+ protected:
+  void start(std::vector<std::string> env = {}) {
+    server_.reset();
+    server_ = std::make_unique<serve_process>(dir_.path(), std::move(env));
+  }
+  api_client admin() { return {server_->address(), server_->admin_key()}; }
+  api_client as(const std::string& key) { return {server_->address(), key}; }
+
+  // Runs of the tenant of `client` whose input names `order`.
+  int runs_for(api_client& client, const std::string& order) {
+    auto page = client.get("/v1/runs?limit=1000");
+    EXPECT_EQ(page.status, 200u) << page.body;
+    int count = 0;
+    for (auto& run : page.value["runs"]) {
+      if (run["input"].value("orderId", "") == order) {
+        ++count;
+      }
+    }
+    return count;
+  }
+
+  void SetUp() override { start(); }
+
+  temp_dir dir_;
+  std::unique_ptr<serve_process> server_;
+};
+
+// Rule 1: a repeat after the first answered gets it again byte for byte,
+// marked as a replay, with the status as it was then.
+TEST_F(ServeTest, Rule1_RepeatAfterAnswerReplaysTheFirstResponse) {
+  auto client = admin();
+  auto first = client.post("/v1/runs", review("A-1"), "key-1");
+  ASSERT_EQ(first.status, 200u) << first.body;
+  EXPECT_EQ(first.value["status"], "completed");
+  EXPECT_EQ(first.headers.count("idempotent-replayed"), 0u);
+  auto again = client.post("/v1/runs", review("A-1"), "key-1");
+  ASSERT_EQ(again.status, 200u);
+  EXPECT_EQ(again.body, first.body);
+  EXPECT_EQ(again.headers["idempotent-replayed"], "true");
+  // The status as it was then: a background start answered `pending`.
+  json background = review("A-2");
+  background["wait"] = false;
+  auto pending = client.post("/v1/runs", background, "key-2");
+  ASSERT_EQ(pending.status, 202u) << pending.body;
+  std::string id = pending.value["id"];
+  ASSERT_TRUE(eventually([&] {
+    return client.get("/v1/runs/" + id).value["status"] == "completed";
+  }));
+  auto replay = client.post("/v1/runs", background, "key-2");
+  EXPECT_EQ(replay.body, pending.body);
+  EXPECT_EQ(replay.value["status"], pending.value["status"]);
+  EXPECT_EQ(runs_for(client, "A-1"), 1);
+  EXPECT_EQ(runs_for(client, "A-2"), 1);
+}
+
+// Rule 2 (and rule 4 while running): a repeat while the first still runs is
+// refused with idempotency-key-in-flight and Retry-After: 5; another
+// request with the key is a conflict; after the first answers, the repeat
+// gets its answer.
+TEST_F(ServeTest, Rule2_RepeatWhileInFlightIsRefused) {
+  start({"DURIN_TEST_HOLD_MS=1500"});
+  api_client::answer first;
+  std::thread runner([&] {
+    auto client = admin();
+    first = client.post("/v1/runs", review("B-1"), "key-b");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  auto client = admin();
+  auto repeat = client.post("/v1/runs", review("B-1"), "key-b");
+  EXPECT_EQ(repeat.status, 409u);
+  EXPECT_EQ(repeat.code(), "idempotency-key-in-flight");
+  EXPECT_EQ(repeat.value["message"], in_flight_text);
+  EXPECT_EQ(repeat.headers["retry-after"], "5");
+  auto other = client.post("/v1/runs", review("B-2"), "key-b");
+  EXPECT_EQ(other.status, 409u);
+  EXPECT_EQ(other.code(), "conflict");
+  EXPECT_EQ(other.value["message"], conflict_text);
+  runner.join();
+  ASSERT_EQ(first.status, 200u) << first.body;
+  auto after = client.post("/v1/runs", review("B-1"), "key-b");
+  EXPECT_EQ(after.body, first.body);
+  EXPECT_EQ(runs_for(client, "B-1"), 1);
+  EXPECT_EQ(runs_for(client, "B-2"), 0);
+}
+
+// Rule 3: the server dies (SIGKILL) after holding the key durably and before
+// starting; after a restart the key is free at once and the retry starts one
+// run.
+TEST_F(ServeTest, Rule3_KeyOfACrashedRequestIsFreeAfterRestart) {
+  start({"DURIN_KILL_AT=gateway.after_hold:1"});
+  {
+    auto client = admin();
+    auto lost = client.post("/v1/runs", review("C-1"), "key-c");
+    EXPECT_FALSE(lost.error.empty()) << lost.body;
+  }
+  EXPECT_TRUE(server_->wait_killed());
+  start();
+  auto client = admin();
+  auto retry = client.post("/v1/runs", review("C-1"), "key-c");
+  ASSERT_EQ(retry.status, 200u) << retry.body;
+  EXPECT_EQ(runs_for(client, "C-1"), 1);
+}
+
+// Rule 3, crash after the run was admitted: the retry answers that run and
+// never starts a second one.
+TEST_F(ServeTest, Rule3_CrashAfterAdmissionRetryGivesTheSameSingleRun) {
+  start({"DURIN_KILL_AT=gateway.after_admit:1"});
+  {
+    auto client = admin();
+    auto lost = client.post("/v1/runs", review("C-2"), "key-c2");
+    EXPECT_FALSE(lost.error.empty()) << lost.body;
+  }
+  EXPECT_TRUE(server_->wait_killed());
+  start();
+  auto client = admin();
+  auto retry = client.post("/v1/runs", review("C-2"), "key-c2");
+  ASSERT_EQ(retry.status, 200u) << retry.body;
+  EXPECT_EQ(runs_for(client, "C-2"), 1);
+  auto again = client.post("/v1/runs", review("C-2"), "key-c2");
+  EXPECT_EQ(again.body, retry.body);
+}
+
+// Rule 3, kill -9 from outside while a keyed start is in flight.
+TEST_F(ServeTest, Rule3_KillNineMidKeyedStartThenRetryGivesOneRun) {
+  start({"DURIN_TEST_HOLD_MS=2000"});
+  std::thread runner([&] {
+    auto client = admin();
+    (void)client.post("/v1/runs", review("C-3"), "key-c3");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  server_->kill9();
+  runner.join();
+  start();
+  auto client = admin();
+  auto retry = client.post("/v1/runs", review("C-3"), "key-c3");
+  ASSERT_EQ(retry.status, 200u) << retry.body;
+  EXPECT_EQ(runs_for(client, "C-3"), 1);
+}
+
+// One run per key across a kill -9 on either side of the admission's group
+// write (kill points committer.before_write / committer.after_write, armed
+// for the first write after a restart): the key's record rides in the
+// admission batch, so the retry either starts the only run or answers the
+// one that landed. For waited and background starts, with and without a
+// start hook.
+TEST_F(ServeTest, Rule3_KillNineAroundTheAdmissionWriteNeverGivesTwoRuns) {
+  int round = 0;
+  for (std::string point :
+       {"committer.before_write", "committer.after_write"}) {
+    for (bool wait : {true, false}) {
+      for (bool hooked : {false, true}) {
+        std::string order = "K-" + std::to_string(++round);
+        json request = review(order);
+        request["wait"] = wait;
+        if (hooked) {
+          request["hook"] = {{"token", "review:" + order}};
+        }
+        std::string key = "key-kill-" + order;
+        SCOPED_TRACE(point + " wait=" + std::to_string(wait) +
+                     " hooked=" + std::to_string(hooked));
+        ASSERT_EQ(server_->terminate(), 0);
+        start({"DURIN_KILL_AT=" + point + ":1"});
+        {
+          auto client = admin();
+          auto lost = client.post("/v1/runs", request, key);
+          EXPECT_FALSE(lost.error.empty()) << point << " " << lost.body;
+        }
+        ASSERT_TRUE(server_->wait_killed()) << point;
+        start();
+        auto client = admin();
+        auto retry = client.post("/v1/runs", request, key);
+        ASSERT_EQ(retry.status, wait ? 200u : 202u)
+            << point << " wait=" << wait << " hooked=" << hooked << " "
+            << retry.body;
+        // Landed before the kill: a background start's kept answer is
+        // replayed as the admission wrote it.
+        bool landed = point == "committer.after_write";
+        EXPECT_EQ(retry.headers.count("idempotent-replayed"),
+                  landed && !wait ? 1u : 0u)
+            << point << " wait=" << wait;
+        auto again = client.post("/v1/runs", request, key);
+        EXPECT_EQ(again.body, retry.body);
+        EXPECT_EQ(again.value["id"], retry.value["id"]);
+        EXPECT_EQ(runs_for(client, order), 1)
+            << point << " wait=" << wait << " hooked=" << hooked;
+        // Quiet before the next restart: the kill point must meet that
+        // round's admission, not this run's later writes (its end, the
+        // release of its token).
+        std::string id = retry.value["id"];
+        ASSERT_TRUE(eventually([&] {
+          return client.get("/v1/runs/" + id).value["status"] == "completed" &&
+                 (!hooked ||
+                  client.get("/v1/hooks/review:" + order).status == 404u);
+        }));
+      }
+    }
+  }
+}
+
+// A waited start answers once its run waits for something (here a hook),
+// told by the store rather than by polling; the run stays waiting.
+TEST_F(ServeTest, WaitedStartAnswersWhenTheRunWaits) {
+  auto client = admin();
+  auto started =
+      client.post("/v1/runs",
+                  {{"flow", "acme.order-notes"},
+                   {"input", {{"orderId", "W-1"}, {"note", "first"}}}},
+                  "key-waits");
+  ASSERT_EQ(started.status, 200u) << started.body;
+  EXPECT_EQ(started.value["status"], "waiting");
+  auto hook = client.get("/v1/hooks/order:W-1");
+  EXPECT_EQ(hook.status, 200u) << hook.body;
+  EXPECT_EQ(hook.value["runId"], started.value["id"]);
+}
+
+// A waited keyed start keeps its answer in the write that records the run
+// completed (or waiting), not in a write of its own: it costs the fsync'd
+// groups of the same start without a key. The answer replays byte for byte,
+// across a restart too, and one waiting on a hook is kept as it was then.
+TEST_F(ServeTest, AWaitedKeyedStartKeepsItsAnswerInTheRunsSettlingWrite) {
+  auto groups = [&] {
+    auto metrics = admin().get("/metrics");
+    std::string name = "\ndurin_commit_groups_total ";
+    auto at = metrics.body.find(name);
+    EXPECT_NE(at, std::string::npos) << metrics.body;
+    return at == std::string::npos
+               ? -1L
+               : std::stol(metrics.body.substr(at + name.size()));
+  };
+  auto client = admin();
+  auto before = groups();
+  auto plain = client.post("/v1/runs", review("S-1"));
+  ASSERT_EQ(plain.status, 200u) << plain.body;
+  auto plain_groups = groups() - before;
+  before = groups();
+  auto keyed = client.post("/v1/runs", review("S-2"), "settle-1");
+  ASSERT_EQ(keyed.status, 200u) << keyed.body;
+  ASSERT_EQ(keyed.value["status"], "completed");
+  EXPECT_EQ(groups() - before, plain_groups);
+  json notes = {{"flow", "acme.order-notes"},
+                {"input", {{"orderId", "S-W"}, {"note", "n"}}}};
+  auto waiting = client.post("/v1/runs", notes, "settle-2");
+  ASSERT_EQ(waiting.value["status"], "waiting") << waiting.body;
+  ASSERT_EQ(server_->terminate(), 0);
+  start();
+  auto restarted = admin();
+  auto again = restarted.post("/v1/runs", review("S-2"), "settle-1");
+  EXPECT_EQ(again.body, keyed.body);
+  EXPECT_EQ(again.headers["idempotent-replayed"], "true");
+  auto still = restarted.post("/v1/runs", notes, "settle-2");
+  EXPECT_EQ(still.body, waiting.body);
+  EXPECT_EQ(still.value["status"], "waiting");
+}
+
+// A waited start is answered by the thread that sees its run settle; one
+// that takes longer than about a second (here a step waiting for a remote
+// worker) is handed to a gateway worker, and is answered just the same once
+// the run ends: completed, and replayed byte for byte under its key.
+TEST_F(ServeTest, AWaitedStartOutlastingItsHandOverIsAnsweredWhenItSettles) {
+  json body = {{"flow", "acme.remote-echo"}, {"input", {{"value", "sent"}}}};
+  auto waited = std::async(std::launch::async, [&] {
+    return admin().post("/v1/runs", body, "slow-1");
+  });
+  auto client = admin();
+  json task;
+  for (int i = 0; i < 100 && task.is_null(); ++i) {
+    auto polled = client.post("/v1/task-queues/workers/poll",
+                              {{"workerId", "w1"}, {"waitMs", 100}});
+    ASSERT_EQ(polled.status, 200u) << polled.body;
+    task = polled.value["task"];
+  }
+  ASSERT_FALSE(task.is_null());
+  // Handed over to a worker, and still unanswered: the run has not ended.
+  const std::string handed = "\ndurin_waited_starts_handed_over_total 1\n";
+  bool handed_over = false;
+  for (int i = 0; i < 100 && !handed_over; ++i) {
+    handed_over = client.get("/metrics").body.find(handed) != std::string::npos;
+    if (!handed_over) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ASSERT_TRUE(handed_over);
+  ASSERT_EQ(waited.wait_for(std::chrono::seconds(0)),
+            std::future_status::timeout);
+  auto done = client.post(
+      "/v1/tasks/" + task["attemptId"].get<std::string>() + "/complete",
+      {{"workerId", "w1"}, {"result", "echoed"}});
+  ASSERT_EQ(done.status, 200u) << done.body;
+  auto answer = waited.get();
+  ASSERT_EQ(answer.status, 200u) << answer.body;
+  EXPECT_EQ(answer.value["status"], "completed");
+  EXPECT_EQ(answer.value["output"]["value"], "echoed");
+  auto again = client.post("/v1/runs", body, "slow-1");
+  EXPECT_EQ(again.body, answer.body);
+  EXPECT_EQ(again.headers["idempotent-replayed"], "true");
+  auto page = client.get("/v1/runs?flow=acme.remote-echo");
+  EXPECT_EQ(page.value["runs"].size(), 1u) << page.body;
+}
+
+// Waited starts answered from the run's actor keep every rule under load:
+// 200 starts on 16 connections, half keyed and each key sent twice at once,
+// give one run per key, and every answer is the run ended or a refusal of
+// a key still in flight.
+TEST_F(ServeTest, ConcurrentWaitedStartsAnswerOncePerRunAndKey) {
+  constexpr int clients = 16;
+  constexpr int per_client = 12;
+  std::vector<std::thread> threads;
+  std::mutex mutex;
+  std::map<std::string, std::set<std::string>> runs_by_key;
+  int unkeyed_runs = 0;
+  std::vector<std::string> problems;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      auto client = admin();
+      for (int i = 0; i < per_client; ++i) {
+        // Clients c and c^1 send the same keys at once.
+        std::string key =
+            i % 2 == 0 ? ""
+                       : "k-" + std::to_string(c / 2) + "-" + std::to_string(i);
+        auto answer =
+            client.post("/v1/runs",
+                        {{"flow", "acme.review-order"},
+                         {"input", {{"orderId", key.empty() ? "U" : key}}}},
+                        key);
+        std::lock_guard lock(mutex);
+        if (answer.status == 200u && answer.value["status"] == "completed") {
+          if (key.empty()) {
+            ++unkeyed_runs;
+          } else {
+            runs_by_key[key].insert(answer.value["id"].get<std::string>());
+          }
+        } else if (answer.status != 409u ||
+                   answer.code() != "idempotency-key-in-flight") {
+          problems.push_back(std::to_string(answer.status) + " " + answer.body);
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) {
+    thread.join();
+  }
+  EXPECT_TRUE(problems.empty()) << problems.front();
+  EXPECT_EQ(unkeyed_runs, clients * per_client / 2);
+  auto client = admin();
+  for (const auto& [key, ids] : runs_by_key) {
+    EXPECT_EQ(ids.size(), 1u) << key;
+    EXPECT_EQ(runs_for(client, key), 1) << key;
+  }
+  EXPECT_EQ(runs_for(client, "U"), clients * per_client / 2);
+}
+
+// GET /metrics carries durin_runs{status=...}, a gauge of the runs stored
+// by status: it moves with the runs and is right again after a restart.
+TEST_F(ServeTest, MetricsGaugeRunsByStatusAcrossRestarts) {
+  auto gauge = [&](const std::string& status) {
+    auto metrics = admin().get("/metrics");
+    EXPECT_EQ(metrics.status, 200u);
+    std::string name = "durin_runs{status=\"" + status + "\"} ";
+    auto at = metrics.body.find(name);
+    if (at == std::string::npos) {
+      ADD_FAILURE() << "no " << name << " in " << metrics.body;
+      return -1L;
+    }
+    return std::stol(metrics.body.substr(at + name.size()));
+  };
+  EXPECT_NE(admin().get("/metrics").body.find("# TYPE durin_runs gauge"),
+            std::string::npos);
+  EXPECT_EQ(gauge("completed"), 0);
+  auto client = admin();
+  for (int i = 0; i < 3; ++i) {
+    auto done = client.post("/v1/runs", review("G-" + std::to_string(i)));
+    ASSERT_EQ(done.status, 200u) << done.body;
+    ASSERT_EQ(done.value["status"], "completed");
+  }
+  auto waiting =
+      client.post("/v1/runs", {{"flow", "acme.order-notes"},
+                               {"input", {{"orderId", "G-W"}, {"note", "n"}}}});
+  ASSERT_EQ(waiting.value["status"], "waiting") << waiting.body;
+  EXPECT_EQ(gauge("completed"), 3);
+  EXPECT_EQ(gauge("waiting"), 1);
+  EXPECT_EQ(gauge("pending"), 0);
+  EXPECT_EQ(gauge("running"), 0);
+  ASSERT_EQ(server_->terminate(), 0);
+  start();
+  EXPECT_EQ(gauge("completed"), 3);
+  EXPECT_EQ(gauge("waiting"), 1);
+  auto resumed = admin().post("/v1/hooks/order:G-W/resume",
+                              {{"payload", {{"note", "end"}, {"done", true}}}});
+  ASSERT_EQ(resumed.status, 200u) << resumed.body;
+  EXPECT_TRUE(eventually([&] { return gauge("completed") == 4; }));
+  EXPECT_EQ(gauge("waiting"), 0);
+  EXPECT_EQ(gauge("running"), 0);
+}
+
+// The webhook URL a run of acme.await-webhook published in its history.
+std::string webhook_url_of(api_client& client, const std::string& run_id) {
+  std::string url;
+  eventually([&] {
+    auto history = client.get("/v1/runs/" + run_id + "/history");
+    auto at = history.body.find("/v1/webhooks/wh_");
+    if (at == std::string::npos) {
+      return false;
+    }
+    url = history.body.substr(at, history.body.find('"', at) - at);
+    return true;
+  });
+  return url;
+}
+
+// POST /v1/webhooks/{token} needs no API key: it finds the token's tenant
+// in the webhook index and hands the run the request's method, headers and
+// body. A released token, an unknown one and a plain hook's token answer
+// 404 with an empty body; another tenant cannot see the webhook's hook.
+TEST_F(ServeTest, WebhookDeliversMethodHeadersAndBodyWithoutAnApiKey) {
+  auto client = admin();
+  auto tenant = client.post("/v1/tenants", {{"name", "hooks-b"}});
+  ASSERT_EQ(tenant.status, 201u) << tenant.body;
+  auto other = as(tenant.value["apiKey"]["secret"]);
+  auto run = other.post("/v1/runs", {{"flow", "acme.await-webhook"}});
+  ASSERT_EQ(run.status, 200u) << run.body;
+  EXPECT_EQ(run.value["status"], "waiting");
+  std::string id = run.value["id"];
+  std::string url = webhook_url_of(other, id);
+  ASSERT_FALSE(url.empty());
+  std::string token = url.substr(std::string("/v1/webhooks/").size());
+  // Another tenant sees no such hook.
+  EXPECT_EQ(client.get("/v1/hooks/" + token).status, 404u);
+  EXPECT_EQ(other.get("/v1/hooks/" + token).status, 200u);
+  api_client anonymous(server_->address(), "");
+  auto delivered = anonymous.send(
+      "POST", url, R"({"paid":true})",
+      {{"Content-Type", "application/json"}, {"X-Signature", "sig-1"}});
+  EXPECT_EQ(delivered.status, 202u) << delivered.body;
+  ASSERT_TRUE(eventually([&] {
+    return other.get("/v1/runs/" + id).value["status"] == "completed";
+  }));
+  auto output = other.get("/v1/runs/" + id).value["output"];
+  EXPECT_EQ(output["method"], "POST");
+  EXPECT_EQ(output["headers"]["x-signature"], "sig-1");
+  EXPECT_EQ(output["body"], json({{"paid", true}}));
+  // Released with the run: 404, empty body.
+  ASSERT_TRUE(eventually([&] {
+    auto again = anonymous.post(url, json::object());
+    return again.status == 404u && again.body.empty();
+  }));
+  auto unknown = anonymous.post("/v1/webhooks/wh_nothing", json::object());
+  EXPECT_EQ(unknown.status, 404u);
+  EXPECT_TRUE(unknown.body.empty());
+  // A plain hook's token is not a webhook, even when it looks like one.
+  auto plain =
+      client.post("/v1/runs", {{"flow", "acme.order-notes"},
+                               {"input", {{"orderId", "P-1"}, {"note", "n"}}},
+                               {"hook", {{"token", "wh_plain"}}}});
+  ASSERT_EQ(plain.status, 200u) << plain.body;
+  auto refused = anonymous.post("/v1/webhooks/wh_plain", json::object());
+  EXPECT_EQ(refused.status, 404u);
+  EXPECT_TRUE(refused.body.empty());
+}
+
+// Rule 4: the same key with another body, other options or another route is
+// a conflict and starts nothing; spacing and key order do not matter.
+TEST_F(ServeTest, Rule4_SameKeyWithADifferentRequestIsAConflict) {
+  auto client = admin();
+  auto first = client.post("/v1/runs", review("D-1"), "key-d");
+  ASSERT_EQ(first.status, 200u);
+  auto other_body = client.post("/v1/runs", review("D-2"), "key-d");
+  EXPECT_EQ(other_body.status, 409u);
+  EXPECT_EQ(other_body.code(), "conflict");
+  EXPECT_EQ(other_body.value["message"], conflict_text);
+  json other_options = review("D-1");
+  other_options["wait"] = false;
+  EXPECT_EQ(client.post("/v1/runs", other_options, "key-d").code(), "conflict");
+  std::string id = first.value["id"];
+  EXPECT_EQ(
+      client.post("/v1/runs/" + id + "/cancel", json::object(), "key-d").code(),
+      "conflict");
+  auto reordered = client.send("POST", "/v1/runs",
+                               "{ \"input\" : {\"orderId\":\"D-1\"},\n  "
+                               "\"flow\":\"acme.review-order\" }",
+                               {{"Idempotency-Key", "key-d"}});
+  EXPECT_EQ(reordered.status, 200u);
+  EXPECT_EQ(reordered.body, first.body);
+  EXPECT_EQ(runs_for(client, "D-2"), 0);
+  EXPECT_EQ(runs_for(client, "D-1"), 1);
+}
+
+// Rule 5: refused requests keep nothing; the key works once the cause is
+// fixed.
+TEST_F(ServeTest, Rule5_OnlySuccessfulAnswersAreKept) {
+  auto client = admin();
+  auto missing = client.post(
+      "/v1/runs", {{"flow", "acme.not-yet"}, {"input", json::object()}},
+      "key-e");
+  EXPECT_EQ(missing.status, 404u);
+  EXPECT_EQ(missing.code(), "flow-not-found");
+  auto bad = client.post("/v1/runs", {{"flow", 7}}, "key-e");
+  EXPECT_EQ(bad.status, 400u);
+  EXPECT_EQ(bad.code(), "invalid-argument");
+  auto fixed = client.post("/v1/runs", review("E-1"), "key-e");
+  EXPECT_EQ(fixed.status, 200u) << fixed.body;
+  EXPECT_EQ(fixed.headers.count("idempotent-replayed"), 0u);
+  auto gone = client.post("/v1/runs/run_nope/cancel", json::object(), "key-e2");
+  EXPECT_EQ(gone.code(), "run-not-found");
+  auto works = client.post("/v1/runs", review("E-2"), "key-e2");
+  EXPECT_EQ(works.status, 200u) << works.body;
+}
+
+// Rule 6: keys are per tenant and per caller.
+TEST_F(ServeTest, Rule6_KeysArePerTenantAndPerCaller) {
+  auto client = admin();
+  auto mine = client.post("/v1/runs", review("F-1"), "key-f");
+  ASSERT_EQ(mine.status, 200u);
+  auto second = client.post("/v1/api-keys", {{"name", "second"}});
+  ASSERT_EQ(second.status, 201u) << second.body;
+  auto colleague = as(second.value["secret"]);
+  auto theirs = colleague.post("/v1/runs", review("F-1"), "key-f");
+  ASSERT_EQ(theirs.status, 200u);
+  EXPECT_EQ(theirs.headers.count("idempotent-replayed"), 0u);
+  EXPECT_NE(theirs.value["id"], mine.value["id"]);
+  auto tenant = client.post("/v1/tenants", {{"name", "other"}});
+  ASSERT_EQ(tenant.status, 201u) << tenant.body;
+  auto stranger = as(tenant.value["apiKey"]["secret"]);
+  auto foreign = stranger.post("/v1/runs", review("F-1"), "key-f");
+  ASSERT_EQ(foreign.status, 200u);
+  EXPECT_NE(foreign.value["id"], mine.value["id"]);
+  EXPECT_EQ(runs_for(client, "F-1"), 2);
+  EXPECT_EQ(runs_for(stranger, "F-1"), 1);
+}
+
+// Rule 7: an answer with a secret is never kept; a retry is refused with
+// idempotency-key-replay-withheld and creates nothing.
+TEST_F(ServeTest, Rule7_SecretsAreNeverReplayed) {
+  auto client = admin();
+  auto created = client.post("/v1/api-keys", {{"name", "ci"}}, "key-g");
+  ASSERT_EQ(created.status, 201u) << created.body;
+  std::string secret = created.value["secret"];
+  auto retry = client.post("/v1/api-keys", {{"name", "ci"}}, "key-g");
+  EXPECT_EQ(retry.status, 409u);
+  EXPECT_EQ(retry.code(), "idempotency-key-replay-withheld");
+  EXPECT_NE(retry.value["message"].get<std::string>().find("succeeded at"),
+            std::string::npos);
+  EXPECT_EQ(retry.body.find(secret), std::string::npos);
+  auto keys = client.get("/v1/api-keys");
+  EXPECT_EQ(keys.value["apiKeys"].size(), 2u) << keys.body;  // admin + ci
+  auto tenant = client.post("/v1/tenants", {{"name", "t"}}, "key-h");
+  ASSERT_EQ(tenant.status, 201u);
+  auto again = client.post("/v1/tenants", {{"name", "t"}}, "key-h");
+  EXPECT_EQ(again.code(), "idempotency-key-replay-withheld");
+  EXPECT_EQ(
+      again.body.find(tenant.value["apiKey"]["secret"].get<std::string>()),
+      std::string::npos);
+}
+
+// Rule 8: kept keys survive a restart (they are in the `requests` family).
+TEST_F(ServeTest, Rule8_KeptAnswersSurviveARestart) {
+  std::string body;
+  {
+    auto client = admin();
+    body = client.post("/v1/runs", review("H-1"), "key-h").body;
+  }
+  ASSERT_EQ(server_->terminate(), 0);
+  start();
+  auto client = admin();
+  auto replay = client.post("/v1/runs", review("H-1"), "key-h");
+  EXPECT_EQ(replay.body, body);
+  EXPECT_EQ(replay.headers["idempotent-replayed"], "true");
+}
+
+// 64 clients send the same keyed start at once: one run; every answer is the
+// run or idempotency-key-in-flight.
+TEST_F(ServeTest, RaceOf64SameKeyStartsGivesOneRun) {
+  constexpr int clients = 64;
+  std::vector<api_client::answer> answers(clients);
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < clients; ++i) {
+    threads.emplace_back([&, i] {
+      auto client = admin();
+      (void)client.get("/healthz");  // connect first
+      ready.fetch_add(1);
+      while (ready.load() < clients) {
+        std::this_thread::yield();
+      }
+      answers[i] = client.post("/v1/runs", review("R-1"), "key-race");
+    });
+  }
+  for (auto& thread : threads) {
+    thread.join();
+  }
+  std::string id;
+  int runs = 0;
+  for (auto& answer : answers) {
+    if (answer.status == 200) {
+      ++runs;
+      if (id.empty()) {
+        id = answer.value["id"];
+      }
+      EXPECT_EQ(answer.value["id"], id);
+    } else {
+      EXPECT_EQ(answer.status, 409u) << answer.body << answer.error;
+      EXPECT_EQ(answer.code(), "idempotency-key-in-flight");
+    }
+  }
+  EXPECT_GE(runs, 1);
+  auto client = admin();
+  EXPECT_EQ(runs_for(client, "R-1"), 1);
+}
+
+// Every route answers as documented, with tenants isolated.
+TEST_F(ServeTest, RoutesAnswerAsDocumented) {
+  auto client = admin();
+  auto health = api_client(server_->address(), "").get("/healthz");
+  EXPECT_EQ(health.status, 200u);
+  auto run = client.post("/v1/runs", review("K-1"));
+  ASSERT_EQ(run.status, 200u);
+  for (auto field : {"id", "flow", "status", "input", "output", "error",
+                     "createdAt", "startedAt", "completedAt"}) {
+    EXPECT_TRUE(run.value.contains(field)) << field;
+  }
+  EXPECT_EQ(run.value["output"]["orderId"], "K-1");
+  std::string created = run.value["createdAt"];
+  EXPECT_EQ(created.size(), 24u) << created;  // 2026-01-01T00:00:00.000Z
+  std::string id = run.value["id"];
+  EXPECT_EQ(client.get("/v1/runs/" + id).value["id"], id);
+  auto history = client.get("/v1/runs/" + id + "/history");
+  ASSERT_EQ(history.status, 200u);
+  EXPECT_GE(history.value["events"].size(), 2u);
+  EXPECT_EQ(history.value["events"][0]["sequence"], 1);
+  (void)client.post("/v1/runs", review("K-2"));
+  auto page = client.get("/v1/runs?limit=1&flow=acme.review-order");
+  ASSERT_EQ(page.value["runs"].size(), 1u);
+  EXPECT_EQ(page.value["runs"][0]["input"]["orderId"], "K-2");  // newest
+  std::string cursor = page.value["nextCursor"];
+  auto next = client.get("/v1/runs?limit=1&cursor=" + cursor);
+  EXPECT_EQ(next.value["runs"][0]["input"]["orderId"], "K-1");
+  EXPECT_EQ(client.get("/v1/runs?status=completed").value["runs"].size(), 2u);
+  EXPECT_EQ(client.get("/v1/runs?status=bogus").code(), "invalid-argument");
+  // Cancel a sleeping run; cancelling again is run-finished.
+  auto sleeper = client.post(
+      "/v1/runs", {{"flow", "acme.sleep"}, {"input", {{"ms", 600000}}}});
+  ASSERT_EQ(sleeper.status, 200u) << sleeper.body;
+  EXPECT_EQ(sleeper.value["status"], "waiting");
+  std::string sleeper_id = sleeper.value["id"];
+  auto cancelled = client.post("/v1/runs/" + sleeper_id + "/cancel",
+                               {{"reason", "test"}}, "cancel-1");
+  EXPECT_EQ(cancelled.status, 200u) << cancelled.body;
+  EXPECT_EQ(cancelled.value["status"], "cancelled");
+  auto replayed = client.post("/v1/runs/" + sleeper_id + "/cancel",
+                              {{"reason", "test"}}, "cancel-1");
+  EXPECT_EQ(replayed.body, cancelled.body);
+  auto twice =
+      client.post("/v1/runs/" + sleeper_id + "/cancel", json::object());
+  EXPECT_EQ(twice.status, 409u);
+  EXPECT_EQ(twice.code(), "run-finished");
+  auto flaky = client.post(
+      "/v1/runs", {{"flow", "acme.flaky"}, {"input", {{"failures", 1}}}});
+  ASSERT_EQ(flaky.status, 200u) << flaky.body;
+  EXPECT_TRUE(flaky.value["status"] == "completed" ||
+              flaky.value["status"] == "waiting");
+  EXPECT_EQ(client.get("/v1/runs/run_missing").code(), "run-not-found");
+  EXPECT_EQ(client.get("/v1/runs/run_missing").status, 404u);
+  // Another tenant sees none of it.
+  auto tenant = client.post("/v1/tenants", {{"name", "acme"}});
+  ASSERT_EQ(tenant.status, 201u);
+  EXPECT_TRUE(tenant.value["id"].is_string());
+  EXPECT_TRUE(tenant.value["apiKey"]["id"].is_string());
+  auto stranger = as(tenant.value["apiKey"]["secret"]);
+  EXPECT_EQ(stranger.get("/v1/runs/" + id).code(), "run-not-found");
+  EXPECT_EQ(stranger.get("/v1/runs/" + id + "/history").code(),
+            "run-not-found");
+  EXPECT_EQ(stranger.post("/v1/runs/" + id + "/cancel", json::object()).code(),
+            "run-not-found");
+  EXPECT_EQ(stranger.get("/v1/runs").value["runs"].size(), 0u);
+  EXPECT_EQ(stranger.post("/v1/tenants", {{"name", "x"}}).status, 403u);
+  // Keys: create, list, revoke; a revoked key is refused.
+  auto key = client.post("/v1/api-keys", {{"name", "temp"}});
+  ASSERT_EQ(key.status, 201u);
+  for (auto field : {"id", "name", "secret", "createdAt"}) {
+    EXPECT_TRUE(key.value.contains(field)) << field;
+  }
+  auto temp = as(key.value["secret"]);
+  EXPECT_EQ(temp.get("/v1/runs").status, 200u);
+  std::string key_id = key.value["id"];
+  EXPECT_EQ(stranger.send("DELETE", "/v1/api-keys/" + key_id).code(),
+            "api-key-not-found");
+  EXPECT_EQ(client.send("DELETE", "/v1/api-keys/" + key_id).status, 200u);
+  EXPECT_EQ(temp.get("/v1/runs").status, 401u);
+  EXPECT_EQ(client.send("DELETE", "/v1/api-keys/" + key_id).status, 404u);
+  // Metrics.
+  auto metrics = client.get("/metrics");
+  EXPECT_EQ(metrics.status, 200u);
+  EXPECT_NE(metrics.body.find("durin_http_requests_total"), std::string::npos);
+  EXPECT_NE(metrics.body.find("durin_commit_batches_per_group"),
+            std::string::npos);
+  // Webhooks: an unknown token is 404 with an empty body, without a key.
+  auto unknown = api_client(server_->address(), "")
+                     .post("/v1/webhooks/wh_unknown", json::object());
+  EXPECT_EQ(unknown.status, 404u);
+  EXPECT_TRUE(unknown.body.empty());
+}
+
+// Verified API keys are cached in memory; a DELETE that has answered still
+// refuses the key at once, on every path that authenticates (reads on the
+// io thread, background starts, replays, worker-pool routes).
+TEST_F(ServeTest, RevokedKeyIsRefusedAtOnceThoughKeysAreCached) {
+  auto client = admin();
+  auto key = client.post("/v1/api-keys", {{"name", "cached"}});
+  ASSERT_EQ(key.status, 201u) << key.body;
+  auto temp = as(key.value["secret"]);
+  auto start = review("CACHED-1");
+  start["wait"] = false;
+  for (int round = 0; round < 3; ++round) {  // warm every path's cache
+    ASSERT_EQ(temp.get("/v1/runs").status, 200u);
+    ASSERT_EQ(temp.post("/v1/runs", start, "cached-key").status, 202u);
+  }
+  ASSERT_EQ(
+      client.send("DELETE", "/v1/api-keys/" + std::string(key.value["id"]))
+          .status,
+      200u);
+  EXPECT_EQ(temp.get("/v1/runs").status, 401u);
+  EXPECT_EQ(temp.post("/v1/runs", start, "cached-key").status, 401u);
+  EXPECT_EQ(temp.post("/v1/runs", start, "another-key").status, 401u);
+  EXPECT_EQ(temp.post("/v1/runs", review("CACHED-2")).status, 401u);
+  EXPECT_EQ(runs_for(client, "CACHED-2"), 0);
+  // The admin key, cached too, is unaffected.
+  EXPECT_EQ(client.get("/v1/runs").status, 200u);
+}
+
+// Hooks: a waiting run's hook by token, resume (idempotent with a key), a
+// start hook, hook-conflict naming the owner, tenants isolated.
+TEST_F(ServeTest, HookRoutesResumeAndConflict) {
+  auto client = admin();
+  auto run = client.post("/v1/runs",
+                         {{"flow", "acme.order-notes"},
+                          {"input", {{"orderId", "N-1"}, {"note", "first"}}}});
+  if (run.code() == "flow-not-found") {
+    GTEST_SKIP() << "acme.order-notes is not registered on this build";
+  }
+  ASSERT_EQ(run.status, 200u) << run.body;
+  EXPECT_EQ(run.value["status"], "waiting");
+  std::string id = run.value["id"];
+  auto hook = client.get("/v1/hooks/order:N-1");
+  ASSERT_EQ(hook.status, 200u) << hook.body;
+  EXPECT_EQ(hook.value["runId"], id);
+  auto tenant = client.post("/v1/tenants", {{"name", "other"}});
+  auto stranger = as(tenant.value["apiKey"]["secret"]);
+  EXPECT_EQ(stranger.get("/v1/hooks/order:N-1").code(), "hook-not-found");
+  EXPECT_EQ(
+      stranger.post("/v1/hooks/order:N-1/resume", {{"payload", 1}}).code(),
+      "hook-not-found");
+  auto resumed = client.post(
+      "/v1/hooks/order:N-1/resume",
+      {{"payload", {{"note", "second"}, {"done", true}}}}, "resume-1");
+  ASSERT_EQ(resumed.status, 200u) << resumed.body;
+  EXPECT_EQ(resumed.value["runId"], id);
+  auto again = client.post("/v1/hooks/order:N-1/resume",
+                           {{"payload", {{"note", "second"}, {"done", true}}}},
+                           "resume-1");
+  EXPECT_EQ(again.body, resumed.body);
+  EXPECT_EQ(again.headers["idempotent-replayed"], "true");
+  ASSERT_TRUE(eventually([&] {
+    return client.get("/v1/runs/" + id).value["status"] == "completed";
+  }));
+  auto done = client.get("/v1/runs/" + id);
+  EXPECT_EQ(done.value["output"]["notes"].size(), 2u) << done.body;
+  EXPECT_EQ(client.post("/v1/hooks/nobody/resume", {{"payload", 1}}).code(),
+            "hook-not-found");
+  EXPECT_EQ(client.post("/v1/hooks/x/resume", json::object()).code(),
+            "invalid-argument");
+  // A start hook: the token is held by the run; a second start on it is a
+  // hook-conflict naming the owner, and keeps nothing.
+  json with_hook = {
+      {"flow", "acme.order-notes"},
+      {"input", {{"orderId", "N-2"}, {"note", "a"}}},
+      {"wait", false},
+      {"hook", {{"token", "order:N-2"}, {"metadata", {{"shop", "x"}}}}}};
+  auto owner = client.post("/v1/runs", with_hook, "hook-key");
+  ASSERT_EQ(owner.status, 202u) << owner.body;
+  auto meta = client.get("/v1/hooks/order:N-2");
+  EXPECT_EQ(meta.value["metadata"]["shop"], "x") << meta.body;
+  auto conflict = client.post("/v1/runs", with_hook, "hook-key-2");
+  EXPECT_EQ(conflict.status, 409u) << conflict.body;
+  EXPECT_EQ(conflict.code(), "hook-conflict");
+  EXPECT_EQ(conflict.value["conflictingRunId"], owner.value["id"]);
+  EXPECT_EQ(client.post("/v1/runs", with_hook, "hook-key-2").code(),
+            "hook-conflict");  // nothing kept
+  EXPECT_EQ(client
+                .post("/v1/runs",
+                      {{"flow", "acme.order-notes"}, {"hook", {{"token", 5}}}})
+                .code(),
+            "invalid-argument");
+}
+
+// Bad input of every kind gets a clear error and changes nothing.
+TEST_F(ServeTest, BadInputIsRefusedClearly) {
+  auto client = admin();
+  auto expect = [&](const api_client::answer& answer, unsigned status,
+                    const std::string& code) {
+    EXPECT_EQ(answer.status, status) << answer.body << answer.error;
+    EXPECT_EQ(answer.code(), code) << answer.body;
+    EXPECT_TRUE(answer.value.is_object() &&
+                !answer.value.value("message", "").empty())
+        << answer.body;
+  };
+  expect(client.send("POST", "/v1/runs", "{\"flow\":"), 400, "invalid-json");
+  expect(client.send("POST", "/v1/runs", "[1,2]"), 400, "invalid-argument");
+  expect(client.post("/v1/runs", {{"flow", 1}}), 400, "invalid-argument");
+  expect(client.post("/v1/runs", {{"input", {}}}), 400, "invalid-argument");
+  expect(client.post("/v1/runs", {{"flow", "acme.sleep"}, {"wait", "yes"}}),
+         400, "invalid-argument");
+  expect(client.post("/v1/runs", {{"flow", "acme.sleep"}, {"extra", 1}}), 400,
+         "invalid-argument");
+  expect(client.send("POST", "/v1/runs",
+                     "{\"flow\":\"acme.review-order\",\"input\":{\"orderId\":"
+                     "\"\xff\xfe\"}}"),
+         400, "invalid-json");
+  expect(client.send("POST", "/v1/runs", std::string(2 << 20, ' ')), 413,
+         "payload-too-large");
+  std::string deep(200, '[');
+  expect(client.send("POST", "/v1/runs", "{\"flow\":" + deep), 400,
+         "invalid-json");
+  expect(client.post("/v1/runs", review("x"), std::string(300, 'k')), 400,
+         "invalid-argument");
+  expect(api_client(server_->address(), "").get("/v1/runs"), 401,
+         "unauthorized");
+  expect(api_client(server_->address(), "wrong").get("/v1/runs"), 401,
+         "unauthorized");
+  expect(api_client(server_->address(),
+                    "dk_key_0000000000000000_" + std::string(64, '0'))
+             .get("/v1/runs"),
+         401, "unauthorized");
+  for (auto target : {"/v1/runs/../api-keys", "/v1/runs/%2e%2e", "//v1/runs",
+                      "/v1/runs/a%2Fb", "/v1/runs/%zz", "/v1/runs/a%00b"}) {
+    expect(client.get(target), 400, "invalid-path");
+  }
+  expect(client.get("/v1/nothing"), 404, "not-found");
+  expect(client.send("PUT", "/v1/runs"), 405, "method-not-allowed");
+  expect(client.get("/v1/runs?limit=0"), 400, "invalid-argument");
+  expect(client.get("/v1/runs?limit=abc"), 400, "invalid-argument");
+  expect(client.get("/v1/runs?bogus=1"), 400, "invalid-argument");
+  EXPECT_EQ(client.get("/v1/runs").value["runs"].size(), 0u);
+}
+
+// Slow and half-closed connections are timed out or closed; the server
+// keeps serving.
+TEST_F(ServeTest, SlowAndHalfClosedConnectionsAreClosed) {
+  namespace asio = boost::asio;
+  asio::io_context io;
+  auto connect = [&] {
+    asio::ip::tcp::socket socket(io);
+    socket.connect({asio::ip::make_address("127.0.0.1"),
+                    static_cast<unsigned short>(server_->port())});
+    return socket;
+  };
+  auto read_all = [](asio::ip::tcp::socket& socket) {
+    std::string text;
+    boost::system::error_code ec;
+    char chunk[4096];
+    for (;;) {
+      auto got = socket.read_some(asio::buffer(chunk), ec);
+      if (ec) {
+        break;
+      }
+      text.append(chunk, got);
+    }
+    return text;
+  };
+  {
+    auto slow = connect();
+    asio::write(slow, asio::buffer(std::string("POST /v1/runs HTTP/1.1\r\n")));
+    auto started = std::chrono::steady_clock::now();
+    auto text = read_all(slow);  // the server answers 408 and closes
+    EXPECT_NE(text.find("408"), std::string::npos) << text;
+    EXPECT_NE(text.find("request-timeout"), std::string::npos) << text;
+    EXPECT_LT(std::chrono::steady_clock::now() - started,
+              std::chrono::seconds(5));
+  }
+  {
+    auto slow_body = connect();
+    asio::write(slow_body,
+                asio::buffer(std::string("POST /v1/runs HTTP/1.1\r\nHost: x\r\n"
+                                         "Content-Length: 100\r\n\r\n{")));
+    auto text = read_all(slow_body);
+    EXPECT_NE(text.find("408"), std::string::npos) << text;
+  }
+  {
+    auto half = connect();
+    asio::write(half, asio::buffer(std::string("GET /v1/ru")));
+    half.shutdown(asio::ip::tcp::socket::shutdown_send);
+    auto text = read_all(half);  // closed, perhaps with an error answer
+    EXPECT_EQ(text.find("200 OK"), std::string::npos) << text;
+  }
+  {
+    auto idle = connect();
+    auto text = read_all(idle);  // closed after the read timeout
+    EXPECT_TRUE(text.empty()) << text;
+  }
+  {
+    auto garbage = connect();
+    asio::write(garbage,
+                asio::buffer(std::string("HELLO\x01\x02 world\r\n\r\n")));
+    auto text = read_all(garbage);
+    EXPECT_NE(text.find("400"), std::string::npos) << text;
+  }
+  auto client = admin();
+  EXPECT_EQ(client.get("/healthz").status, 200u);
+  EXPECT_EQ(client.get("/v1/runs").value["runs"].size(), 0u);
+}
+
+// SIGTERM stops the server cleanly; what it acknowledged is still there.
+TEST_F(ServeTest, SigtermStopsCleanly) {
+  std::string id;
+  {
+    auto client = admin();
+    id = client.post("/v1/runs", review("S-1"), "key-s").value["id"];
+  }
+  EXPECT_EQ(server_->terminate(), 0);
+  start();
+  auto client = admin();
+  EXPECT_EQ(client.get("/v1/runs/" + id).value["status"], "completed");
+}
+
+// The seed's CLI example, run twice: the same id and createdAt.
+TEST_F(ServeTest, CliStartWithIdempotencyKeyTwicePrintsTheSameRun) {
+  auto run_cli = [&] {
+    std::string command = std::string(DURIN_CLI) +
+                          " runs start --flow=acme.review-order "
+                          "--input='{\"orderId\":\"A-100\"}' "
+                          "--idempotency-key=order-A-100-review --server "
+                          "http://127.0.0.1:" +
+                          std::to_string(server_->port()) + " --data-dir " +
+                          dir_.path();
+    std::string out;
+    FILE* pipe = ::popen(command.c_str(), "r");
+    char chunk[4096];
+    while (auto got = std::fread(chunk, 1, sizeof chunk, pipe)) {
+      out.append(chunk, got);
+    }
+    EXPECT_EQ(::pclose(pipe), 0) << out;
+    return json::parse(out);
+  };
+  auto first = run_cli();
+  auto second = run_cli();
+  EXPECT_EQ(first["id"], second["id"]);
+  EXPECT_EQ(first["createdAt"], second["createdAt"]);
+  EXPECT_EQ(first["status"], "completed");
+  // Errors: code: message on stderr, non-zero exit.
+  std::string command = std::string(DURIN_CLI) +
+                        " runs get run_missing --server http://127.0.0.1:" +
+                        std::to_string(server_->port()) + " --data-dir " +
+                        dir_.path() + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  char chunk[4096];
+  std::string out;
+  while (auto got = std::fread(chunk, 1, sizeof chunk, pipe)) {
+    out.append(chunk, got);
+  }
+  EXPECT_NE(::pclose(pipe), 0);
+  EXPECT_EQ(out.rfind("run-not-found: ", 0), 0u) << out;
+}
+
+}  // namespace
+}  // namespace durin::testing
+
+namespace durin::testing {
+namespace {
+
+// Issue 5's durable identities over HTTP: an instance id has one active run
+// (reject or return the active one), and a repeated command id gets the
+// recorded outcome of the start, cancel or resume it names.
+TEST_F(ServeTest, InstanceIdsAndCommandIdsOverHttp) {
+  auto client = admin();
+  json notes = {{"flow", "acme.order-notes"},
+                {"input", {{"orderId", "I-1"}, {"note", "first"}}},
+                {"wait", false},
+                {"instanceId", "order-I-1"}};
+  auto first = client.post("/v1/runs", notes);
+  ASSERT_EQ(first.status, 202u) << first.body;
+  auto id = first.value["id"].get<std::string>();
+  EXPECT_EQ(first.value["instanceId"], "order-I-1");
+  auto duplicate = client.post("/v1/runs", notes);
+  EXPECT_EQ(duplicate.status, 409u) << duplicate.body;
+  EXPECT_EQ(duplicate.value["code"], "hook-conflict");
+  EXPECT_EQ(duplicate.value["conflictingRunId"], id);
+  notes["onDuplicate"] = "return-existing-active";
+  auto existing = client.post("/v1/runs", notes);
+  ASSERT_EQ(existing.status, 202u) << existing.body;
+  EXPECT_EQ(existing.value["id"], id);
+  auto found = client.get("/v1/instances/order-I-1");
+  ASSERT_EQ(found.status, 200u) << found.body;
+  EXPECT_EQ(found.value["id"], id);
+  EXPECT_EQ(client.get("/v1/instances/nobody").status, 404u);
+  notes["onDuplicate"] = "newest-wins";
+  auto bad = client.post("/v1/runs", notes);
+  EXPECT_EQ(bad.status, 400u);
+  EXPECT_NE(bad.value["message"].get<std::string>().find("onDuplicate"),
+            std::string::npos);
+
+  json cancel = {{"commandId", "cancel-I-1"}, {"reason", "test"}};
+  auto cancelled = client.post("/v1/runs/" + id + "/cancel", cancel);
+  ASSERT_EQ(cancelled.status, 200u) << cancelled.body;
+  auto again = client.post("/v1/runs/" + id + "/cancel", cancel);
+  ASSERT_EQ(again.status, 200u) << again.body;
+  EXPECT_EQ(again.value["completedAt"], cancelled.value["completedAt"]);
+  auto other = client.post("/v1/runs/" + id + "/cancel",
+                           json{{"commandId", "cancel-I-2"}});
+  EXPECT_EQ(other.status, 409u) << other.body;
+
+  json command = {{"flow", "acme.review-order"},
+                  {"input", {{"orderId", "I-2"}}},
+                  {"wait", false},
+                  {"commandId", "start-I-2"}};
+  auto once = client.post("/v1/runs", command);
+  ASSERT_EQ(once.status, 202u) << once.body;
+  auto twice = client.post("/v1/runs", command);
+  ASSERT_EQ(twice.status, 202u) << twice.body;
+  EXPECT_EQ(twice.value["id"], once.value["id"]);
+  EXPECT_EQ(runs_for(client, "I-2"), 1);
+}
+
+}  // namespace
+}  // namespace durin::testing
+
+namespace durin::testing {
+namespace {
+
+// The CLI passes instance and command ids through: a repeated --command-id
+// prints the first run, and a second --instance-id start is refused.
+TEST_F(ServeTest, CliStartWithInstanceAndCommandIds) {
+  auto run_cli = [&](const std::string& args) {
+    std::string command =
+        std::string(DURIN_CLI) + " runs start " + args +
+        " --server http://127.0.0.1:" + std::to_string(server_->port()) +
+        " --data-dir " + dir_.path() + " 2>&1";
+    std::string out;
+    FILE* pipe = ::popen(command.c_str(), "r");
+    char chunk[4096];
+    while (auto got = std::fread(chunk, 1, sizeof chunk, pipe)) {
+      out.append(chunk, got);
+    }
+    int status = ::pclose(pipe);
+    return std::pair<int, std::string>(status, out);
+  };
+  const std::string notes =
+      "--flow=acme.order-notes --input='{\"orderId\":\"C-1\"}' --no-wait ";
+  auto first = run_cli(notes + "--instance-id=order-C-1 --command-id=c1");
+  ASSERT_EQ(first.first, 0) << first.second;
+  auto id = json::parse(first.second)["id"];
+  auto repeat = run_cli(notes + "--instance-id=order-C-1 --command-id=c1");
+  ASSERT_EQ(repeat.first, 0) << repeat.second;
+  EXPECT_EQ(json::parse(repeat.second)["id"], id);
+  auto duplicate = run_cli(notes + "--instance-id=order-C-1");
+  EXPECT_NE(duplicate.first, 0);
+  EXPECT_EQ(duplicate.second.rfind("hook-conflict: ", 0), 0u)
+      << duplicate.second;
+  auto existing = run_cli(
+      notes + "--instance-id=order-C-1 --on-duplicate=return-existing-active");
+  ASSERT_EQ(existing.first, 0) << existing.second;
+  EXPECT_EQ(json::parse(existing.second)["id"], id);
+}
+
+}  // namespace
+}  // namespace durin::testing

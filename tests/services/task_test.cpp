@@ -1,0 +1,515 @@
+// Goal: the rules of steps as leased tasks (issue 5), on a real runtime with
+// a real RocksDB: attempts, leases, heartbeats, every timeout kind, late and
+// duplicate reports, cancellation, and redelivery after a restart. Workers
+// are played by the test through runtime::tasks() (the HTTP routes on top
+// are tested in tests/gateway/worker_test.cpp). Time moves by a manual clock.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+
+#include "durin/durin.hpp"
+#include "services/task_service.hpp"
+#include "tests/support/temp_dir.hpp"
+
+namespace durin {
+namespace {
+
+using namespace std::chrono_literals;
+using services::claimed_task;
+using services::report_answer;
+using services::report_verdict;
+using services::step_outcome;
+
+constexpr auto wait_max = std::chrono::milliseconds(20'000);
+constexpr std::int64_t start_ms = 1'800'000'000'000;
+
+step_outcome succeeded(json value) {
+  step_outcome outcome;
+  outcome.value = std::move(value);
+  return outcome;
+}
+
+step_outcome failed(bool retryable, std::string message) {
+  step_outcome outcome;
+  outcome.result =
+      retryable ? step_outcome::kind::retryable : step_outcome::kind::fatal;
+  outcome.message = std::move(message);
+  outcome.retry_after_ms = 0;
+  return outcome;
+}
+
+flow<json> one_remote(context& ctx, json input) {
+  auto value = co_await ctx.step<json>("remote", input);
+  co_return value;
+}
+
+class TaskTest : public ::testing::Test {
+ protected:
+  registry remote_flows(step_timeouts timeouts, std::uint32_t attempts = 10) {
+    registry flows;
+    retry_policy retry;
+    retry.max_attempts = attempts;
+    retry.initial_backoff = 1ms;
+    retry.max_backoff = 1ms;
+    retry.jitter = 0;
+    flows.step(
+        "remote", [](json value) { return value; },
+        step_config{.retry = retry, .task_queue = "q", .timeouts = timeouts});
+    flows.flow("one-remote", one_remote);
+    return flows;
+  }
+
+  std::unique_ptr<runtime> open(const registry& flows) {
+    runtime_options options;
+    options.data_dir = dir_.path();
+    options.step_threads = 2;
+    options.clock = clock_;
+    auto opened = runtime::open(options, flows);
+    EXPECT_TRUE(opened.ok()) << (opened ? "" : opened.error().to_string());
+    return opened ? std::move(*opened) : nullptr;
+  }
+
+  static std::optional<claimed_task> poll(runtime& rt, const std::string& who,
+                                          const std::string& poll_id = "") {
+    return rt.tasks().poll("default", "q", who, poll_id, 5000);
+  }
+
+  // Reports and waits until the run recorded (or refused) it.
+  static std::pair<report_verdict, report_answer> report(
+      runtime& rt, const std::string& attempt_id, const std::string& who,
+      step_outcome outcome) {
+    auto answer = std::make_shared<std::promise<report_answer>>();
+    auto future = answer->get_future();
+    auto verdict = rt.tasks().report(
+        "default", attempt_id, who, std::move(outcome),
+        [answer](report_answer got) { answer->set_value(std::move(got)); });
+    if (verdict != report_verdict::accepted) {
+      return {verdict, report_answer{false, services::to_string(verdict)}};
+    }
+    EXPECT_EQ(future.wait_for(wait_max), std::future_status::ready);
+    return {verdict, future.get()};
+  }
+
+  static std::vector<history_event> events_of(runtime& rt,
+                                              const std::string& id,
+                                              std::string_view kind) {
+    auto all = rt.history(id);
+    EXPECT_TRUE(all.ok());
+    std::vector<history_event> out;
+    for (auto& event : *all) {
+      if (event.kind == kind) {
+        out.push_back(event);
+      }
+    }
+    return out;
+  }
+
+  testing::temp_dir dir_;
+  std::shared_ptr<manual_clock> clock_ =
+      std::make_shared<manual_clock>(start_ms);
+};
+
+TEST_F(TaskTest, RemoteStepWaitsOnItsQueueAndCompletesWhenAWorkerReports) {
+  auto rt = open(remote_flows({}));
+  auto run = rt->start("one-remote", json{{"x", 1}});
+  ASSERT_TRUE(run.ok());
+  auto task = poll(*rt, "w1");
+  ASSERT_TRUE(task.has_value());
+  EXPECT_EQ(task->spec.run_id, run->id);
+  EXPECT_EQ(task->spec.step_id, run->id + "/1");
+  EXPECT_EQ(task->spec.instance_id, run->id);
+  EXPECT_EQ(task->spec.attempt, 1u);
+  EXPECT_EQ(task->spec.args, json::array({json{{"x", 1}}}));
+  EXPECT_GT(task->lease_expires_ms, clock_->now_ms());
+  auto [verdict, answer] =
+      report(*rt, task->spec.attempt_id, "w1", succeeded(json{{"y", 2}}));
+  EXPECT_EQ(verdict, report_verdict::accepted);
+  EXPECT_TRUE(answer.recorded);
+  auto done = rt->wait(run->id, wait_max);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->status, run_status::completed);
+  EXPECT_EQ(done->output, (json{{"y", 2}}));
+  auto completed = events_of(*rt, run->id, "step-completed");
+  ASSERT_EQ(completed.size(), 1u);
+  EXPECT_EQ(completed[0].detail["attemptId"], task->spec.attempt_id);
+  EXPECT_EQ(completed[0].detail["stepId"], run->id + "/1");
+}
+
+TEST_F(TaskTest, TaskCarriesTheInstanceIdTheRunWasStartedWith) {
+  auto rt = open(remote_flows({}));
+  start_options options;
+  options.instance_id = "order-42";
+  auto run = rt->start("one-remote", json(1), options);
+  ASSERT_TRUE(run.ok()) << run.error().to_string();
+  auto task = poll(*rt, "w");
+  ASSERT_TRUE(task.has_value());
+  EXPECT_EQ(task->spec.instance_id, "order-42");
+  EXPECT_EQ(task->spec.run_id, run->id);
+}
+
+TEST_F(TaskTest, LateCompletionAfterLeaseExpiryIsRefusedStaleAttempt) {
+  step_timeouts timeouts;
+  timeouts.start_to_close = 1000ms;
+  auto rt = open(remote_flows(timeouts));
+  auto run = rt->start("one-remote", json("input"));
+  ASSERT_TRUE(run.ok());
+  auto first = poll(*rt, "slow-worker");
+  ASSERT_TRUE(first.has_value());
+  clock_->advance_ms(1500);
+  // The lease lapsed: the step is delivered again, as a new attempt.
+  auto second = poll(*rt, "fast-worker");
+  ASSERT_TRUE(second.has_value());
+  EXPECT_NE(second->spec.attempt_id, first->spec.attempt_id);
+  EXPECT_EQ(second->spec.attempt, 2u);
+  EXPECT_EQ(second->spec.step_id, first->spec.step_id);
+  auto [newer, newer_answer] =
+      report(*rt, second->spec.attempt_id, "fast-worker", succeeded("newer"));
+  EXPECT_TRUE(newer_answer.recorded);
+  auto [late, late_answer] =
+      report(*rt, first->spec.attempt_id, "slow-worker", succeeded("late"));
+  EXPECT_EQ(late, report_verdict::stale_attempt);
+  EXPECT_FALSE(late_answer.recorded);
+  auto done = rt->wait(run->id, wait_max);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->output, json("newer"));
+  // One outcome per attempt id: a timeout for the first, the value for the
+  // second.
+  auto all = rt->history(run->id);
+  ASSERT_TRUE(all.ok());
+  std::map<std::string, int> outcomes;
+  for (const auto& event : *all) {
+    if (event.detail.contains("attemptId")) {
+      outcomes[event.detail["attemptId"].get<std::string>()] += 1;
+    }
+  }
+  EXPECT_EQ(outcomes[first->spec.attempt_id], 1);
+  EXPECT_EQ(outcomes[second->spec.attempt_id], 1);
+  auto lapsed = events_of(*rt, run->id, "step-attempt-failed");
+  ASSERT_EQ(lapsed.size(), 1u);
+  EXPECT_EQ(lapsed[0].detail["error"]["code"], "timeout-start-to-close");
+  // The transport's view keeps the refused late report.
+  auto transport = rt->tasks().transport_of(run->id);
+  ASSERT_EQ(transport.refused.size(), 1u);
+  EXPECT_EQ(transport.refused[0].reason, "stale_attempt");
+  EXPECT_EQ(transport.refused[0].attempt_id, first->spec.attempt_id);
+  ASSERT_EQ(transport.attempts.size(), 2u);
+  EXPECT_EQ(transport.attempts[0].state, services::attempt_state::expired);
+  EXPECT_EQ(transport.attempts[1].state, services::attempt_state::completed);
+}
+
+TEST_F(TaskTest, DuplicateCompletionOfOneAttemptIsRefusedAndChangesNothing) {
+  auto rt = open(remote_flows({}));
+  auto run = rt->start("one-remote", json(1));
+  ASSERT_TRUE(run.ok());
+  auto task = poll(*rt, "w");
+  ASSERT_TRUE(task.has_value());
+  EXPECT_TRUE(
+      report(*rt, task->spec.attempt_id, "w", succeeded(1)).second.recorded);
+  auto [again, answer] = report(*rt, task->spec.attempt_id, "w", succeeded(2));
+  EXPECT_EQ(again, report_verdict::stale_attempt);
+  auto done = rt->wait(run->id, wait_max);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->output, json(1));
+  EXPECT_EQ(events_of(*rt, run->id, "step-completed").size(), 1u);
+}
+
+TEST_F(TaskTest, RepeatedPollRequestIdGetsTheSameTaskWhileItsLeaseHolds) {
+  auto rt = open(remote_flows({}));
+  ASSERT_TRUE(rt->start("one-remote", json(1)).ok());
+  ASSERT_TRUE(rt->start("one-remote", json(2)).ok());
+  auto first = poll(*rt, "w", "poll-7");
+  ASSERT_TRUE(first.has_value());
+  auto repeat = poll(*rt, "w", "poll-7");
+  ASSERT_TRUE(repeat.has_value());
+  EXPECT_EQ(repeat->spec.attempt_id, first->spec.attempt_id);
+  // Another worker with the same poll id is another poll.
+  auto other = poll(*rt, "v", "poll-7");
+  ASSERT_TRUE(other.has_value());
+  EXPECT_NE(other->spec.attempt_id, first->spec.attempt_id);
+}
+
+TEST_F(TaskTest, ReportsFromAnotherWorkerAreWrongOwnerAndUnknownIdsNotFound) {
+  auto rt = open(remote_flows({}));
+  auto run = rt->start("one-remote", json(1));
+  ASSERT_TRUE(run.ok());
+  auto task = poll(*rt, "owner");
+  ASSERT_TRUE(task.has_value());
+  EXPECT_EQ(report(*rt, task->spec.attempt_id, "intruder", succeeded(9)).first,
+            report_verdict::wrong_owner);
+  EXPECT_EQ(rt->tasks()
+                .heartbeat("default", task->spec.attempt_id, "intruder", {})
+                .verdict,
+            report_verdict::wrong_owner);
+  EXPECT_EQ(report(*rt, "att_unknown", "owner", succeeded(9)).first,
+            report_verdict::task_not_found);
+  // Another tenant does not see the attempt at all.
+  EXPECT_EQ(rt->tasks().report("other", task->spec.attempt_id, "owner",
+                               succeeded(9), nullptr),
+            report_verdict::task_not_found);
+  // The owner's outcome still counts.
+  EXPECT_TRUE(report(*rt, task->spec.attempt_id, "owner", succeeded(3))
+                  .second.recorded);
+  EXPECT_EQ(rt->wait(run->id, wait_max)->output, json(3));
+}
+
+TEST_F(TaskTest, HeartbeatsRenewTheLeaseAndAStaleHeartbeatIsToldToStop) {
+  step_timeouts timeouts;
+  timeouts.heartbeat = 1000ms;
+  auto rt = open(remote_flows(timeouts));
+  auto run = rt->start("one-remote", json(1));
+  ASSERT_TRUE(run.ok());
+  auto task = poll(*rt, "w");
+  ASSERT_TRUE(task.has_value());
+  for (int i = 0; i < 3; ++i) {
+    clock_->advance_ms(800);
+    auto beat = rt->tasks().heartbeat("default", task->spec.attempt_id, "w",
+                                      {"working", i, 3});
+    EXPECT_EQ(beat.verdict, report_verdict::accepted);
+    EXPECT_TRUE(beat.go_on);
+    EXPECT_EQ(beat.lease_expires_ms, clock_->now_ms() + 1000);
+  }
+  auto transport = rt->tasks().transport_of(run->id);
+  ASSERT_EQ(transport.attempts.size(), 1u);
+  EXPECT_EQ(transport.attempts[0].progress.message, "working");
+  EXPECT_EQ(transport.attempts[0].heartbeats, 3u);
+  clock_->advance_ms(1200);
+  auto next = poll(*rt, "w2");
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->spec.attempt, 2u);
+  auto stale = rt->tasks().heartbeat("default", task->spec.attempt_id, "w",
+                                     {"still here", -1, -1});
+  EXPECT_EQ(stale.verdict, report_verdict::stale_attempt);
+  EXPECT_FALSE(stale.go_on);
+  auto lapsed = events_of(*rt, run->id, "step-attempt-failed");
+  ASSERT_EQ(lapsed.size(), 1u);
+  EXPECT_EQ(lapsed[0].detail["error"]["code"], "timeout-heartbeat");
+}
+
+TEST_F(TaskTest, ReportsAfterCancelAreRefusedRunCancelled) {
+  auto rt = open(remote_flows({}));
+  auto run = rt->start("one-remote", json(1));
+  ASSERT_TRUE(run.ok());
+  auto task = poll(*rt, "w");
+  ASSERT_TRUE(task.has_value());
+  ASSERT_TRUE(rt->cancel(run->id, "changed my mind").ok());
+  auto beat = rt->tasks().heartbeat("default", task->spec.attempt_id, "w", {});
+  EXPECT_EQ(beat.verdict, report_verdict::run_cancelled);
+  EXPECT_FALSE(beat.go_on);
+  auto [verdict, answer] =
+      report(*rt, task->spec.attempt_id, "w", succeeded(1));
+  EXPECT_EQ(verdict, report_verdict::run_cancelled);
+  EXPECT_EQ(rt->get(run->id)->status, run_status::cancelled);
+  EXPECT_TRUE(events_of(*rt, run->id, "step-completed").empty());
+}
+
+TEST_F(TaskTest, ScheduleToStartTimeoutIsRecordedAndTheStepQueuedAgain) {
+  step_timeouts timeouts;
+  timeouts.schedule_to_start = 500ms;
+  auto rt = open(remote_flows(timeouts));
+  auto run = rt->start("one-remote", json(1));
+  ASSERT_TRUE(run.ok());
+  ASSERT_TRUE(testing::eventually(
+      [&] { return rt->tasks().stats().queued == 1; }, wait_max));
+  clock_->advance_ms(600);
+  ASSERT_TRUE(testing::eventually(
+      [&] {
+        return events_of(*rt, run->id, "step-attempt-failed").size() == 1;
+      },
+      wait_max));
+  auto lapsed = events_of(*rt, run->id, "step-attempt-failed");
+  EXPECT_EQ(lapsed[0].detail["error"]["code"], "timeout-schedule-to-start");
+  auto task = poll(*rt, "w");
+  ASSERT_TRUE(task.has_value());
+  EXPECT_EQ(task->spec.attempt, 2u);
+}
+
+TEST_F(TaskTest, ScheduleToCloseTimeoutFailsTheStepForGood) {
+  step_timeouts timeouts;
+  timeouts.schedule_to_close = 1000ms;
+  timeouts.start_to_close = 400ms;
+  auto rt = open(remote_flows(timeouts, 100));
+  auto run = rt->start("one-remote", json(1));
+  ASSERT_TRUE(run.ok());
+  // Attempts keep timing out until the step's own deadline passes.
+  for (int i = 0; i < 4; ++i) {
+    auto task = poll(*rt, "w");
+    if (!task) {
+      break;
+    }
+    clock_->advance_ms(450);
+  }
+  auto done = rt->wait(run->id, wait_max);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->status, run_status::failed);
+  auto failed_events = events_of(*rt, run->id, "step-failed");
+  ASSERT_EQ(failed_events.size(), 1u);
+  EXPECT_EQ(failed_events[0].detail["error"]["code"],
+            "timeout-schedule-to-close");
+}
+
+TEST_F(TaskTest, WorkerFailureIsRetriedUnlessNotRetryable) {
+  auto rt = open(remote_flows({}));
+  auto run = rt->start("one-remote", json(1));
+  ASSERT_TRUE(run.ok());
+  auto first = poll(*rt, "w");
+  ASSERT_TRUE(first.has_value());
+  EXPECT_TRUE(report(*rt, first->spec.attempt_id, "w", failed(true, "flaky"))
+                  .second.recorded);
+  auto second = poll(*rt, "w");
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->spec.attempt, 2u);
+  EXPECT_TRUE(
+      report(*rt, second->spec.attempt_id, "w", failed(false, "card declined"))
+          .second.recorded);
+  auto done = rt->wait(run->id, wait_max);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->status, run_status::failed);
+  EXPECT_NE(done->error->message.find("card declined"), std::string::npos);
+}
+
+TEST_F(TaskTest, AttemptInFlightAtRestartIsDeliveredAgainAsANewAttempt) {
+  std::string run_id;
+  std::string old_attempt;
+  {
+    auto rt = open(remote_flows({}));
+    auto run = rt->start("one-remote", json(1));
+    ASSERT_TRUE(run.ok());
+    run_id = run->id;
+    auto task = poll(*rt, "w");
+    ASSERT_TRUE(task.has_value());
+    old_attempt = task->spec.attempt_id;
+  }
+  auto rt = open(remote_flows({}));
+  auto task = poll(*rt, "w");
+  ASSERT_TRUE(task.has_value());
+  EXPECT_EQ(task->spec.run_id, run_id);
+  EXPECT_NE(task->spec.attempt_id, old_attempt);
+  // The old worker's report reaches a node that never leased it.
+  EXPECT_EQ(report(*rt, old_attempt, "w", succeeded(0)).first,
+            report_verdict::task_not_found);
+  EXPECT_TRUE(
+      report(*rt, task->spec.attempt_id, "w", succeeded(5)).second.recorded);
+  EXPECT_EQ(rt->wait(run_id, wait_max)->output, json(5));
+}
+
+TEST_F(TaskTest, OperatorCountersShowUnpolledQueuesStuckLeasesRedeliveries) {
+  step_timeouts timeouts;
+  timeouts.start_to_close = 120'000ms;
+  auto rt = open(remote_flows(timeouts));
+  auto run = rt->start("one-remote", json(1));
+  ASSERT_TRUE(run.ok());
+  ASSERT_TRUE(testing::eventually(
+      [&] { return rt->tasks().stats().queued == 1; }, wait_max));
+  // Nobody ever polled queue q.
+  EXPECT_EQ(rt->tasks().stats().queued_unpolled, 1u);
+  auto task = poll(*rt, "w");
+  ASSERT_TRUE(task.has_value());
+  EXPECT_EQ(rt->tasks().stats().queued_unpolled, 0u);
+  EXPECT_EQ(rt->tasks().stats().stuck_leases, 0u);
+  clock_->advance_ms(61'000);
+  EXPECT_EQ(rt->tasks().stats().stuck_leases, 1u);
+  EXPECT_TRUE(
+      rt->tasks().heartbeat("default", task->spec.attempt_id, "w", {}).go_on);
+  EXPECT_EQ(rt->tasks().stats().stuck_leases, 0u);
+  clock_->advance_ms(120'000);
+  ASSERT_TRUE(testing::eventually(
+      [&] { return rt->tasks().stats().redeliveries == 1; }, wait_max));
+  ASSERT_TRUE(testing::eventually(
+      [&] { return rt->tasks().list("default", 10).size() == 1; }, wait_max));
+  EXPECT_EQ(rt->tasks().list("default", 10)[0].attempt, 2u);
+  EXPECT_TRUE(rt->tasks().list("other", 10).empty());
+}
+
+// In-node steps: the same rules without a worker process.
+std::atomic<int> release_gate{0};
+
+flow<json> local_blocking(context& ctx, json) {
+  step_options options("blocking");
+  options.retry.max_attempts = 3;
+  options.retry.initial_backoff = 1ms;
+  options.timeouts.start_to_close = 1000ms;
+  auto value = co_await ctx.step(options, []() -> json {
+    const auto& meta = step_metadata();
+    if (meta.attempt == 1) {
+      while (release_gate.load() == 0) {
+        std::this_thread::sleep_for(1ms);
+      }
+      return json("late first attempt");
+    }
+    return json{{"attempt", meta.attempt},
+                {"stepId", meta.step_id},
+                {"attemptId", meta.attempt_id},
+                {"runId", meta.run_id},
+                {"instanceId", meta.instance_id}};
+  });
+  co_return value;
+}
+
+TEST_F(TaskTest, InNodeStartToCloseTimeoutRefusesTheLateOutcome) {
+  registry flows;
+  flows.flow("local-blocking", local_blocking);
+  auto rt = open(flows);
+  release_gate = 0;
+  auto run = rt->start("local-blocking", json());
+  ASSERT_TRUE(run.ok());
+  ASSERT_TRUE(testing::eventually(
+      [&] { return rt->tasks().stats().running == 1; }, wait_max));
+  clock_->advance_ms(1100);
+  auto done = rt->wait(run->id, wait_max);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->output["attempt"], 2);
+  EXPECT_EQ(done->output["stepId"], run->id + "/1");
+  EXPECT_EQ(done->output["runId"], run->id);
+  EXPECT_EQ(done->output["instanceId"], run->id);
+  release_gate = 1;
+  ASSERT_TRUE(testing::eventually(
+      [&] { return rt->tasks().stats().refused_reports >= 1; }, wait_max));
+  EXPECT_EQ(events_of(*rt, run->id, "step-completed").size(), 1u);
+  auto lapsed = events_of(*rt, run->id, "step-attempt-failed");
+  ASSERT_EQ(lapsed.size(), 1u);
+  EXPECT_EQ(lapsed[0].detail["error"]["code"], "timeout-start-to-close");
+}
+
+std::atomic<int> beats_seen{0};
+std::atomic<bool> told_to_stop{false};
+
+flow<json> local_heartbeats(context& ctx, json) {
+  auto value = co_await ctx.step("beating", []() -> json {
+    int beats = 0;
+    while (heartbeat({"tick", beats, -1})) {
+      ++beats;
+      beats_seen = beats;
+      std::this_thread::sleep_for(1ms);
+    }
+    told_to_stop = true;
+    return json(beats);
+  });
+  co_return value;
+}
+
+TEST_F(TaskTest, InNodeHeartbeatAnswersStopOnceTheRunIsCancelled) {
+  registry flows;
+  flows.flow("local-heartbeats", local_heartbeats);
+  auto rt = open(flows);
+  beats_seen = 0;
+  told_to_stop = false;
+  auto run = rt->start("local-heartbeats", json());
+  ASSERT_TRUE(run.ok());
+  ASSERT_TRUE(
+      testing::eventually([&] { return beats_seen.load() > 3; }, wait_max));
+  ASSERT_TRUE(rt->cancel(run->id).ok());
+  // The body sees false and returns; its outcome changes nothing.
+  ASSERT_TRUE(
+      testing::eventually([&] { return told_to_stop.load(); }, wait_max));
+  EXPECT_EQ(rt->get(run->id)->status, run_status::cancelled);
+  EXPECT_TRUE(events_of(*rt, run->id, "step-completed").empty());
+}
+
+TEST_F(TaskTest, StepMetadataOutsideAStepThrows) {
+  EXPECT_THROW((void)step_metadata(), std::logic_error);
+  EXPECT_THROW((void)heartbeat(), std::logic_error);
+}
+
+}  // namespace
+}  // namespace durin

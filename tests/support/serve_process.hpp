@@ -1,0 +1,151 @@
+// A real `durin serve` child process on 127.0.0.1 with a port the kernel
+// picked (--listen 127.0.0.1:0; the port is read from its stdout), and
+// helpers to talk to it. For the gateway's end-to-end tests.
+#pragma once
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "client/http_client.hpp"
+#include "durin/json.hpp"
+#include "tests/support/child_process.hpp"
+
+namespace durin::testing {
+
+class serve_process {
+ public:
+  // Starts `durin serve` on `data_dir` with extra environment `env`
+  // ("NAME=value") and waits until it listens. Throws when it does not.
+  serve_process(std::string data_dir, std::vector<std::string> env = {},
+                std::int64_t read_timeout_ms = 1000)
+      : data_dir_(std::move(data_dir)),
+        process_(DURIN_CLI,
+                 {"serve", "--data-dir", data_dir_, "--listen", "127.0.0.1:0",
+                  "--read-timeout-ms", std::to_string(read_timeout_ms)},
+                 std::move(env), true) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (port_ == 0 && std::chrono::steady_clock::now() < deadline) {
+      pollfd poll_fd{process_.stdout_fd(), POLLIN, 0};
+      if (::poll(&poll_fd, 1, 100) <= 0) {
+        continue;
+      }
+      char chunk[512];
+      auto got = ::read(process_.stdout_fd(), chunk, sizeof chunk);
+      if (got <= 0) {
+        break;
+      }
+      output_.append(chunk, static_cast<std::size_t>(got));
+      auto at = output_.find("listening on 127.0.0.1:");
+      if (at != std::string::npos) {
+        auto end = output_.find('\n', at);
+        if (end != std::string::npos) {
+          port_ = std::stoi(output_.substr(at + 23, end - at - 23));
+        }
+      }
+    }
+    if (port_ == 0) {
+      kill9();
+      throw std::runtime_error("durin serve did not start: " + output_);
+    }
+    std::ifstream key_file(data_dir_ + "/admin.key");
+    std::getline(key_file, admin_key_);
+  }
+
+  serve_process(const serve_process&) = delete;
+  serve_process& operator=(const serve_process&) = delete;
+
+  int port() const { return port_; }
+  const std::string& admin_key() const { return admin_key_; }
+  client::server_address address() const {
+    return {"127.0.0.1", std::to_string(port_)};
+  }
+
+  void kill9() { process_.kill9(); }
+
+  // SIGTERM, then the exit code (-1 when it did not exit normally in time).
+  int terminate() { return process_.terminate(); }
+
+  // Waits for the process to end on its own (a kill point); true when it
+  // died of SIGKILL.
+  bool wait_killed() { return process_.wait_killed(); }
+
+ private:
+  std::string data_dir_;
+  child_process process_;
+  int port_ = 0;
+  std::string output_;
+  std::string admin_key_;
+};
+
+// One keep-alive connection with a key and convenience calls.
+class api_client {
+ public:
+  api_client(client::server_address address, std::string key)
+      : connection_(std::move(address), 30'000), key_(std::move(key)) {}
+
+  struct answer {
+    unsigned status = 0;
+    std::string body;
+    json value;  // parsed body (null when not JSON)
+    std::map<std::string, std::string> headers;
+    std::string error;  // transport failure, empty otherwise
+
+    std::string code() const {
+      return value.is_object() ? value.value("code", "") : "";
+    }
+  };
+
+  answer send(const std::string& method, const std::string& target,
+              const std::string& body = "",
+              std::vector<std::pair<std::string, std::string>> extra = {}) {
+    std::vector<std::pair<std::string, std::string>> headers;
+    if (!key_.empty()) {
+      headers.emplace_back("Authorization", "Bearer " + key_);
+    }
+    for (auto& header : extra) {
+      headers.push_back(std::move(header));
+    }
+    answer out;
+    auto got = connection_.send(method, target, headers, body);
+    if (!got) {
+      out.error = got.error().to_string();
+      return out;
+    }
+    out.status = got->status;
+    out.body = got->body;
+    out.value = json::parse(got->body, nullptr, false);
+    if (out.value.is_discarded()) {
+      out.value = nullptr;
+    }
+    for (auto& [name, value] : got->headers) {
+      out.headers[name] = value;
+    }
+    return out;
+  }
+
+  answer post(const std::string& target, const json& body,
+              const std::string& idempotency_key = "") {
+    std::vector<std::pair<std::string, std::string>> extra;
+    if (!idempotency_key.empty()) {
+      extra.emplace_back("Idempotency-Key", idempotency_key);
+    }
+    return send("POST", target, body.dump(), std::move(extra));
+  }
+
+  answer get(const std::string& target) { return send("GET", target); }
+
+ private:
+  client::http_connection connection_;
+  std::string key_;
+};
+
+}  // namespace durin::testing
