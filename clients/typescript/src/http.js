@@ -42,7 +42,7 @@ function retryPolicy(retry) {
 // most maxDelayMs, ±20% jitter; at least the server's Retry-After (up to 60 s).
 export function retryDelayMs(policy, tried, retryAfterSeconds, random = Math.random) {
   const base = Math.min(policy.maxDelayMs, policy.initialDelayMs * 2 ** (tried - 1));
-  const jittered = base * (0.8 + 0.4 * random());
+  const jittered = Math.min(policy.maxDelayMs, base * (0.8 + 0.4 * random()));
   const told = retryAfterSeconds === undefined ? 0 : Math.min(retryAfterMaxMs, retryAfterSeconds * 1000);
   return Math.round(Math.max(jittered, told));
 }

@@ -304,7 +304,7 @@ export declare class Worker {
 
 export declare class DurinError extends Error {
   /** True for an error of this class or a subclass, from any copy of the package. */
-  static is<T extends typeof DurinError>(this: T, value: unknown): value is InstanceType<T>;
+  static is<T extends abstract new (...args: any[]) => DurinError>(this: T, value: unknown): value is InstanceType<T>;
 }
 
 export declare class DurinApiError extends DurinError {
