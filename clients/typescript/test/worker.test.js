@@ -32,6 +32,7 @@ test("remote steps run end to end through batched polls and reports, with meta",
   sent = [];
   const metas = [];
   const worker = durin.worker({
+    pollWaitMs: 500,
     queue: "workers",
     concurrency: 3,
     steps: {
@@ -80,6 +81,7 @@ test("a lease lost mid-step: the late report is recorded: false, another attempt
   const outcomes = [];
   const attempts = [];
   const worker = durin.worker({
+    pollWaitMs: 500,
     queue: "payments",
     concurrency: 2,
     onOutcome: (outcome) => outcomes.push(outcome),
@@ -126,6 +128,7 @@ test("a lease lost mid-step: the late report is recorded: false, another attempt
 test("stop() is graceful: the step in hand finishes and is reported before it resolves", async () => {
   let started = false;
   const worker = durin.worker({
+    pollWaitMs: 500,
     queue: "workers",
     steps: {
       "remote-echo": async ([value]) => {
@@ -149,6 +152,7 @@ test("stop() is graceful: the step in hand finishes and is reported before it re
 
 test("RetryableError retries the step after retryAfterMs; FatalError and an unknown step fail it for good", async () => {
   const worker = durin.worker({
+    pollWaitMs: 500,
     queue: "workers",
     steps: {
       "remote-echo": ([value], meta) => {
@@ -175,7 +179,7 @@ test("RetryableError retries the step after retryAfterMs; FatalError and an unkn
   } finally {
     await worker.stop();
   }
-  const none = durin.worker({ queue: "workers", steps: {} });
+  const none = durin.worker({ queue: "workers", steps: {}, pollWaitMs: 500 });
   try {
     const failed = await durin.runs.start({ flow: "acme.remote-echo", input: { value: 1 } });
     assert.equal(failed.status, "failed");
