@@ -6,7 +6,7 @@ Reads DURIN_SERVER and DURIN_API_KEY. Prints:
 """
 from durin import ConflictError, Durin
 
-durin = Durin()
+durin = Durin(retry={"attempts": 3})  # DURIN_SERVER, DURIN_API_KEY
 
 
 def start():

@@ -32,6 +32,14 @@ class SeedExampleTest(unittest.TestCase):
             "Idempotency-Key was reused with a different request body. "
             "Use a fresh key or the original body.\n")
 
+    def test_the_readme_clients_section_shows_this_very_example(self):
+        with open(os.path.join(CLIENT_ROOT, "examples", "retry_a_start.py")) as file:
+            code = file.read()
+        shown = code[code.index("from durin import"):]
+        with open(os.path.join(CLIENT_ROOT, "..", "..", "README.md")) as file:
+            readme = file.read()
+        self.assertIn("```python\n" + shown + "```", readme)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -5,7 +5,7 @@
 //   conflict Idempotency-Key was reused with a different request body. ...
 import { Durin, DurinApiError } from "@durin/client";
 
-const durin = new Durin();
+const durin = new Durin({ retry: { attempts: 3 } }); // DURIN_SERVER, DURIN_API_KEY
 
 const start = () =>
   durin.runs.start({

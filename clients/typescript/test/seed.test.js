@@ -3,6 +3,7 @@
 // it must print exactly what the seed prints.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
@@ -30,4 +31,11 @@ test("the retried start is the same run, the changed body a conflict with the se
     "true completed\n" +
       "conflict Idempotency-Key was reused with a different request body. Use a fresh key or the original body.\n",
   );
+});
+
+test("the README's Clients section shows this very example", () => {
+  const readme = readFileSync(resolve(dirname(example), "../../../README.md"), "utf8");
+  const code = readFileSync(example, "utf8");
+  const shown = code.slice(code.indexOf("import "));
+  assert.ok(readme.includes("```ts\n" + shown + "```"), "README.md's Clients example differs from " + example);
 });
