@@ -1,4 +1,4 @@
-// Types of @durin/client. Field names are the server's (cluster/api.cpp);
+// Types of @durin/client. Field names are the server's (gateway/api.cpp);
 // answers are its JSON as sent.
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };

@@ -1,6 +1,6 @@
 """The answers of the durin API as frozen dataclasses.
 
-Field names are the server's (cluster/api.cpp) in snake_case; times are the
+Field names are the server's (gateway/api.cpp) in snake_case; times are the
 server's RFC 3339 strings with milliseconds (None until they happened).
 Every answer keeps the JSON it was made from in ``raw``.
 """
