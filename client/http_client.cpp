@@ -90,8 +90,10 @@ class http_connection_impl {
     request.target(target);
     request.version(11);
     request.set(http::field::host, address_.host);
+    // Inserted, not set: a caller may send a header twice on purpose (a
+    // test of the server's refusal).
     for (const auto& [name, value] : headers) {
-      request.set(name, value);
+      request.insert(name, value);
     }
     request.body() = body;
     if (!body.empty() || method == "POST" || method == "DELETE") {

@@ -1,20 +1,34 @@
 // The HTTP API of a node, independent of sockets: one `http_request` in, one
-// `http_response` out. Routes, bodies, limits and error codes are listed in
-// README.md ("HTTP API"). Every mutating route honours `Idempotency-Key`
-// (gateway/idempotency.hpp). Bad input of any kind is answered with
-// {"code", "message"} and changes nothing.
+// answer out through a reply callback. Routes, bodies, limits and error codes
+// are listed in README.md ("HTTP API"); gateway/README.md follows a start
+// from the socket to the fsync and back.
 //
-// Thread-safety: `handle` may be called from many threads at once. It blocks
-// (durable writes, a waited start up to `wait_ms_max`): call it from gateway
-// worker threads, never from an actor.
+// One pipeline serves every request (dispatch): the target is parsed, the
+// caller authenticated and the body parsed once; the route table (method,
+// path pattern, access, keyed, may it block, handler) picks the handler;
+// a keyed mutating request's Idempotency-Key is decided once
+// (gateway/idempotency.hpp), its replay answered at once and its outcome
+// kept before the answer leaves. Each route is one asynchronous handler:
+// one that may block runs on a gateway worker (the `offload`), one that
+// never blocks on the io thread, answering from whichever thread learns its
+// outcome (a start: the committer's, or the run's actor once the run
+// settles). Bad input of any kind is answered with {"code", "message"} and
+// changes nothing.
+//
+// Thread-safety: dispatch is called on the server's io threads and never
+// blocks; handle may be called from any thread and blocks until the answer
+// (tests, fuzzing). Neither may be called from an actor.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "client/http_message.hpp"
 #include "durin/runtime.hpp"
@@ -22,7 +36,12 @@
 #include "gateway/http_server.hpp"
 #include "gateway/idempotency.hpp"
 #include "gateway/metrics.hpp"
+#include "gateway/wire_format.hpp"
 #include "services/due_list.hpp"
+
+namespace durin::detail {
+struct admission_records;
+}
 
 namespace durin::gateway {
 
@@ -45,74 +64,87 @@ class api {
 
   ~api();  // close()
 
+  // The one entry. Never blocks: `reply` is called exactly once, from any
+  // thread; work that may block is handed to `offload`.
+  void dispatch(http_request request, reply_fn reply,
+                const offload_fn& offload);
+
+  // The blocking form of dispatch: waits for the answer (jobs that would be
+  // offloaded run on the calling thread).
   http_response handle(const http_request& request);
 
   // Hands no more waited starts over to an offload (call once the gateway
   // has stopped, before it is destroyed).
   void close();
 
-  // Never blocks: the kept answer (or its refusal) of a keyed mutating
-  // request whose key already finished, without acting; nullopt for anything
-  // else (then call handle, off the io thread). Counts the answer in the
-  // metrics like handle does.
-  std::optional<http_response> try_replay(const http_request& request);
-
-  // Never blocks: takes a plain start (POST /v1/runs with "flow", "input"
-  // and "wait" only, keyed or not) off the worker pool, so no thread waits
-  // for its writes. Answers false having done nothing for any other
-  // request, or one it would refuse (then call handle). Otherwise `reply`
-  // is called exactly once: at once for a replay or refusal of its key;
-  // for "wait": false once the admission is durable or refused, from the
-  // committer's thread; for a waited start once the write that records the
-  // run waiting or ended is durable, from the run's actor. A waited start
-  // not settled within about a second (a long step, a run reactivated from
-  // storage) is handed to `offload` and answered like handle would.
-  // Counts like handle does.
-  bool try_start_async(const http_request& request,
-                       std::function<void(http_response)> reply,
-                       const offload_fn& offload);
-
-  // Never blocks: takes an authenticated worker route
-  // (gateway/worker_api.hpp) that needs no waiting thread: every one but a
-  // poll of an empty queue that may wait. Reports are answered once their
-  // outcomes are durable, from the run actor's thread. False having done
-  // nothing otherwise (then call handle). Counts like handle does.
-  bool try_worker_async(const http_request& request,
-                        std::function<void(http_response)> reply);
-
  private:
-  struct context;
-  std::optional<http_response> parse_target(context& ctx);
-  // The io thread's fast paths (replays, background starts, worker reports)
-  // take a request only when its route is `wanted`, its caller known and
-  // its body well formed; fills ctx.caller and ctx.body. Anything to
-  // explain goes the blocking way, which answers the problem.
-  bool accept_on_io_thread(context& ctx,
-                           const std::function<bool(const context&)>& wanted);
+  struct request;  // one request as the pipeline read it
+  using request_ptr = std::shared_ptr<request>;
+  // A route's handler either answers at once (its answer is sent) or
+  // takes the reply and calls it exactly once, from any thread.
+  using answer_now = http_response (api::*)(request& r);
+  using answer_later = void (api::*)(const request_ptr& r, reply_fn reply);
+
+  enum class access : std::uint8_t {
+    open,    // no key (health, metrics, webhooks: the token is the secret)
+    caller,  // any valid key
+    admin,   // an admin key
+  };
+  struct route {
+    std::string_view method;
+    std::vector<std::string_view> pattern;  // "{}" matches one segment
+    metrics::route metric;
+    access who;
+    bool json_body;       // the body is parsed as a JSON object
+    bool keyed;           // honours Idempotency-Key
+    bool carries_secret;  // its answer is never kept, only its success
+    bool may_block;       // runs on a gateway worker
+    answer_now now = nullptr;
+    answer_later later = nullptr;
+    // Fields of the body the request's fingerprint takes as these values
+    // when they are absent (its meaning, not its spelling), as JSON.
+    std::string_view defaults = "{}";
+  };
+  static const std::vector<route>& routes();
+
+  // The pipeline's steps; each answers a problem itself and returns false.
+  bool parse_target(request& r, const reply_fn& reply);
+  bool authenticate(request& r, const route* matched, const reply_fn& reply);
+  bool read_body(request& r, const route& matched, const reply_fn& reply);
+  // Decides a keyed request's key: true to go on (key held, `reply` now
+  // keeps the outcome before it answers), false when answered already.
+  bool hold_key(const request_ptr& r, reply_fn& reply);
   void observe(metrics::route route, unsigned status,
                std::chrono::steady_clock::time_point began);
-  static std::string fingerprint_of(const context& ctx);
-  http_response route(context& ctx);
-  http_response mutate(context& ctx, bool carries_secret,
-                       const std::function<http_response()>& act);
 
-  http_response start_run(context& ctx);
-  http_response get_run(context& ctx, const std::string& id);
-  http_response list_runs(context& ctx);
-  http_response run_history(context& ctx, const std::string& id);
-  http_response cancel_run(context& ctx, const std::string& id);
-  http_response get_hook(context& ctx, const std::string& token);
-  http_response resume_hook(context& ctx, const std::string& token);
-  http_response webhook(context& ctx, const std::string& token);
-  http_response create_key(context& ctx);
-  http_response list_keys(context& ctx);
-  http_response revoke_key(context& ctx, const std::string& id);
-  http_response create_tenant(context& ctx);
+  // Routes that answer at once (gateway/routes.cpp).
+  http_response health(request& r);
+  http_response prometheus(request& r);
+  http_response get_run(request& r);
+  http_response list_runs(request& r);
+  http_response run_history(request& r);
+  http_response cancel_run(request& r);
+  http_response get_instance(request& r);
+  http_response get_hook(request& r);
+  http_response resume_hook(request& r);
+  http_response webhook(request& r);
+  http_response create_key(request& r);
+  http_response list_keys(request& r);
+  http_response revoke_key(request& r);
+  http_response create_tenant(request& r);
+  // Routes that answer later, from the thread that learns the outcome.
+  void start_run(const request_ptr& r, reply_fn reply);  // start_route.cpp
+  void worker_route(const request_ptr& r, reply_fn reply);
 
   http_response run_response(unsigned status, const run_info& run);
-  // What a waited start's run did with the answer it adds to the batch that
-  // first records it waiting or ended (kept there for a keyed start).
+
+  // The start's parts (gateway/start_route.cpp).
+  struct start_request;
   struct settle_answer;
+  struct async_start;
+  static std::optional<http_response> read_start(const json& body,
+                                                 const std::string& tenant,
+                                                 start_request& out);
   // The records a start adds to its admission batch: with a key (`address`)
   // the key's record; `kept` receives the kept answer when one is written
   // (a start without wait). A waited start's answer rides in the run's
@@ -125,17 +157,15 @@ class api {
   // A waited start's answer once its run `run_id` is admitted: the answer
   // its settling batch kept, once durable (then `stored` becomes answer);
   // else the run as it first waits or ends, or as it is at `deadline`.
-  // Blocks up to the deadline.
+  // Blocks up to the deadline (gateway workers only).
   http_response answer_waited(const std::string& run_id,
                               const std::string& tenant, settle_answer* settled,
                               std::chrono::steady_clock::time_point deadline,
                               idempotency::stored& stored);
-  // A start taken by try_start_async, answered from whichever thread learns
-  // its outcome first.
-  struct async_start;
   void answer(async_start& start, http_response response,
               idempotency::stored already);
   void on_settled(async_start& start);
+  void on_unsettled(std::shared_ptr<async_start> start);
   void hand_over(std::shared_ptr<async_start> start);
 
   runtime& node_;
@@ -144,21 +174,30 @@ class api {
   metrics& metrics_;
   std::function<std::string()> extra_metrics_;
   api_options options_;
-  // Waited starts taken on the io thread, handed over to an offload when
-  // still unanswered one to two ticks later.
+  // Waited starts still unanswered one to two ticks after their admission,
+  // handed over to an offload then.
   std::unique_ptr<services::due_list<std::shared_ptr<async_start>>> unsettled_;
 };
 
-// The HTTP status of a runtime error code.
-unsigned http_status_of(errc code);
-// {"code", "message"} of a runtime error (adds "runId" / "conflictingRunId").
-http_response error_response(const error& err);
-// A JSON answer; invalid UTF-8 in strings is replaced, never thrown on.
-http_response json_response(unsigned status, const json& body);
-// 400 invalid-argument with `message`.
-http_response bad_request(std::string_view message);
-
-// True when `text` is well-formed UTF-8.
-bool valid_utf8(std::string_view text);
+// One request as the pipeline read it; shared by its handler and its reply.
+struct api::request {
+  http_request http;
+  std::chrono::steady_clock::time_point began;
+  offload_fn offload;
+  const route* matched = nullptr;
+  std::vector<std::string> path;    // decoded segments
+  std::string path_text;            // the normalised path
+  std::vector<std::string> params;  // the segments the pattern's {} matched
+  std::multimap<std::string, std::string> query;
+  principal caller;
+  json body;  // parsed when the route takes JSON; {} when empty
+  // Set while a keyed request runs.
+  std::optional<persistence::request_address> key;
+  std::string fingerprint;
+  std::uint64_t generation = 0;
+  std::string recorded_run_id;  // see idempotency::decision
+  // What the request made durable for its key before it answers.
+  idempotency::stored stored = idempotency::stored::nothing;
+};
 
 }  // namespace durin::gateway

@@ -293,19 +293,7 @@ class session : public std::enable_shared_from_this<session> {
     }
     request.body = std::move(message.body());
     bool keep_alive = message.keep_alive();
-    if (owner_.options_.answer_inline) {
-      std::optional<http_response> response;
-      try {
-        response = owner_.options_.answer_inline(request);
-      } catch (const std::exception& e) {
-        response = error_response(500, "internal",
-                                  std::string("unexpected error: ") + e.what());
-      }
-      if (response) {
-        return write(std::move(*response), keep_alive);
-      }
-    }
-    if (owner_.options_.answer_async) {
+    if (owner_.options_.dispatch) {
       owner_.request_began();
       auto reply = [self = shared_from_this(),
                     keep_alive](http_response response) {
@@ -316,17 +304,9 @@ class session : public std::enable_shared_from_this<session> {
               self->owner_.request_answered();
             });
       };
-      bool taken = false;
-      try {
-        taken = owner_.options_.answer_async(request, std::move(reply),
-                                             owner_.offload_);
-      } catch (const std::exception&) {
-        taken = false;  // nothing was taken: the worker answers it
-      }
-      if (taken) {
-        return;
-      }
-      owner_.request_answered();
+      owner_.options_.dispatch(std::move(request), std::move(reply),
+                               owner_.offload_);
+      return;
     }
     owner_.request_began();
     asio::post(owner_.workers_, [self = shared_from_this(),

@@ -32,21 +32,17 @@ using http_handler = std::function<http_response(const http_request&)>;
 // Runs a job on one of the gateway's worker threads, which may block.
 using offload_fn = std::function<void(std::function<void()>)>;
 
+// A request's answer: called exactly once, from any thread.
+using reply_fn = std::function<void(http_response)>;
+
 struct http_server_options {
-  // Tried first, on the io thread that read the request: an answer is sent
-  // at once, nullopt hands the request to the worker pool. It must never
-  // block (reads, replays of kept answers).
-  std::function<std::optional<http_response>(const http_request&)>
-      answer_inline;
-  // Tried next, on the io thread: true when it took the request and will
-  // call the reply exactly once, from any thread, without a worker (a
-  // start that only waits for its fsync); false hands it to the workers.
-  // It must never block. `offload` runs a job on a worker, for a request
-  // taken this way that must wait after all (the job then replies).
-  std::function<bool(const http_request&,
-                     std::function<void(http_response)> reply,
+  // When set, takes every request, on the io thread that read it: it must
+  // never block, and calls the reply exactly once, from any thread; work
+  // that may block goes to `offload` (a worker). Unset, each request runs
+  // the handler given to start() on a worker.
+  std::function<void(http_request request, reply_fn reply,
                      const offload_fn& offload)>
-      answer_async;
+      dispatch;
   std::string address = "127.0.0.1";
   std::uint16_t port = 7070;  // 0: any free port (see http_server::port)
   std::size_t io_threads = 2;
@@ -63,8 +59,8 @@ class http_server {
  public:
   // Binds and starts serving; invalid-argument for a bad address or a
   // failed bind, naming the reason.
-  static result<std::unique_ptr<http_server>> start(http_server_options options,
-                                                    http_handler handler);
+  static result<std::unique_ptr<http_server>> start(
+      http_server_options options, http_handler handler = nullptr);
   ~http_server();  // stop()
 
   std::uint16_t port() const;  // the bound port

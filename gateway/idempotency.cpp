@@ -21,15 +21,6 @@ std::string rfc3339_ms(std::int64_t ms) {
   return text;
 }
 
-http_response error_response(unsigned status, std::string_view code,
-                             std::string_view message) {
-  http_response response;
-  response.status = status;
-  response.body = json{{"code", code}, {"message", message}}.dump(
-      -1, ' ', false, json::error_handler_t::replace);
-  return response;
-}
-
 idempotency::idempotency(persistence::request_store& requests,
                          std::string instance_id,
                          std::function<std::int64_t()> now_ms,

@@ -30,6 +30,7 @@
 #include <unordered_map>
 
 #include "client/http_message.hpp"
+#include "gateway/wire_format.hpp"
 #include "persistence/requests.hpp"
 
 namespace durin::gateway {
@@ -133,9 +134,5 @@ class idempotency {
   std::unordered_map<std::string, holder> held_;  // guarded by mutex_
   std::uint64_t next_generation_ = 1;             // guarded by mutex_
 };
-
-// {"code", "message"} with `status`.
-http_response error_response(unsigned status, std::string_view code,
-                             std::string_view message);
 
 }  // namespace durin::gateway

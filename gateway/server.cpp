@@ -117,44 +117,13 @@ int serve(serve_options options, registry flows, std::ostream& out,
     return text;
   };
   api routes(**node, keys, held, counters, commit_metrics, options.api);
-  // Reads never block (a store read, a bounded scan): answer them on the
-  // io thread. A plain start, waited or not, is answered by whichever
-  // thread learns its outcome (the committer, the run's actor), so no worker
-  // waits with it unless it takes long; it also answers the replays and
-  // refusals of its own key, so it is tried before the general replay check
-  // (which would parse, authenticate and read the key once more). Replays
-  // of other keyed routes are answered on the io thread too. Everything
-  // else that writes goes to the worker pool.
-  options.http.answer_inline =
-      [&routes](const http_request& request) -> std::optional<http_response> {
-    if (request.method == "GET") {
-      return routes.handle(request);
-    }
-    return std::nullopt;
+  // Every request takes one way through the api (gateway/api.hpp): on the
+  // io thread that read it, handing to the worker pool only what may block.
+  options.http.dispatch = [&routes](http_request request, reply_fn reply,
+                                    const offload_fn& offload) {
+    routes.dispatch(std::move(request), std::move(reply), offload);
   };
-  // A worker's report waits only for its outcomes' writes, and a poll of a
-  // queue with tasks for nothing: no worker thread waits with them either
-  // (a poll that may wait for a task is left to the pool).
-  options.http.answer_async = [&routes](
-                                  const http_request& request,
-                                  std::function<void(http_response)> reply,
-                                  const offload_fn& offload) {
-    if (routes.try_start_async(request, reply, offload)) {
-      return true;
-    }
-    if (routes.try_worker_async(request, reply)) {
-      return true;
-    }
-    if (auto replay = routes.try_replay(request)) {
-      reply(std::move(*replay));
-      return true;
-    }
-    return false;
-  };
-  auto server =
-      http_server::start(options.http, [&routes](const http_request& request) {
-        return routes.handle(request);
-      });
+  auto server = http_server::start(options.http);
   if (!server) {
     return fail(err, server.error());
   }

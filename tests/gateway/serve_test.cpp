@@ -1102,5 +1102,68 @@ TEST_F(ServeTest, CliStartWithInstanceAndCommandIds) {
   EXPECT_EQ(json::parse(existing.second)["id"], id);
 }
 
+// An Idempotency-Key header that is empty, or sent twice, is refused as bad
+// input (never taken as no key, never the first one silently): nothing runs.
+TEST_F(ServeTest, AnEmptyOrRepeatedIdempotencyKeyIsRefused) {
+  auto client = admin();
+  auto empty = client.send("POST", "/v1/runs", review("K-1").dump(),
+                           {{"Idempotency-Key", ""}});
+  EXPECT_EQ(empty.status, 400u) << empty.body;
+  EXPECT_EQ(empty.code(), "invalid-argument");
+  auto twice =
+      client.send("POST", "/v1/runs", review("K-1").dump(),
+                  {{"Idempotency-Key", "k-1"}, {"Idempotency-Key", "k-2"}});
+  EXPECT_EQ(twice.status, 400u) << twice.body;
+  EXPECT_EQ(twice.code(), "invalid-argument");
+  EXPECT_NE(twice.value["message"].get<std::string>().find("Idempotency-Key"),
+            std::string::npos);
+  EXPECT_EQ(runs_for(client, "K-1"), 0);
+}
+
+// The same request is the same request however it is spelled: another
+// Content-Type parameter, other spacing and key order, a default sent
+// explicitly. Only another meaning (here "wait": false) is a conflict.
+TEST_F(ServeTest, TheFingerprintIsTheRequestsMeaningNotItsSpelling) {
+  auto client = admin();
+  auto first = client.send(
+      "POST", "/v1/runs", review("F-1").dump(),
+      {{"Idempotency-Key", "spelled"}, {"Content-Type", "application/json"}});
+  ASSERT_EQ(first.status, 200u) << first.body;
+  std::string respelled =
+      R"({ "input": {"orderId": "F-1"}, "wait": true, "flow": "acme.review-order" })";
+  auto again =
+      client.send("POST", "/v1/runs", respelled,
+                  {{"Idempotency-Key", "spelled"},
+                   {"Content-Type", "application/json; charset=utf-8"}});
+  EXPECT_EQ(again.status, 200u) << again.body;
+  EXPECT_EQ(again.headers["idempotent-replayed"], "true");
+  EXPECT_EQ(again.body, first.body);
+  json other = review("F-1");
+  other["wait"] = false;
+  auto changed = client.post("/v1/runs", other, "spelled");
+  EXPECT_EQ(changed.status, 409u) << changed.body;
+  EXPECT_EQ(changed.code(), "conflict");
+  EXPECT_EQ(runs_for(client, "F-1"), 1);
+}
+
+// A waited start that finds its instance id held and asks for the active
+// run gets that run (it admits nothing of its own, so it is answered from
+// the run as it is, not from a settle of its own that never comes).
+TEST_F(ServeTest, AWaitedStartOfAHeldInstanceAnswersTheActiveRun) {
+  auto client = admin();
+  json notes = {{"flow", "acme.order-notes"},
+                {"input", {{"orderId", "E-1"}, {"note", "n"}}},
+                {"instanceId", "order-E-1"}};
+  auto first = client.post("/v1/runs", notes);
+  ASSERT_EQ(first.status, 200u) << first.body;
+  notes["onDuplicate"] = "return-existing-active";
+  auto existing = client.post("/v1/runs", notes, "existing-E-1");
+  ASSERT_EQ(existing.status, 200u) << existing.body;
+  EXPECT_EQ(existing.value["id"], first.value["id"]);
+  auto replay = client.post("/v1/runs", notes, "existing-E-1");
+  EXPECT_EQ(replay.headers["idempotent-replayed"], "true");
+  EXPECT_EQ(replay.value["id"], first.value["id"]);
+}
+
 }  // namespace
 }  // namespace durin::testing

@@ -1,0 +1,328 @@
+// The routes of the HTTP API that answer at once (on the io thread for
+// reads, on a gateway worker for writes that wait for their fsync). The
+// start is in gateway/start_route.cpp, the pipeline in gateway/api.cpp.
+#include <string>
+
+#include "gateway/api.hpp"
+#include "gateway/worker_api.hpp"
+#include "persistence/store.hpp"
+#include "services/node.hpp"
+
+namespace durin::gateway {
+
+http_response api::health(request&) {
+  return json_response(200, {{"status", "ok"}});
+}
+
+http_response api::prometheus(request&) {
+  http_response response;
+  response.content_type = "text/plain; version=0.0.4";
+  response.body = metrics_.render(extra_metrics_ ? extra_metrics_() : "");
+  return response;
+}
+
+http_response api::run_response(unsigned status, const run_info& run) {
+  metrics_.count_run_status(to_string(run.status));
+  return json_response(status, run.to_json());
+}
+
+http_response api::get_instance(request& ctx) {
+  auto run = node_.get_instance(ctx.params[0], ctx.caller.tenant);
+  return run ? run_response(200, *run) : error_response(run.error());
+}
+
+http_response api::get_run(request& ctx) {
+  const std::string& id = ctx.params[0];
+  auto run = node_.get(id, ctx.caller.tenant);
+  if (!run) {
+    return error_response(run.error());
+  }
+  return run_response(200, *run);
+}
+
+http_response api::list_runs(request& ctx) {
+  run_filter filter;
+  filter.tenant = ctx.caller.tenant;
+  for (const auto& [name, value] : ctx.query) {
+    if (name == "status") {
+      if (value.empty()) {
+        continue;
+      }
+      auto status = parse_run_status(value);
+      if (!status) {
+        return bad_request("unknown status '" + value +
+                           "'; one of pending, running, waiting, completed, "
+                           "failed, cancelled");
+      }
+      filter.status = status;
+    } else if (name == "flow") {
+      if (!value.empty()) {
+        filter.flow = value;
+      }
+    } else if (name == "limit") {
+      if (value.empty()) {
+        continue;
+      }
+      std::size_t limit = 0;
+      bool digits = value.size() <= 4;
+      for (char c : value) {
+        digits = digits && c >= '0' && c <= '9';
+      }
+      if (digits) {
+        limit = std::stoul(value);
+      }
+      if (!digits || limit < 1 || limit > 1000) {
+        return bad_request("limit must be a number from 1 to 1000");
+      }
+      filter.limit = limit;
+    } else if (name == "cursor") {
+      filter.cursor = value;
+    } else {
+      return bad_request("unknown query parameter '" + name +
+                         "'; allowed: status, flow, limit, cursor");
+    }
+  }
+  auto page = node_.list(filter);
+  if (!page) {
+    return error_response(page.error());
+  }
+  json runs = json::array();
+  for (const auto& run : page->runs) {
+    runs.push_back(run.to_json());
+  }
+  json next =
+      page->next_cursor.empty() ? json(nullptr) : json(page->next_cursor);
+  return json_response(200, {{"runs", std::move(runs)}, {"nextCursor", next}});
+}
+
+http_response api::run_history(request& ctx) {
+  const std::string& id = ctx.params[0];
+  auto events = node_.history(id, ctx.caller.tenant);
+  if (!events) {
+    return error_response(events.error());
+  }
+  json list = json::array();
+  for (const auto& event : *events) {
+    list.push_back(event.to_json());
+  }
+  return json_response(200, {{"runId", id}, {"events", std::move(list)}});
+}
+
+http_response api::cancel_run(request& ctx) {
+  const std::string& id = ctx.params[0];
+  if (auto problem = only_fields(ctx.body, {"reason", "commandId"})) {
+    return *problem;
+  }
+  cancel_options options;
+  options.tenant = ctx.caller.tenant;
+  for (const char* field : {"reason", "commandId"}) {
+    if (ctx.body.contains(field) && !ctx.body[field].is_string()) {
+      return bad_request(std::string("field '") + field + "' must be a string");
+    }
+  }
+  options.reason = ctx.body.value("reason", std::string());
+  options.command_id = ctx.body.value("commandId", std::string());
+  auto run = node_.cancel(id, options);
+  if (!run) {
+    return error_response(run.error());
+  }
+  return run_response(200, *run);
+}
+
+http_response api::get_hook(request& ctx) {
+  const std::string& token = ctx.params[0];
+  auto hook = node_.get_hook_by_token(token, ctx.caller.tenant);
+  if (!hook) {
+    return error_response(hook.error());
+  }
+  return json_response(200, hook->to_json());
+}
+
+http_response api::resume_hook(request& ctx) {
+  const std::string& token = ctx.params[0];
+  if (auto problem = only_fields(ctx.body, {"payload", "commandId"})) {
+    return *problem;
+  }
+  if (!ctx.body.contains("payload")) {
+    return bad_request("missing field 'payload'");
+  }
+  resume_options options;
+  options.tenant = ctx.caller.tenant;
+  if (ctx.body.contains("commandId")) {
+    if (!ctx.body["commandId"].is_string() ||
+        ctx.body["commandId"].get<std::string>().empty()) {
+      return bad_request("field 'commandId' must be a non-empty string");
+    }
+    options.command_id = ctx.body["commandId"].get<std::string>();
+  } else if (ctx.key) {
+    // The key names the command: a resume retried after a crash is not
+    // delivered twice.
+    options.resume_id = ctx.caller.key_id + ":" + ctx.key->key;
+  }
+  auto owner = node_.resume_hook(token, ctx.body["payload"], options);
+  if (!owner) {
+    return error_response(owner.error());
+  }
+  return json_response(200, {{"runId", *owner}});
+}
+
+http_response api::webhook(request& ctx) {
+  const std::string& token = ctx.params[0];
+  // No API key: the random token is the secret. Unknown tokens answer 404
+  // with an empty body, so the route tells nothing about tokens.
+  http_response unknown;
+  unknown.status = 404;
+  unknown.content_type.clear();
+  if (token.rfind("wh_", 0) != 0) {
+    return unknown;
+  }
+  json headers = json::object();
+  for (const auto& [name, value] : ctx.http.headers) {
+    if (name != "authorization" && valid_utf8(value)) {
+      headers[name] = value;
+    }
+  }
+  json body;
+  if (!ctx.http.body.empty()) {
+    if (!valid_utf8(ctx.http.body)) {
+      return error_response(400, "invalid-argument",
+                            "a webhook body must be UTF-8 text");
+    }
+    body = json::parse(ctx.http.body, nullptr, false);
+    if (body.is_discarded()) {
+      body = ctx.http.body;
+    }
+  }
+  json payload = {{"method", ctx.http.method},
+                  {"headers", std::move(headers)},
+                  {"body", std::move(body)}};
+  // The webhook index names the token's tenant (written with the
+  // webhook's claim, removed with its release).
+  auto tenant = services::services_of(node_).store->get_webhook_tenant(token);
+  if (!tenant) {
+    return error_response(tenant.error());
+  }
+  if (!*tenant) {
+    return unknown;
+  }
+  resume_options options;
+  options.tenant = **tenant;
+  auto owner = node_.resume_hook(token, payload, options);
+  if (owner) {
+    http_response accepted;
+    accepted.status = 202;
+    accepted.body = "{}";
+    return accepted;
+  }
+  if (owner.error().code == errc::hook_not_found) {
+    return unknown;  // a retained token: its run no longer reads it
+  }
+  return error_response(owner.error());
+}
+
+namespace {
+
+std::optional<http_response> optional_name(const json& body,
+                                           std::string& name) {
+  if (auto problem = only_fields(body, {"name"})) {
+    return problem;
+  }
+  if (body.contains("name")) {
+    if (!body["name"].is_string() ||
+        body["name"].get<std::string>().size() > auth::name_bytes_max) {
+      return bad_request("field 'name' must be a string of at most " +
+                         std::to_string(auth::name_bytes_max) + " bytes");
+    }
+    name = body["name"].get<std::string>();
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+http_response api::create_key(request& ctx) {
+  std::string name;
+  if (auto problem = optional_name(ctx.body, name)) {
+    return *problem;
+  }
+  auto key = keys_.create_key(ctx.caller.tenant, name);
+  if (!key) {
+    return error_response(key.error());
+  }
+  return json_response(201,
+                       {{"id", key->record.id},
+                        {"name", key->record.name},
+                        {"secret", key->secret},
+                        {"createdAt", rfc3339_ms(key->record.created_at_ms)}});
+}
+
+http_response api::list_keys(request& ctx) {
+  if (!ctx.query.empty()) {
+    return bad_request("GET /v1/api-keys takes no query parameters");
+  }
+  auto listed = keys_.list_keys(ctx.caller.tenant);
+  if (!listed) {
+    return error_response(listed.error());
+  }
+  json keys = json::array();
+  for (const auto& key : *listed) {
+    keys.push_back({{"id", key.id},
+                    {"name", key.name},
+                    {"admin", key.admin},
+                    {"createdAt", rfc3339_ms(key.created_at_ms)}});
+  }
+  return json_response(200, {{"apiKeys", std::move(keys)}});
+}
+
+http_response api::revoke_key(request& ctx) {
+  const std::string& id = ctx.params[0];
+  if (auto problem = only_fields(ctx.body, {})) {
+    return *problem;
+  }
+  auto revoked = keys_.revoke_key(ctx.caller.tenant, id);
+  if (!revoked) {
+    return error_response(revoked.error());
+  }
+  if (!*revoked) {
+    return error_response(404, "api-key-not-found",
+                          "no API key '" + id + "' in this tenant");
+  }
+  return json_response(200, {{"id", id}, {"revoked", true}});
+}
+
+http_response api::create_tenant(request& ctx) {
+  std::string name;
+  if (auto problem = optional_name(ctx.body, name)) {
+    return *problem;
+  }
+  if (name.empty()) {
+    return bad_request("missing field 'name' (a non-empty string)");
+  }
+  auto made = keys_.create_tenant(name);
+  if (!made) {
+    return error_response(made.error());
+  }
+  return json_response(201, {{"id", made->tenant.id},
+                             {"name", made->tenant.name},
+                             {"apiKey",
+                              {{"id", made->first_key.record.id},
+                               {"secret", made->first_key.secret}}}});
+}
+
+void api::worker_route(const request_ptr& r, reply_fn reply) {
+  worker_request work{r->caller.tenant, r->http.method, r->path, r->query,
+                      r->body};
+  if (r->http.method == "GET") {
+    reply(handle_worker_route(node_, work));  // memory reads only
+    return;
+  }
+  // Answered without a waiting thread unless a poll finds its queue empty.
+  if (try_worker_route_async(node_, work, reply)) {
+    return;
+  }
+  r->offload([this, work = std::move(work), reply = std::move(reply)] {
+    reply(handle_worker_route(node_, work));
+  });
+}
+
+}  // namespace durin::gateway

@@ -1,0 +1,223 @@
+#include "gateway/wire_format.hpp"
+
+#include <stdexcept>
+
+namespace durin::gateway {
+
+namespace {
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') {
+    return c - '0';
+  }
+  if (c >= 'a' && c <= 'f') {
+    return c - 'a' + 10;
+  }
+  if (c >= 'A' && c <= 'F') {
+    return c - 'A' + 10;
+  }
+  return -1;
+}
+
+}  // namespace
+
+// Percent-decodes `text`; nullopt for a malformed escape.
+std::optional<std::string> percent_decode(std::string_view text,
+                                          bool plus_is_space) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '%') {
+      if (i + 2 >= text.size()) {
+        return std::nullopt;
+      }
+      int high = hex_value(text[i + 1]);
+      int low = hex_value(text[i + 2]);
+      if (high < 0 || low < 0) {
+        return std::nullopt;
+      }
+      out.push_back(static_cast<char>(high * 16 + low));
+      i += 2;
+    } else if (c == '+' && plus_is_space) {
+      out.push_back(' ');
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+bool printable_ascii(std::string_view text) {
+  for (char c : text) {
+    if (c < 0x21 || c > 0x7e) {
+      return false;
+    }
+  }
+  return true;
+}
+
+parsed_body parse_body(const std::string& body, std::size_t depth_max) {
+  if (body.empty()) {
+    return {json::object(), std::nullopt};
+  }
+  if (!valid_utf8(body)) {
+    return {json(),
+            error_response(400, "invalid-json", "the body is not valid UTF-8")};
+  }
+  std::size_t depth = 0;
+  bool too_deep = false;
+  json value;
+  try {
+    value = json::parse(body, [&](int, json::parse_event_t event, json&) {
+      if (event == json::parse_event_t::object_start ||
+          event == json::parse_event_t::array_start) {
+        if (++depth > depth_max) {
+          too_deep = true;
+          throw std::out_of_range("too deep");
+        }
+      } else if (event == json::parse_event_t::object_end ||
+                 event == json::parse_event_t::array_end) {
+        --depth;
+      }
+      return true;
+    });
+  } catch (const json::exception& e) {
+    return {json(),
+            error_response(400, "invalid-json",
+                           std::string("the body is not JSON: ") + e.what())};
+  } catch (const std::out_of_range&) {
+    too_deep = true;
+  }
+  if (too_deep) {
+    return {json(), error_response(400, "invalid-json",
+                                   "the body nests deeper than " +
+                                       std::to_string(depth_max) + " levels")};
+  }
+  if (!value.is_object()) {
+    return {json(), error_response(400, "invalid-argument",
+                                   "the body must be a JSON object")};
+  }
+  return {std::move(value), std::nullopt};
+}
+
+// Refuses fields other than `allowed`.
+std::optional<http_response> only_fields(const json& body,
+                                         const std::set<std::string>& allowed) {
+  for (const auto& [key, value] : body.items()) {
+    (void)value;
+    if (allowed.count(key) == 0) {
+      std::string names;
+      for (const auto& name : allowed) {
+        names += (names.empty() ? "" : ", ") + name;
+      }
+      return bad_request("unknown field '" + key + "'; allowed: " + names);
+    }
+  }
+  return std::nullopt;
+}
+
+bool valid_utf8(std::string_view text) {
+  std::size_t i = 0;
+  const auto* b = reinterpret_cast<const unsigned char*>(text.data());
+  while (i < text.size()) {
+    unsigned char c = b[i];
+    std::size_t extra = 0;
+    std::uint32_t code = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      extra = 1;
+      code = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      extra = 2;
+      code = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      extra = 3;
+      code = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + extra >= text.size()) {
+      return false;
+    }
+    for (std::size_t k = 1; k <= extra; ++k) {
+      if ((b[i + k] & 0xC0) != 0x80) {
+        return false;
+      }
+      code = (code << 6) | (b[i + k] & 0x3F);
+    }
+    if ((extra == 1 && code < 0x80) || (extra == 2 && code < 0x800) ||
+        (extra == 3 && (code < 0x10000 || code > 0x10FFFF)) ||
+        (code >= 0xD800 && code <= 0xDFFF)) {
+      return false;
+    }
+    i += extra + 1;
+  }
+  return true;
+}
+
+unsigned http_status_of(errc code) {
+  switch (code) {
+    case errc::invalid_argument:
+    case errc::invalid_input:
+      return 400;
+    case errc::flow_not_found:
+    case errc::step_not_found:
+    case errc::run_not_found:
+    case errc::hook_not_found:
+      return 404;
+    case errc::run_finished:
+    case errc::hook_conflict:
+    case errc::nondeterministic_replay:
+    case errc::cancelled:
+      return 409;
+    case errc::timeout:
+      return 504;
+    case errc::storage_error:
+    case errc::shutting_down:
+    case errc::start_outcome_unknown:
+      return 503;
+    case errc::step_failed:
+    case errc::flow_error:
+      return 422;
+    case errc::corrupt_record:
+    case errc::internal:
+      return 500;
+  }
+  return 500;
+}
+
+http_response json_response(unsigned status, const json& body) {
+  http_response response;
+  response.status = status;
+  response.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return response;
+}
+
+http_response bad_request(std::string_view message) {
+  return error_response(400, "invalid-argument", message);
+}
+
+http_response error_response(const error& err) {
+  json body = {{"code", to_code(err.code)}, {"message", err.message}};
+  if (err.code == errc::hook_conflict && !err.run_id.empty()) {
+    body["conflictingRunId"] = err.run_id;
+  }
+  if (err.code == errc::start_outcome_unknown && !err.run_id.empty()) {
+    body["runId"] = err.run_id;
+  }
+  return json_response(http_status_of(err.code), body);
+}
+
+http_response error_response(unsigned status, std::string_view code,
+                             std::string_view message) {
+  http_response response;
+  response.status = status;
+  response.body = json{{"code", code}, {"message", message}}.dump(
+      -1, ' ', false, json::error_handler_t::replace);
+  return response;
+}
+
+}  // namespace durin::gateway

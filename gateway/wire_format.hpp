@@ -1,0 +1,58 @@
+// The gateway's wire vocabulary, in one place: how a request body is read
+// (UTF-8, JSON depth, allowed fields), how the target's escapes are decoded,
+// and how every answer is formed: a JSON value, or an error
+// {"code", "message"} whose status follows from its code. Plain functions
+// of their arguments; any thread.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+
+#include "client/http_message.hpp"
+#include "durin/error.hpp"
+#include "durin/json.hpp"
+
+namespace durin::gateway {
+
+using wire::http_request;
+using wire::http_response;
+
+// The HTTP status of a runtime error code.
+unsigned http_status_of(errc code);
+// {"code", "message"} of a runtime error (adds "runId" / "conflictingRunId").
+http_response error_response(const error& err);
+// {"code", "message"} with `status`, for the codes of the HTTP layer that
+// have no runtime error (invalid-path, unauthorized, not-found, ...).
+http_response error_response(unsigned status, std::string_view code,
+                             std::string_view message);
+// A JSON answer; invalid UTF-8 in strings is replaced, never thrown on.
+http_response json_response(unsigned status, const json& body);
+// 400 invalid-argument with `message`.
+http_response bad_request(std::string_view message);
+
+// True when `text` is well-formed UTF-8.
+bool valid_utf8(std::string_view text);
+// True when every byte is printable ASCII (0x21..0x7e).
+bool printable_ascii(std::string_view text);
+// Percent-decodes `text` ('+' as a space when `plus_is_space`, as in a
+// query); nullopt for a malformed escape.
+std::optional<std::string> percent_decode(std::string_view text,
+                                          bool plus_is_space);
+
+// A request body read as a JSON object: an empty body is {}. `problem` is
+// the answer for a body that is not UTF-8, not JSON, nests deeper than
+// `depth_max` or is not an object.
+struct parsed_body {
+  json value;
+  std::optional<http_response> problem;
+};
+parsed_body parse_body(const std::string& body, std::size_t depth_max);
+
+// 400 naming the first field of `body` not in `allowed`, if any.
+std::optional<http_response> only_fields(const json& body,
+                                         const std::set<std::string>& allowed);
+
+}  // namespace durin::gateway
