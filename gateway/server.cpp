@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "console/embedded.hpp"
 #include "durin/runtime.hpp"
 #include "gateway/worker_api.hpp"
 #include "persistence/auth_store.hpp"
@@ -127,6 +128,9 @@ int serve(serve_options options, registry flows, std::ostream& out,
   // else that writes goes to the worker pool.
   options.http.answer_inline =
       [&routes](const http_request& request) -> std::optional<http_response> {
+    if (auto page = console::serve(request)) {
+      return page;  // the web console's files, built into the binary
+    }
     if (request.method == "GET") {
       return routes.handle(request);
     }
