@@ -37,6 +37,11 @@ struct api_options {
   std::size_t id_bytes_max = 256;
 };
 
+// Events per page of GET /v1/runs/{id}/history?after=&limit=.
+inline constexpr std::uint64_t history_page_max = 1000;
+// GET /v1/run-counts counts at most this many runs (the newest).
+inline constexpr std::uint64_t count_runs_max = 10'000;
+
 class api {
  public:
   // REQUIRES: every argument outlives the api.
@@ -100,6 +105,8 @@ class api {
   http_response get_run(context& ctx, const std::string& id);
   http_response list_runs(context& ctx);
   http_response run_history(context& ctx, const std::string& id);
+  // GET /v1/run-counts?flow=: the caller's runs by status.
+  http_response count_runs(context& ctx);
   http_response cancel_run(context& ctx, const std::string& id);
   http_response get_hook(context& ctx, const std::string& token);
   http_response resume_hook(context& ctx, const std::string& token);
