@@ -8,6 +8,8 @@ export function h(tag, attributes = {}, ...children) {
     if (value === undefined || value === null || value === false) continue;
     if (name.startsWith('on') && typeof value === 'function') {
       element.addEventListener(name.slice(2), value);
+    } else if (name === 'style' && typeof value === 'object') {
+      Object.assign(element.style, value);  // CSSOM: allowed by the CSP
     } else if (name === 'dataset') {
       Object.assign(element.dataset, value);
     } else if (value === true) {

@@ -98,7 +98,7 @@ export function mount(main, params) {
       const event = shown[i];
       rows.push(h('div', {
         class: `event${event.error ? ' failed' : ''}${state.selected === event.sequence ? ' selected' : ''}`,
-        style: `top:${i * rowHeight}px`,
+        style: { top: `${i * rowHeight}px` },
         'data-sequence': event.sequence,
         onclick: () => select(event),
       },
