@@ -53,3 +53,20 @@ export function rawView(title, value) {
   return h('details', { class: 'raw' },
     h('summary', {}, title), jsonBlock(value));
 }
+
+// Re-renders `container` with `render()` and keeps the row the keyboard
+// selected (by its `data-<attribute>` value), so live updates do not lose
+// the user's place in a list.
+export function keepSelected(container, attribute, render) {
+  const selected = container.querySelector(`.selected[data-${attribute}]`)
+    ?.getAttribute(`data-${attribute}`);
+  render();
+  if (selected === undefined || selected === null) return;
+  for (const row of container.querySelectorAll(`[data-${attribute}]`)) {
+    if (row.getAttribute(`data-${attribute}`) === selected && row.hasAttribute('data-row')) {
+      row.classList.add('selected');
+      row.setAttribute('aria-selected', 'true');
+      return;
+    }
+  }
+}

@@ -6,7 +6,7 @@
 // transport's view. It stops once the run is completed, failed or
 // cancelled, after one last read.
 import { api, ApiError, newIdempotencyKey } from './api.js';
-import { h, jsonBlock, rawView, replace } from './dom.js';
+import { h, jsonBlock, keepSelected, rawView, replace } from './dom.js';
 import { between, duration, isTerminal, preview, relative, statusBadge, time } from './format.js';
 import { poller } from './live.js';
 import { latestError, stepsOf } from './warnings.js';
@@ -156,7 +156,7 @@ export function mount(main, params) {
   function drawFacts() {
     const run = state.run;
     const hooks = state.events.filter((e) => e.kind === 'hook-created' && e.name);
-    const startToken = startTokenOf(state.events);
+    const startToken = run.startToken ?? null;
     const fact = (label, ...value) => [h('dt', {}, label), h('dd', {}, ...value)];
     replace(facts,
       h('dl', {},
@@ -188,13 +188,13 @@ export function mount(main, params) {
       return;
     }
     const anyRefused = all.some((s) => s.refused.length > 0);
-    replace(steps,
+    keepSelected(steps, 'step', () => replace(steps,
       h('div', { class: 'section-head' }, h('h2', {}, 'Steps'),
         h('span', { class: 'hint' }, `${all.length} step${all.length === 1 ? '' : 's'}`)),
       h('p', { class: 'note' }, ...transportNote),
       anyRefused ? h('div', { class: 'banner warning', id: 'refused-note' }, h('strong', {}, 'Refused late reports'), h('p', {}, refusedNote)) : null,
       all.slice(-200).map(drawStep),
-      all.length > 200 ? h('p', { class: 'hint' }, `The last 200 of ${all.length} steps; the history lists all.`) : null);
+      all.length > 200 ? h('p', { class: 'hint' }, `The last 200 of ${all.length} steps; the history lists all.`) : null));
   }
 
   function drawStep(step) {
@@ -357,10 +357,4 @@ function eventValue(event) {
   if (event.dueAtMs) return `due ${relative(event.dueAtMs)}`;
   const { sequence, kind, at, stepId, name, call, attempt, attemptId, ...rest } = event;
   return Object.keys(rest).length ? preview(rest) : '';
-}
-
-// The token of the run's start hook, when the history names one.
-function startTokenOf(events) {
-  const started = events.find((e) => e.kind === 'run-started');
-  return started?.hook?.token ?? started?.token ?? started?.startToken ?? null;
 }

@@ -3,7 +3,7 @@
 // its id, or the active run of an instance id (Enter), and narrows the
 // rows shown as you type. The first page follows new runs live.
 import { api, ApiError } from './api.js';
-import { h, replace } from './dom.js';
+import { h, keepSelected, replace } from './dom.js';
 import { between, duration, runStatuses, statusBadge, time } from './format.js';
 import { poller } from './live.js';
 
@@ -126,7 +126,7 @@ export function mount(main, params, shell) {
       replace(tbody, h('tr', {}, h('td', { colspan: 6, class: 'empty' },
         state.runs.length === 0 ? 'No runs match.' : 'No run on this page matches the search.')));
     } else {
-      replace(tbody, rows.map((run) => {
+      keepSelected(tbody, 'run', () => replace(tbody, rows.map((run) => {
         const href = `#/runs/${encodeURIComponent(run.id)}`;
         return h('tr', { 'data-row': true, 'data-run': run.id },
           h('td', { class: 'mono' }, h('a', { href }, run.id)),
@@ -135,7 +135,7 @@ export function mount(main, params, shell) {
           h('td', { class: 'mono wide' }, run.instanceId === run.id ? '—' : run.instanceId),
           h('td', {}, time(run.createdAt)),
           h('td', {}, duration(between(run.startedAt ?? run.createdAt, run.completedAt))));
-      }));
+      })));
     }
     const page = state.cursors.length;
     replace(pager,

@@ -2,7 +2,7 @@
 // an operator acts on (warnings.js): blocked runs with their divergence,
 // runs retrying, stuck leases, queues nobody polls. Live while shown.
 import { api } from './api.js';
-import { h, rawView, replace } from './dom.js';
+import { h, keepSelected, rawView, replace } from './dom.js';
 import { duration, relative, time } from './format.js';
 import { poller } from './live.js';
 import { isRetrying, isStuck, queueSummaries, taskWarnings } from './warnings.js';
@@ -57,7 +57,7 @@ export function mount(main) {
             h('td', {}, q.waiting ? duration(q.oldestWaitingMs) : '—'),
             h('td', {}, q.nobodyPolls ? h('span', { class: 'badge status-failed' }, 'nobody polls') : '')))))));
     const live = answer.tasks ?? [];
-    replace(tasks,
+    keepSelected(tasks, 'attempt', () => replace(tasks,
       h('h2', {}, `Live attempts (${live.length})`),
       live.length === 0 ? h('p', { class: 'empty' }, 'No attempt is queued or running.')
         : h('div', { class: 'table-wrap' }, h('table', { class: 'list' },
@@ -76,7 +76,7 @@ export function mount(main) {
             h('td', { class: 'wide' }, time(t.scheduledAtMs)),
             h('td', {},
               isStuck(t, now) ? h('span', { class: 'badge status-failed' }, 'stuck') : null,
-              isRetrying(t, now) ? h('span', { class: 'badge status-waiting' }, 'retrying') : null)))))));
+              isRetrying(t, now) ? h('span', { class: 'badge status-waiting' }, 'retrying') : null))))))));
     replace(raw, rawView('GET /v1/tasks', answer));
   }
 

@@ -91,6 +91,55 @@ describe('without a key', () => {
   });
 });
 
+describe('the API routes the console adds', () => {
+  test('history pages: after, limit, nextAfter, lastSequence', async () => {
+    const run = await startRun(server, server.adminKey, 'acme.review-order', { orderId: 'PAGE-1' });
+    const all = await api(server, server.adminKey, 'GET', `/v1/runs/${run.id}/history`);
+    assert.equal(all.status, 200);
+    const count = all.body.events.length;
+    assert.ok(count >= 4);
+    assert.equal(all.body.lastSequence, count);
+    assert.equal('nextAfter' in all.body, false, 'unpaged answers are as before');
+    const first = await api(server, server.adminKey, 'GET', `/v1/runs/${run.id}/history?limit=2`);
+    assert.deepEqual(first.body.events.map((e) => e.sequence), [1, 2]);
+    assert.equal(first.body.nextAfter, 2);
+    const rest = await api(server, server.adminKey, 'GET', `/v1/runs/${run.id}/history?after=2`);
+    assert.deepEqual(rest.body.events.map((e) => e.sequence),
+      Array.from({ length: count - 2 }, (_, i) => i + 3));
+    assert.equal(rest.body.nextAfter, null);
+    const beyond = await api(server, server.adminKey, 'GET', `/v1/runs/${run.id}/history?after=${count + 5}`);
+    assert.deepEqual(beyond.body.events, []);
+    assert.equal(beyond.body.nextAfter, null);
+    for (const bad of ['limit=0', 'limit=1001', 'after=-1', 'after=x', 'since=1']) {
+      const refused = await api(server, server.adminKey, 'GET', `/v1/runs/${run.id}/history?${bad}`);
+      assert.equal(refused.status, 400, bad);
+      assert.equal(refused.body.code, 'invalid-argument', bad);
+    }
+  });
+
+  test('run counts are the caller\'s, by status and flow', async () => {
+    const made = await api(server, server.adminKey, 'POST', '/v1/tenants', { name: 'counting' });
+    const key = made.body.apiKey.secret;
+    await startRun(server, key, 'acme.review-order', { orderId: 'COUNT-1' });
+    await startRun(server, key, 'acme.review-order', { orderId: 'COUNT-2' });
+    const held = await startRun(server, key, 'acme.sleep', { ms: 600_000 }, { wait: false });
+    await until(async () => (await api(server, key, 'GET', `/v1/runs/${held.id}`)).body.status === 'waiting');
+    const counts = await api(server, key, 'GET', '/v1/run-counts');
+    assert.equal(counts.status, 200);
+    assert.equal(counts.body.total, 3);
+    assert.equal(counts.body.complete, true);
+    assert.equal(counts.body.counts.completed, 2);
+    assert.equal(counts.body.counts.waiting, 1);
+    assert.equal(counts.body.counts.blocked, 0);
+    const sleeps = await api(server, key, 'GET', '/v1/run-counts?flow=acme.sleep');
+    assert.equal(sleeps.body.total, 1);
+    assert.equal((await api(server, key, 'GET', '/v1/run-counts?status=failed')).status, 400);
+    assert.equal((await api(server, key, 'POST', '/v1/run-counts', {})).status, 405);
+    assert.equal((await api(server, 'dk_key_wrong', 'GET', '/v1/run-counts')).status, 401);
+    await api(server, key, 'POST', `/v1/runs/${held.id}/cancel`, {});
+  });
+});
+
 describe('with the admin key', () => {
   test('finds a run by id, opens it, sees its steps and a failed attempt\'s error', async () => {
     const flaky = await startRun(server, server.adminKey, 'acme.flaky', { failures: 2 });
@@ -146,7 +195,10 @@ describe('with the admin key', () => {
     await page.keyboard.press('j');
     await page.keyboard.press('k');
     const selected = await page.locator('tr.selected').getAttribute('data-run');
-    assert.equal(selected, await page.locator('tr[data-row]').first().getAttribute('data-run'));
+    assert.equal(selected, await page.locator('tr[data-row]').nth(1).getAttribute('data-run'));
+    // A live refresh of the list (every 3 s) keeps the selection.
+    await page.waitForTimeout(3500);
+    assert.equal(await page.locator('tr.selected').getAttribute('data-run'), selected);
     await page.keyboard.press('Enter');
     await page.waitForURL(`**/#/runs/${selected}`);
     await api(server, server.adminKey, 'POST', `/v1/runs/${held.id}/cancel`, {});
