@@ -882,7 +882,11 @@ run_info run_engine::info() const {
 run_info describe_run(const persistence::run_record& record) {
   run_info out;
   out.id = record.id;
-  out.instance_id = instance_of_token(record.start_token).value_or(record.id);
+  auto instance = instance_of_token(record.start_token);
+  out.instance_id = instance.value_or(record.id);
+  if (!instance) {
+    out.start_token = record.start_token;
+  }
   out.flow = record.flow;
   out.status = record.status;
   try {

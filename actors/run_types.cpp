@@ -83,6 +83,9 @@ json run_info::to_json() const {
   if (!blocked_reason.empty()) {
     out["blockedReason"] = blocked_reason;
   }
+  if (!start_token.empty()) {
+    out["startToken"] = start_token;
+  }
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "console/embedded.hpp"
 #include "gateway/worker_api.hpp"
 #include "persistence/test_points.hpp"
 
@@ -61,208 +62,56 @@ bool matches(const std::vector<std::string_view>& pattern,
 
 const std::vector<api::route>& api::routes() {
   using m = metrics::route;
-  // method, pattern, metric, access, JSON body, keyed, carries a secret,
-  // may block, handler.
+  // clang-format off
   static const std::vector<route> table = {
-      {"GET",
-       {"healthz"},
-       m::health,
-       access::open,
-       false,
-       false,
-       false,
-       false,
-       &api::health},
-      {"GET",
-       {"metrics"},
-       m::metrics,
-       access::open,
-       false,
-       false,
-       false,
-       false,
-       &api::prometheus},
-      {"POST",
-       {"v1", "webhooks", "{}"},
-       m::webhooks,
-       access::open,
-       false,
-       false,
-       false,
-       true,
+      // method, pattern, metric, access, traits, handler
+      {"GET", {"healthz"}, m::health, access::open, 0, &api::health},
+      {"GET", {"metrics"}, m::metrics, access::open, 0, &api::prometheus},
+      {"POST", {"v1", "webhooks", "{}"}, m::webhooks, access::open, blocks,
        &api::webhook},
-      {"POST",
-       {"v1", "runs"},
-       m::start,
-       access::caller,
-       true,
-       true,
-       false,
-       false,
-       nullptr,
-       &api::start_run,
-       R"({"input": {}, "wait": true})"},
-      {"GET",
-       {"v1", "runs"},
-       m::list_runs,
-       access::caller,
-       false,
-       false,
-       false,
-       false,
+      {"POST", {"v1", "runs"}, m::start, access::caller, json_body | keyed,
+       nullptr, &api::start_run, R"({"input": {}, "wait": true})"},
+      // Pages of runs and histories can be large: built on a worker, so
+      // they never hold an io thread up.
+      {"GET", {"v1", "runs"}, m::list_runs, access::caller, blocks,
        &api::list_runs},
-      {"GET",
-       {"v1", "runs", "{}"},
-       m::get_run,
-       access::caller,
-       false,
-       false,
-       false,
-       false,
+      {"GET", {"v1", "runs", "{}"}, m::get_run, access::caller, 0,
        &api::get_run},
-      {"GET",
-       {"v1", "runs", "{}", "history"},
-       m::history,
-       access::caller,
-       false,
-       false,
-       false,
-       false,
-       &api::run_history},
-      {"POST",
-       {"v1", "runs", "{}", "cancel"},
-       m::cancel,
-       access::caller,
-       true,
-       true,
-       false,
-       true,
-       &api::cancel_run},
-      {"GET",
-       {"v1", "instances", "{}"},
-       m::get_run,
-       access::caller,
-       false,
-       false,
-       false,
-       false,
+      {"GET", {"v1", "runs", "{}", "history"}, m::history, access::caller,
+       blocks, &api::run_history},
+      {"POST", {"v1", "runs", "{}", "cancel"}, m::cancel, access::caller,
+       json_body | keyed | blocks, &api::cancel_run},
+      {"GET", {"v1", "run-counts"}, m::list_runs, access::caller, blocks,
+       &api::count_runs},
+      {"GET", {"v1", "instances", "{}"}, m::get_run, access::caller, 0,
        &api::get_instance},
-      {"GET",
-       {"v1", "hooks", "{}"},
-       m::hooks,
-       access::caller,
-       false,
-       false,
-       false,
-       false,
+      {"GET", {"v1", "hooks", "{}"}, m::hooks, access::caller, 0,
        &api::get_hook},
-      {"POST",
-       {"v1", "hooks", "{}", "resume"},
-       m::hooks,
-       access::caller,
-       true,
-       true,
-       false,
-       true,
-       &api::resume_hook},
-      {"POST",
-       {"v1", "api-keys"},
-       m::api_keys,
-       access::caller,
-       true,
-       true,
-       true,
-       true,
-       &api::create_key},
-      {"GET",
-       {"v1", "api-keys"},
-       m::api_keys,
-       access::caller,
-       false,
-       false,
-       false,
-       false,
+      {"POST", {"v1", "hooks", "{}", "resume"}, m::hooks, access::caller,
+       json_body | keyed | blocks, &api::resume_hook},
+      {"POST", {"v1", "api-keys"}, m::api_keys, access::caller,
+       json_body | keyed | secret | blocks, &api::create_key},
+      {"GET", {"v1", "api-keys"}, m::api_keys, access::caller, 0,
        &api::list_keys},
-      {"DELETE",
-       {"v1", "api-keys", "{}"},
-       m::api_keys,
-       access::caller,
-       true,
-       true,
-       false,
-       true,
-       &api::revoke_key},
-      {"POST",
-       {"v1", "tenants"},
-       m::tenants,
-       access::admin,
-       true,
-       true,
-       true,
-       true,
-       &api::create_tenant},
-      // Worker routes are fenced by attempt, not keyed (gateway/worker_api).
-      {"POST",
-       {"v1", "task-queues", "{}", "poll"},
-       m::other,
-       access::caller,
-       true,
-       false,
-       false,
-       false,
-       nullptr,
-       &api::worker_route},
-      {"POST",
-       {"v1", "tasks", "report"},
-       m::other,
-       access::caller,
-       true,
-       false,
-       false,
-       false,
-       nullptr,
-       &api::worker_route},
-      {"POST",
-       {"v1", "tasks", "{}", "complete"},
-       m::other,
-       access::caller,
-       true,
-       false,
-       false,
-       false,
-       nullptr,
-       &api::worker_route},
-      {"POST",
-       {"v1", "tasks", "{}", "fail"},
-       m::other,
-       access::caller,
-       true,
-       false,
-       false,
-       false,
-       nullptr,
-       &api::worker_route},
-      {"POST",
-       {"v1", "tasks", "{}", "heartbeat"},
-       m::other,
-       access::caller,
-       true,
-       false,
-       false,
-       false,
-       nullptr,
-       &api::worker_route},
-      {"GET",
-       {"v1", "tasks"},
-       m::other,
-       access::caller,
-       false,
-       false,
-       false,
-       false,
-       nullptr,
+      {"DELETE", {"v1", "api-keys", "{}"}, m::api_keys, access::caller,
+       json_body | keyed | blocks, &api::revoke_key},
+      {"POST", {"v1", "tenants"}, m::tenants, access::admin,
+       json_body | keyed | secret | blocks, &api::create_tenant},
+      // Worker routes are fenced by attempt, not keyed (worker_api.hpp).
+      {"POST", {"v1", "task-queues", "{}", "poll"}, m::other, access::caller,
+       json_body, nullptr, &api::worker_route},
+      {"POST", {"v1", "tasks", "report"}, m::other, access::caller,
+       json_body, nullptr, &api::worker_route},
+      {"POST", {"v1", "tasks", "{}", "complete"}, m::other, access::caller,
+       json_body, nullptr, &api::worker_route},
+      {"POST", {"v1", "tasks", "{}", "fail"}, m::other, access::caller,
+       json_body, nullptr, &api::worker_route},
+      {"POST", {"v1", "tasks", "{}", "heartbeat"}, m::other, access::caller,
+       json_body, nullptr, &api::worker_route},
+      {"GET", {"v1", "tasks"}, m::other, access::caller, 0, nullptr,
        &api::worker_route},
   };
+  // clang-format on
   return table;
 }
 
@@ -327,6 +176,11 @@ void api::dispatch(http_request http, reply_fn reply,
             response.status, r->began);
     reply(std::move(response));
   };
+  // The web console's files, built into the binary (console/), need no key.
+  if (auto page = console::serve(r->http)) {
+    reply(std::move(*page));
+    return;
+  }
   if (!parse_target(*r, reply)) {
     return;
   }
@@ -358,7 +212,7 @@ void api::dispatch(http_request http, reply_fn reply,
   if (!read_body(*r, chosen, reply)) {
     return;
   }
-  if (chosen.keyed && !hold_key(r, reply)) {
+  if (chosen.has(keyed) && !hold_key(r, reply)) {
     return;
   }
   const bool hold = r->key && test_hold_ms() > 0;
@@ -378,7 +232,7 @@ void api::dispatch(http_request http, reply_fn reply,
                            std::string("unexpected error: ") + e.what()));
     }
   };
-  if (chosen.may_block || hold) {
+  if (chosen.has(blocks) || hold) {
     offload(std::move(run));
   } else {
     run();
@@ -417,7 +271,7 @@ bool api::authenticate(request& r, const route* matched,
 }
 
 bool api::read_body(request& r, const route& matched, const reply_fn& reply) {
-  if (matched.json_body) {
+  if (matched.has(json_body)) {
     auto parsed = parse_body(r.http.body, options_.json_depth_max);
     if (parsed.problem) {
       reply(std::move(*parsed.problem));
@@ -487,7 +341,7 @@ bool api::hold_key(const request_ptr& r, reply_fn& reply) {
   // The outcome is kept (or the key freed) before the answer leaves.
   reply = [this, r, reply = std::move(reply)](http_response response) {
     reply(requests_.finish(*r->key, r->fingerprint, r->generation,
-                           std::move(response), r->matched->carries_secret,
+                           std::move(response), r->matched->has(secret),
                            r->stored));
   };
   return true;

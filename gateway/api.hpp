@@ -56,6 +56,11 @@ struct api_options {
   std::size_t id_bytes_max = 256;
 };
 
+// Events per page of GET /v1/runs/{id}/history?after=&limit=.
+inline constexpr std::uint64_t history_page_max = 1000;
+// GET /v1/run-counts counts at most this many runs (the newest).
+inline constexpr std::uint64_t count_runs_max = 10'000;
+
 class api {
  public:
   // REQUIRES: every argument outlives the api.
@@ -90,20 +95,24 @@ class api {
     caller,  // any valid key
     admin,   // an admin key
   };
+  // What a route does with a request, as flags of route::traits.
+  static constexpr std::uint8_t json_body = 1;  // the body is a JSON object
+  static constexpr std::uint8_t keyed = 2;      // honours Idempotency-Key
+  static constexpr std::uint8_t secret = 4;     // its answer is never kept
+  static constexpr std::uint8_t blocks = 8;     // runs on a gateway worker
   struct route {
     std::string_view method;
     std::vector<std::string_view> pattern;  // "{}" matches one segment
     metrics::route metric;
     access who;
-    bool json_body;       // the body is parsed as a JSON object
-    bool keyed;           // honours Idempotency-Key
-    bool carries_secret;  // its answer is never kept, only its success
-    bool may_block;       // runs on a gateway worker
+    std::uint8_t traits;
     answer_now now = nullptr;
     answer_later later = nullptr;
     // Fields of the body the request's fingerprint takes as these values
     // when they are absent (its meaning, not its spelling), as JSON.
     std::string_view defaults = "{}";
+
+    bool has(std::uint8_t trait) const { return (traits & trait) != 0; }
   };
   static const std::vector<route>& routes();
 
@@ -123,6 +132,8 @@ class api {
   http_response get_run(request& r);
   http_response list_runs(request& r);
   http_response run_history(request& r);
+  // GET /v1/run-counts?flow=: the caller's runs by status.
+  http_response count_runs(request& r);
   http_response cancel_run(request& r);
   http_response get_instance(request& r);
   http_response get_hook(request& r);

@@ -1,6 +1,9 @@
 // The routes of the HTTP API that answer at once (on the io thread for
 // reads, on a gateway worker for writes that wait for their fsync). The
 // start is in gateway/start_route.cpp, the pipeline in gateway/api.cpp.
+#include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 
 #include "gateway/api.hpp"
@@ -95,17 +98,122 @@ http_response api::list_runs(request& ctx) {
   return json_response(200, {{"runs", std::move(runs)}, {"nextCursor", next}});
 }
 
+namespace {
+
+// A number of at most `digits_max` decimal digits in `min..max`; nullopt
+// otherwise.
+std::optional<std::uint64_t> query_number(const std::string& value,
+                                          std::uint64_t min, std::uint64_t max,
+                                          std::size_t digits_max) {
+  if (value.empty() || value.size() > digits_max) {
+    return std::nullopt;
+  }
+  std::uint64_t number = 0;
+  for (char c : value) {
+    if (c < '0' || c > '9') {
+      return std::nullopt;
+    }
+    number = number * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  if (number < min || number > max) {
+    return std::nullopt;
+  }
+  return number;
+}
+
+}  // namespace
+
 http_response api::run_history(request& ctx) {
   const std::string& id = ctx.params[0];
+  // Without `after` or `limit`, every event (as before); with either, the
+  // events after sequence `after` (default 0), at most `limit` (1..1000,
+  // default 1000), and "nextAfter" to ask for the rest.
+  std::uint64_t after = 0;
+  std::optional<std::uint64_t> limit;
+  for (const auto& [name, value] : ctx.query) {
+    if (name == "after") {
+      auto number = query_number(value, 0, UINT64_C(1) << 53, 16);
+      if (!number) {
+        return bad_request("after must be a sequence number (0 or more)");
+      }
+      after = *number;
+      limit = limit.value_or(history_page_max);
+    } else if (name == "limit") {
+      limit = query_number(value, 1, history_page_max, 4);
+      if (!limit) {
+        return bad_request("limit must be a number from 1 to " +
+                           std::to_string(history_page_max));
+      }
+    } else {
+      return bad_request("unknown query parameter '" + name +
+                         "'; allowed: after, limit");
+    }
+  }
   auto events = node_.history(id, ctx.caller.tenant);
   if (!events) {
     return error_response(events.error());
   }
+  // Sequences start at 1 and have no gaps: event `after` + 1 is at index
+  // `after`.
+  const std::uint64_t last = events->size();
+  const std::uint64_t from = std::min(after, last);
+  const std::uint64_t to = limit ? std::min(last, from + *limit) : last;
   json list = json::array();
-  for (const auto& event : *events) {
-    list.push_back(event.to_json());
+  for (auto i = from; i < to; ++i) {
+    list.push_back((*events)[i].to_json());
   }
-  return json_response(200, {{"runId", id}, {"events", std::move(list)}});
+  json body = {
+      {"runId", id}, {"events", std::move(list)}, {"lastSequence", last}};
+  if (limit) {
+    body["nextAfter"] = to < last ? json(to) : json(nullptr);
+  }
+  return json_response(200, body);
+}
+
+http_response api::count_runs(request& ctx) {
+  run_filter filter;
+  filter.tenant = ctx.caller.tenant;
+  filter.limit = 1000;
+  for (const auto& [name, value] : ctx.query) {
+    if (name != "flow") {
+      return bad_request("unknown query parameter '" + name +
+                         "'; allowed: flow");
+    }
+    if (!value.empty()) {
+      filter.flow = value;
+    }
+  }
+  // The tenant's runs, page by page, newest first, up to count_runs_max:
+  // beyond that the counts are of the newest ones ("complete": false).
+  std::map<std::string, std::uint64_t> counts;
+  for (auto status :
+       {run_status::pending, run_status::running, run_status::waiting,
+        run_status::blocked, run_status::completed, run_status::failed,
+        run_status::cancelled}) {
+    counts[std::string(to_string(status))] = 0;
+  }
+  std::uint64_t total = 0;
+  bool complete = true;
+  for (;;) {
+    auto page = node_.list(filter);
+    if (!page) {
+      return error_response(page.error());
+    }
+    for (const auto& run : page->runs) {
+      ++counts[std::string(to_string(run.status))];
+      ++total;
+    }
+    if (page->next_cursor.empty()) {
+      break;
+    }
+    if (total >= count_runs_max) {
+      complete = false;
+      break;
+    }
+    filter.cursor = page->next_cursor;
+  }
+  return json_response(
+      200, {{"counts", counts}, {"total", total}, {"complete", complete}});
 }
 
 http_response api::cancel_run(request& ctx) {

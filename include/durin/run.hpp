@@ -48,6 +48,9 @@ struct run_info {
   std::int64_t started_at_ms = 0;
   std::int64_t completed_at_ms = 0;
   std::string blocked_reason;  // non-empty iff status == blocked
+  // The token of the hook the run was started with; empty without one (and
+  // for a run started with an instance id).
+  std::string start_token;
 
   json to_json() const;  // {"id","flow","status","input","output",...}
 };
