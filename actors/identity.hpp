@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "durin/limits.hpp"
+
 namespace durin::actors {
 
 // Callers' tokens may not begin with this byte.
@@ -17,6 +19,9 @@ inline constexpr char reserved_token_mark = '\x1f';
 inline bool is_reserved_token(std::string_view token) {
   return !token.empty() && token.front() == reserved_token_mark;
 }
+
+static_assert(limits::identity_token_prefix_bytes == 3,
+              "instance_token and command_token add three bytes");
 
 inline std::string instance_token(std::string_view instance_id) {
   return std::string{reserved_token_mark, 'i', ':'} + std::string(instance_id);

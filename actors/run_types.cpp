@@ -3,6 +3,7 @@
 #include <cmath>
 #include <ctime>
 
+#include "base/time_text.hpp"
 #include "durin/run.hpp"
 #include "durin/runtime.hpp"
 #include "durin/step.hpp"
@@ -48,20 +49,12 @@ bool is_terminal(run_status status) noexcept {
 
 namespace {
 
-// RFC 3339 in UTC with milliseconds, e.g. 2026-11-29T19:21:18.042Z.
+// RFC 3339 in UTC with milliseconds; null before the epoch's first ms.
 json timestamp(std::int64_t ms) {
   if (ms <= 0) {
     return nullptr;
   }
-  std::time_t seconds = static_cast<std::time_t>(ms / 1000);
-  std::tm parts{};
-  gmtime_r(&seconds, &parts);
-  char text[64];
-  std::snprintf(text, sizeof(text), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
-                parts.tm_year + 1900, parts.tm_mon + 1, parts.tm_mday,
-                parts.tm_hour, parts.tm_min, parts.tm_sec,
-                static_cast<int>(ms % 1000));
-  return text;
+  return time_text::format_rfc3339_ms(ms);
 }
 
 }  // namespace

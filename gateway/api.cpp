@@ -305,24 +305,32 @@ bool api::hold_key(const request_ptr& r, reply_fn& reply) {
                       std::to_string(headers)));
     return false;
   }
-  if (key.empty() || key.size() > 255 || !printable_ascii(key)) {
-    reply(bad_request(
-        "Idempotency-Key must be 1 to 255 printable ASCII characters"));
+  if (key.empty() || key.size() > limits::idempotency_key_bytes_max ||
+      !printable_ascii(key)) {
+    reply(bad_request("Idempotency-Key must be 1 to " +
+                      std::to_string(limits::idempotency_key_bytes_max) +
+                      " printable ASCII characters"));
     return false;
   }
   persistence::request_address address{r->caller.tenant, r->caller.key_id,
                                        std::string(key)};
   // The request's meaning, not its spelling: the body as parsed JSON (its
   // dump sorts keys and drops spacing), with absent defaults made explicit.
-  json meaning = r->body;
-  const json defaults = json::parse(r->matched->defaults);
-  for (const auto& [name, value] : defaults.items()) {
-    if (!meaning.contains(name)) {
-      meaning[name] = value;
+  std::string meaning;
+  if (r->matched->defaults == "{}") {
+    meaning = r->body.dump();
+  } else {
+    json filled = r->body;
+    const json defaults = json::parse(r->matched->defaults);
+    for (const auto& [name, value] : defaults.items()) {
+      if (!filled.contains(name)) {
+        filled[name] = value;
+      }
     }
+    meaning = filled.dump();
   }
   std::string fingerprint =
-      r->http.method + "\n" + r->path_text + "\n" + meaning.dump();
+      r->http.method + "\n" + r->path_text + "\n" + meaning;
   auto decision = requests_.begin(address, fingerprint);
   if (decision.kind == idempotency::outcome::answered) {
     if (decision.response.status < 300) {

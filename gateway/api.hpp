@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "client/http_message.hpp"
+#include "durin/limits.hpp"
 #include "durin/runtime.hpp"
 #include "gateway/auth.hpp"
 #include "gateway/http_server.hpp"
@@ -53,7 +54,7 @@ struct api_options {
   std::int64_t wait_ms_max = 25'000;
   std::size_t json_depth_max = 64;
   std::size_t path_bytes_max = 2048;
-  std::size_t id_bytes_max = 256;
+  std::size_t id_bytes_max = limits::path_segment_bytes_max;
 };
 
 // Events per page of GET /v1/runs/{id}/history?after=&limit=.

@@ -22,6 +22,7 @@
 
 #include "client/http_message.hpp"
 #include "durin/error.hpp"
+#include "durin/limits.hpp"
 
 namespace durin::gateway {
 
@@ -48,7 +49,7 @@ struct http_server_options {
   std::size_t io_threads = 2;
   std::size_t worker_threads = 64;
   std::size_t header_bytes_max = 16 * 1024;
-  std::size_t body_bytes_max = 1024 * 1024;
+  std::size_t body_bytes_max = limits::request_body_bytes_max;
   std::int64_t read_timeout_ms = 10'000;
   std::int64_t drain_timeout_ms = 30'000;
 };

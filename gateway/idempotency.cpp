@@ -2,6 +2,7 @@
 
 #include <ctime>
 
+#include "base/time_text.hpp"
 #include "durin/json.hpp"
 #include "persistence/keys.hpp"
 
@@ -9,17 +10,6 @@ namespace durin::gateway {
 
 using persistence::request_record;
 using persistence::request_state;
-
-std::string rfc3339_ms(std::int64_t ms) {
-  std::time_t seconds = static_cast<std::time_t>(ms / 1000);
-  std::tm utc{};
-  gmtime_r(&seconds, &utc);
-  char text[80];
-  std::snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
-                utc.tm_year + 1900, utc.tm_mon + 1, utc.tm_mday, utc.tm_hour,
-                utc.tm_min, utc.tm_sec, static_cast<int>(ms % 1000));
-  return text;
-}
 
 idempotency::idempotency(persistence::request_store& requests,
                          std::string instance_id,
@@ -60,7 +50,7 @@ http_response withheld_response(std::int64_t succeeded_at_ms) {
   return error_response(
       409, "idempotency-key-replay-withheld",
       "The first request with this Idempotency-Key succeeded at " +
-          rfc3339_ms(succeeded_at_ms) +
+          time_text::format_rfc3339_ms(succeeded_at_ms) +
           "; its response carried a secret, so it is not kept and is never "
           "sent again. Nothing was created twice. Use a fresh key to make "
           "another.");

@@ -30,6 +30,7 @@
 #include <unordered_map>
 
 #include "client/http_message.hpp"
+#include "durin/limits.hpp"
 #include "gateway/wire_format.hpp"
 #include "persistence/requests.hpp"
 
@@ -48,12 +49,8 @@ inline constexpr std::string_view conflict_message =
 struct idempotency_options {
   std::int64_t lease_ms = 30'000;             // in-flight hold
   std::int64_t keep_ms = 24LL * 3600 * 1000;  // kept answers
-  std::size_t key_bytes_max = 255;            // the header's value
+  std::size_t key_bytes_max = limits::idempotency_key_bytes_max;
 };
-
-// Formats `ms` (since the epoch) as RFC 3339 UTC with milliseconds:
-// 2026-11-29T20:17:00.123Z.
-std::string rfc3339_ms(std::int64_t ms);
 
 class idempotency {
  public:

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "base/time_text.hpp"
 #include "gateway/api.hpp"
 #include "gateway/worker_api.hpp"
 #include "persistence/store.hpp"
@@ -357,11 +358,12 @@ http_response api::create_key(request& ctx) {
   if (!key) {
     return error_response(key.error());
   }
-  return json_response(201,
-                       {{"id", key->record.id},
-                        {"name", key->record.name},
-                        {"secret", key->secret},
-                        {"createdAt", rfc3339_ms(key->record.created_at_ms)}});
+  return json_response(
+      201,
+      {{"id", key->record.id},
+       {"name", key->record.name},
+       {"secret", key->secret},
+       {"createdAt", time_text::format_rfc3339_ms(key->record.created_at_ms)}});
 }
 
 http_response api::list_keys(request& ctx) {
@@ -374,10 +376,11 @@ http_response api::list_keys(request& ctx) {
   }
   json keys = json::array();
   for (const auto& key : *listed) {
-    keys.push_back({{"id", key.id},
-                    {"name", key.name},
-                    {"admin", key.admin},
-                    {"createdAt", rfc3339_ms(key.created_at_ms)}});
+    keys.push_back(
+        {{"id", key.id},
+         {"name", key.name},
+         {"admin", key.admin},
+         {"createdAt", time_text::format_rfc3339_ms(key.created_at_ms)}});
   }
   return json_response(200, {{"apiKeys", std::move(keys)}});
 }

@@ -1,6 +1,7 @@
 // durin::runtime: wiring of the node's services, admission of runs, and the
 // blocking convenience calls on top of the actors.
 #include "durin/runtime.hpp"
+#include "durin/limits.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -24,13 +25,14 @@ namespace durin {
 
 namespace {
 
-constexpr std::size_t input_bytes_max = 1 << 20;
-constexpr std::size_t run_id_bytes_max = 128;
-constexpr std::size_t flow_name_bytes_max = 128;
-constexpr std::size_t hook_token_bytes_max = 256;
-constexpr std::size_t metadata_bytes_max = 64 << 10;
+using limits::flow_name_bytes_max;
+using limits::identity_bytes_max;
+using limits::metadata_bytes_max;
+using limits::run_id_bytes_max;
+using limits::tenant_bytes_max;
+constexpr std::size_t input_bytes_max = limits::payload_bytes_max;
+constexpr std::size_t hook_token_bytes_max = limits::token_bytes_max;
 constexpr auto cancel_answer_timeout = std::chrono::seconds(30);
-constexpr std::size_t identity_bytes_max = 200;
 
 // The token that keys a start: the caller's hook, else the instance id's,
 // else the command id's (held for command_retention); none for a plain start.
@@ -339,8 +341,10 @@ void runtime::start_async(std::string_view flow, json input,
     done(make_error(errc::shutting_down, "the runtime is closing"));
     return;
   }
-  if (options.tenant.empty() || options.tenant.size() > 128) {
-    done(make_error(errc::invalid_argument, "a tenant is 1 to 128 bytes"));
+  if (options.tenant.empty() || options.tenant.size() > tenant_bytes_max) {
+    done(make_error(
+        errc::invalid_argument,
+        "a tenant is 1 to " + std::to_string(tenant_bytes_max) + " bytes"));
     return;
   }
   if (flow.empty() || flow.size() > flow_name_bytes_max) {

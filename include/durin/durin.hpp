@@ -5,6 +5,7 @@
 #include "durin/error.hpp"
 #include "durin/flow.hpp"
 #include "durin/json.hpp"
+#include "durin/limits.hpp"
 #include "durin/registry.hpp"
 #include "durin/run.hpp"
 #include "durin/runtime.hpp"
