@@ -41,3 +41,27 @@ struct admission_records {
 };
 
 }  // namespace durin::detail
+
+namespace durin::actors {
+
+// What a run's admission writes, for add_admission.
+struct admission {
+  const persistence::run_record& run;
+  const run_info& info;  // the run as the start answers it
+  // The token record that keys the start (a start hook, an instance id, a
+  // command id), written with the run: one owner or none, both or neither.
+  const persistence::token_record* token = nullptr;
+  // Records a node component adds (a request key's record), or null.
+  const detail::admission_records* extra = nullptr;
+  // The batch writes a newer record of the run itself (the run's first
+  // events and status): the admission then adds only the rest.
+  bool run_in_batch = false;
+};
+
+// Adds a run's admission to `batch`: the run record, its active marker, the
+// token that keys it and the records `extra` adds. Every admission site (a
+// plain start, a run admitted in its first write, a start with a token)
+// builds its batch here, so a run is admitted the same way on every path.
+void add_admission(persistence::write_batch& batch, const admission& what);
+
+}  // namespace durin::actors

@@ -103,14 +103,11 @@ void submit_commit(self_pointer self, commit_plan plan) {
   auto& st = self->state;
   auto batch = st.services->store->batch();
   if (st.admitting) {
-    auto& admission = *st.admitting;
-    if (!plan.run) {
-      batch.put_run(admission.record);
-    }
-    batch.put_active(st.run_id);
-    if (admission.records && admission.records->add) {
-      admission.records->add(admission.info, batch);
-    }
+    auto& admitting = *st.admitting;
+    add_admission(batch, {.run = admitting.record,
+                          .info = admitting.info,
+                          .extra = admitting.records.get(),
+                          .run_in_batch = plan.run.has_value()});
   }
   for (auto& [sequence, event] : plan.events) {
     batch.put_event(st.run_id, sequence, event);

@@ -356,13 +356,11 @@ void handle_start(self_pointer self, start_claim& claim) {
   if (st.record) {
     release(batch, *st.record);  // a retention that has passed
   }
-  batch.put_run(claim.run);
-  batch.put_active(claim.run.id);
-  batch.put_token(claim.token);
   auto info = describe_run(claim.run);
-  if (claim.admission && claim.admission->add) {
-    claim.admission->add(info, batch);  // in the same atomic write
-  }
+  add_admission(batch, {.run = claim.run,
+                        .info = info,
+                        .token = &claim.token,
+                        .extra = claim.admission.get()});
   st.record = claim.token;
   auto reply = std::move(claim.reply);
   write(self, std::move(batch), [self, reply, info](bool ok) {

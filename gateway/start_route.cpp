@@ -336,7 +336,12 @@ void api::answer(async_start& start, http_response response,
   // `already` says it is not kept yet: never so here on the io thread, the
   // committer's or an actor's (a start that must write is offloaded).
   start.r->stored = already;
-  start.reply(std::move(response));
+  // Moved out: the run's actor may hold this start (through its settle
+  // hooks) long after the answer; the connection must not be held with it.
+  auto reply = std::move(start.reply);
+  start.reply = nullptr;
+  reply(std::move(response));
+  start.r.reset();
 }
 
 void api::on_settled(async_start& start) {

@@ -436,11 +436,8 @@ void runtime::start_async(std::string_view flow, json input,
     return;
   }
   auto batch = services.store->batch();
-  batch.put_run(record);
-  batch.put_active(record.id);
-  if (options.admission && options.admission->add) {
-    options.admission->add(info, batch);
-  }
+  actors::add_admission(
+      batch, {.run = record, .info = info, .extra = options.admission.get()});
   services.committer->submit(
       std::move(batch),
       [node, record = std::move(record), info = std::move(info),
