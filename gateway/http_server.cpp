@@ -266,6 +266,22 @@ class session : public std::enable_shared_from_this<session> {
     });
   }
 
+  // The drain timed out with this connection's request unanswered: it is
+  // answered 503 shutting-down, its outcome unknown (a later answer from
+  // its handler is dropped). Any thread.
+  void answer_unfinished() {
+    asio::dispatch(socket_.get_executor(), [self = shared_from_this()] {
+      if (self->phase_ == phase::handling) {
+        self->write(
+            error_response(503, "shutting-down",
+                           "the node stopped before this request was "
+                           "answered; it may or may not have taken effect: "
+                           "retry it with the same Idempotency-Key"),
+            false);
+      }
+    });
+  }
+
   // True while it waits for a request and has received nothing (checked
   // again on its executor before anything is closed).
   bool may_be_idle() const { return idle_.load(std::memory_order_relaxed); }
@@ -347,6 +363,7 @@ class session : public std::enable_shared_from_this<session> {
     }
     // Accepted as the drain began: it gets nothing more to wait for.
     idle_cancelled_ = false;
+    answered_ = false;
     if (owner_.draining() && quiet()) {
       return close();
     }
@@ -497,9 +514,10 @@ class session : public std::enable_shared_from_this<session> {
   // buffer: no serializer state and no copy of the body. While the server
   // drains, every answer ends its connection.
   void write(http_response response, bool keep_alive) {
-    if (phase_ == phase::closed || phase_ == phase::lingering) {
+    if (phase_ == phase::closed || phase_ == phase::lingering || answered_) {
       return;
     }
+    answered_ = true;  // one answer a request
     keep_alive = keep_alive && !owner_.draining();
     phase_ = phase::writing;
     set_deadline();
@@ -626,6 +644,7 @@ class session : public std::enable_shared_from_this<session> {
   time_point deadline_ = time_point::max();
   bool timed_out_ = false;
   bool idle_cancelled_ = false;  // close_if_idle cancelled the read
+  bool answered_ = false;        // the request being read has its answer
   bool watching_ = false;        // the timer has a wait pending
   std::string head_;
   std::string body_;
@@ -746,9 +765,24 @@ void http_server_impl::stop() {
     options_.on_drain();
   }
   std::unique_lock lock(sessions_mutex_);
-  sessions_closed_.wait_for(
-      lock, std::chrono::milliseconds(options_.drain_timeout_ms),
-      [this] { return sessions_.empty(); });
+  auto none_open = [this] { return sessions_.empty(); };
+  if (!sessions_closed_.wait_for(
+          lock, std::chrono::milliseconds(options_.drain_timeout_ms),
+          none_open)) {
+    // What is still handled is answered as unknown, not cut off.
+    for (auto& [id, weak] : sessions_) {
+      if (auto connection = weak.lock()) {
+        open.push_back(std::move(connection));
+      }
+    }
+    lock.unlock();
+    for (auto& connection : open) {
+      connection->answer_unfinished();
+    }
+    open.clear();
+    lock.lock();
+    sessions_closed_.wait_for(lock, std::chrono::milliseconds(1000), none_open);
+  }
   lock.unlock();
   workers_.join();
   io_.stop();

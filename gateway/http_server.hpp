@@ -24,7 +24,9 @@
 // Thread-safety: start, port and stop may be called from any thread; stop
 // is idempotent. Stop stops accepting, closes idle connections, answers
 // every request already received (with `Connection: close`), then closes
-// the connections, waiting for all that up to `drain_timeout_ms`.
+// the connections, waiting for all that up to `drain_timeout_ms`; a request
+// still unanswered then is answered 503 `shutting-down` (its outcome
+// unknown). Stop returns once the worker pool's jobs have returned.
 #pragma once
 
 #include <cstdint>

@@ -390,5 +390,33 @@ TEST_F(ConnectionTest, SigtermAnswersEveryAdmittedRequest) {
   }
 }
 
+// A request still running when the drain timeout ends is answered 503
+// shutting-down, its outcome unknown (the retry with its key tells), rather
+// than cut off: here a waited start whose step waits for a worker that
+// never comes, under --drain-timeout-ms 1000.
+TEST_F(ConnectionTest, RequestsOutlastingTheDrainAreAnsweredAsUnknown) {
+  start({.flags = {"--drain-timeout-ms", "1000"}});
+  auto body =
+      json{{"flow", "acme.remote-echo"}, {"input", {{"value", 1}}}}.dump();
+  auto connection = connect();
+  ASSERT_TRUE(connection.send(
+      request_bytes("POST", "/v1/runs",
+                    {"Authorization: Bearer " + server_->admin_key(),
+                     "Idempotency-Key: outlasts-the-drain",
+                     "Content-Length: " + std::to_string(body.size())},
+                    body)));
+  std::this_thread::sleep_for(300ms);
+  const auto began = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(server_->pid(), SIGTERM), 0);
+  auto answer = connection.read_answer(10s);
+  const auto took = std::chrono::steady_clock::now() - began;
+  EXPECT_EQ(answer.status, 503u) << answer.head << answer.body;
+  EXPECT_NE(answer.body.find("\"code\":\"shutting-down\""), std::string::npos)
+      << answer.body;
+  EXPECT_TRUE(answer.has_header("Connection: close")) << answer.head;
+  EXPECT_GE(took, 900ms);
+  EXPECT_LT(took, 4s);
+}
+
 }  // namespace
 }  // namespace durin::testing
