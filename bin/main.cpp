@@ -193,8 +193,16 @@ durin::flow<durin::json> bench_ten_steps(durin::context& ctx,
   co_return durin::json{{"total", total}, {"input", input}};
 }
 
+// The limits `durin serve` takes as flags (0: the server's default).
+struct serve_limits {
+  std::int64_t read_timeout_ms = 10'000;
+  std::int64_t drain_timeout_ms = 30'000;
+  std::size_t connections_max = 0;
+  std::size_t tenant_polls_max = 256;
+};
+
 int serve_command(const std::string& data_dir, const std::string& listen,
-                  std::int64_t read_timeout_ms, bool bench_flows) {
+                  const serve_limits& limits, bool bench_flows) {
   durin::gateway::serve_options options;
   options.data_dir = data_dir;
   auto colon = listen.rfind(':');
@@ -213,7 +221,14 @@ int serve_command(const std::string& data_dir, const std::string& listen,
     std::cerr << "invalid-argument: --listen port must be 0 to 65535\n";
     return 2;
   }
-  options.http.read_timeout_ms = read_timeout_ms;
+  options.http.read_timeout_ms = limits.read_timeout_ms;
+  options.http.drain_timeout_ms = limits.drain_timeout_ms;
+  options.http.connections_max = limits.connections_max;
+  if (limits.tenant_polls_max == 0) {
+    std::cerr << "invalid-argument: --max-polls-per-tenant must be positive\n";
+    return 2;
+  }
+  options.api.tenant_polls_max = limits.tenant_polls_max;
   durin::registry flows;
   durin::examples::register_examples(flows);
   durin::examples::register_worker_steps(flows);
@@ -384,14 +399,24 @@ int main(int argc, char** argv) {
   run->add_option("--timeout-ms", timeout_ms, "how long to wait for the end");
 
   std::string listen = "127.0.0.1:7070";
-  std::int64_t read_timeout_ms = 10'000;
+  serve_limits limits;
   auto* serve = app.add_subcommand(
       "serve", "run a node with the HTTP API until SIGTERM or SIGINT");
   serve->add_option("--data-dir", data_dir, "where the node keeps its store");
   serve->add_option("--listen", listen,
                     "HOST:PORT to listen on (port 0: any free port)");
-  serve->add_option("--read-timeout-ms", read_timeout_ms,
-                    "a request must arrive within this");
+  serve->add_option("--read-timeout-ms", limits.read_timeout_ms,
+                    "a request must arrive within this (default 10000)");
+  serve->add_option("--drain-timeout-ms", limits.drain_timeout_ms,
+                    "at SIGTERM, how long requests in flight may take to be "
+                    "answered (default 30000)");
+  serve->add_option("--max-connections", limits.connections_max,
+                    "open connections at most; one more is answered 503 "
+                    "too-many-connections (default: half the descriptor "
+                    "limit, at most 10000)");
+  serve->add_option("--max-polls-per-tenant", limits.tenant_polls_max,
+                    "long polls one tenant may have waiting; one more is 429 "
+                    "too-many-polls (default 256)");
   bool bench_flows = false;
   serve->add_flag("--bench-flows", bench_flows,
                   "also register bench.noop and bench.ten-steps");
@@ -512,7 +537,7 @@ int main(int argc, char** argv) {
     return run_command(data_dir, flow, input, timeout_ms);
   }
   if (serve->parsed()) {
-    return serve_command(data_dir, listen, read_timeout_ms, bench_flows);
+    return serve_command(data_dir, listen, limits, bench_flows);
   }
   if (runs_start->parsed()) {
     auto parsed = parse_json_option("--input", input);

@@ -55,6 +55,8 @@ struct api_options {
   std::size_t json_depth_max = 64;
   std::size_t path_bytes_max = 2048;
   std::size_t id_bytes_max = limits::path_segment_bytes_max;
+  // Long polls one tenant may have waiting at once (429 too-many-polls).
+  std::size_t tenant_polls_max = 256;
 };
 
 // Events per page of GET /v1/runs/{id}/history?after=&limit=.

@@ -7,11 +7,26 @@
 // `header_bytes_max` (431 beyond), its body at most `body_bytes_max` (413
 // beyond); a request must arrive within `read_timeout_ms` of its first byte
 // (408, then the connection closes); an idle keep-alive connection closes
-// after `idle_timeout_ms`.
+// after `read_timeout_ms` too. Framing (RFC 9112 6.3): the only transfer
+// coding read is a single `chunked`; any other Transfer-Encoding, one
+// together with Content-Length, or more than one Content-Length is 400 and
+// the connection closes, so no byte after it is read as a request.
+//
+// Per server: at most `connections_max` open connections; one more is
+// answered 503 `too-many-connections` (Retry-After: 1) and closed without
+// reading it. When accept runs out of descriptors (EMFILE, ENFILE) the
+// newest idle connections are closed and accepting waits, backing off from
+// 10 ms to 1 s, instead of spinning. A connection that ends with an answer
+// (an error, a refusal, the drain) is closed after reading and dropping
+// what the client still sends, for at most `linger_ms`, with no buffer of
+// its own.
 //
 // Thread-safety: start, port and stop may be called from any thread; stop
-// is idempotent and waits for in-flight requests to be answered (up to
-// `drain_timeout_ms`).
+// is idempotent. Stop stops accepting, closes idle connections, answers
+// every request already received (with `Connection: close`), then closes
+// the connections, waiting for all that up to `drain_timeout_ms`; a request
+// still unanswered then is answered 503 `shutting-down` (its outcome
+// unknown). Stop returns once the worker pool's jobs have returned.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +67,16 @@ struct http_server_options {
   std::size_t body_bytes_max = limits::request_body_bytes_max;
   std::int64_t read_timeout_ms = 10'000;
   std::int64_t drain_timeout_ms = 30'000;
+  // Open connections at most; 0: half the process's descriptor limit
+  // (RLIMIT_NOFILE), at most 10,000, so the store keeps the other half.
+  std::size_t connections_max = 0;
+  // How long a closing connection reads and drops what the client still
+  // sends (at most read_timeout_ms), so its answer is not lost to a reset.
+  std::int64_t linger_ms = 2'000;
+  // Called once when stop begins the drain (no new connection; every
+  // answer ends its connection), on the stopping thread: end what waits
+  // for something other than a write (long polls), so it answers now.
+  std::function<void()> on_drain;
 };
 
 class http_server_impl;
@@ -65,6 +90,8 @@ class http_server {
   ~http_server();  // stop()
 
   std::uint16_t port() const;  // the bound port
+  // The connection limit in force (connections_max, or the one derived).
+  std::size_t connections_max() const;
   // Stops accepting, answers in-flight requests, closes every connection.
   void stop();
 

@@ -421,19 +421,16 @@ http_response api::create_tenant(request& ctx) {
 }
 
 void api::worker_route(const request_ptr& r, reply_fn reply) {
-  worker_request work{r->caller.tenant, r->http.method, r->path, r->query,
-                      r->body};
+  worker_request work{r->caller.tenant, r->http.method,
+                      r->path,          r->query,
+                      r->body,          options_.tenant_polls_max};
   if (r->http.method == "GET") {
     reply(handle_worker_route(node_, work));  // memory reads only
     return;
   }
-  // Answered without a waiting thread unless a poll finds its queue empty.
-  if (try_worker_route_async(node_, work, reply)) {
-    return;
-  }
-  r->offload([this, work = std::move(work), reply = std::move(reply)] {
-    reply(handle_worker_route(node_, work));
-  });
+  // Never with a waiting thread: a poll that finds its queue empty is
+  // parked in the task service until a task, its wait's end or the drain.
+  answer_worker_route(node_, work, std::move(reply));
 }
 
 }  // namespace durin::gateway

@@ -17,6 +17,7 @@
 #include "persistence/requests.hpp"
 #include "persistence/store.hpp"
 #include "services/node.hpp"
+#include "services/task_service.hpp"
 
 namespace durin::gateway {
 
@@ -123,6 +124,9 @@ int serve(serve_options options, registry flows, std::ostream& out,
                                     const offload_fn& offload) {
     routes.dispatch(std::move(request), std::move(reply), offload);
   };
+  // At SIGTERM long polls answer at once (empty), not at the end of their
+  // wait: they would hold the drain.
+  options.http.on_drain = [&node] { (**node).tasks().release_polls(); };
   auto server = http_server::start(options.http);
   if (!server) {
     return fail(err, server.error());

@@ -135,17 +135,30 @@ std::optional<http_response> heartbeat_refusal(services::report_verdict verdict,
       200, {{"continue", false}, {"reason", services::to_string(verdict)}});
 }
 
-// A poll; nullopt when it found nothing and would have to wait, which only
-// a caller that may block (`may_wait`) does.
-std::optional<http_response> poll(services::task_service& tasks,
-                                  const worker_request& request,
-                                  const std::string& queue, bool may_wait) {
+http_response poll_answer(bool batched,
+                          const std::vector<services::claimed_task>& claimed) {
+  if (!batched) {
+    return json_response(
+        200, {{"task", claimed.empty() ? json() : task_json(claimed.front())}});
+  }
+  json list = json::array();
+  for (const auto& task : claimed) {
+    list.push_back(task_json(task));
+  }
+  return json_response(200, {{"tasks", std::move(list)}});
+}
+
+// A poll: answered at once when its queue has a task, else parked in the
+// task service without a thread until a task comes, its wait ends or the
+// node stops; 429 too-many-polls when the tenant has its limit parked.
+void poll(services::task_service& tasks, const worker_request& request,
+          const std::string& queue, std::function<void(http_response)> reply) {
   if (auto problem = only_fields(
           request.body, {"workerId", "pollRequestId", "waitMs", "maxTasks"})) {
-    return *problem;
+    return reply(std::move(*problem));
   }
   if (queue.empty() || queue.size() > queue_bytes_max) {
-    return bad_request("a task queue name is 1 to 128 bytes");
+    return reply(bad_request("a task queue name is 1 to 128 bytes"));
   }
   std::optional<http_response> problem;
   auto worker =
@@ -158,25 +171,25 @@ std::optional<http_response> poll(services::task_service& tasks,
       int_field(request.body, "maxTasks", 1,
                 static_cast<std::int64_t>(poll_tasks_max), problem);
   if (problem) {
-    return *problem;
+    return reply(std::move(*problem));
   }
   const bool batched = request.body.contains("maxTasks");
-  auto wait = wait_ms.value_or(poll_wait_ms_default);
-  auto claimed = tasks.poll_many(
-      request.tenant, queue, *worker, poll_id.value_or(""), may_wait ? wait : 0,
-      static_cast<std::size_t>(max_tasks.value_or(1)));
-  if (claimed.empty() && !may_wait && wait > 0) {
-    return std::nullopt;
+  auto answer = [reply, batched](std::vector<services::claimed_task> claimed) {
+    reply(poll_answer(batched, claimed));
+  };
+  auto parking =
+      tasks.poll_async(request.tenant, queue, *worker, poll_id.value_or(""),
+                       wait_ms.value_or(poll_wait_ms_default),
+                       static_cast<std::size_t>(max_tasks.value_or(1)),
+                       request.parked_polls_max, std::move(answer));
+  if (parking == services::poll_parking::over_limit) {
+    auto refused = error_response(
+        429, "too-many-polls",
+        "this tenant has " + std::to_string(request.parked_polls_max) +
+            " long polls waiting, its limit; poll again once one is answered");
+    refused.headers.emplace_back("Retry-After", "1");
+    reply(std::move(refused));
   }
-  if (!batched) {
-    return json_response(
-        200, {{"task", claimed.empty() ? json() : task_json(claimed.front())}});
-  }
-  json list = json::array();
-  for (const auto& task : claimed) {
-    list.push_back(task_json(task));
-  }
-  return json_response(200, {{"tasks", std::move(list)}});
 }
 
 // One outcome a worker reports.
@@ -519,10 +532,10 @@ bool is_worker_route(const std::vector<std::string>& path) {
 
 namespace {
 
-// Routes by path; a poll only when it needs no wait or `may_wait`. False
-// when the request was left to a caller that may block.
-bool route(runtime& node, const worker_request& request, bool may_wait,
-           std::function<void(http_response)>& reply) {
+// Routes by path; `reply` is called exactly once, perhaps later (a parked
+// poll, a report once durable).
+void route(runtime& node, const worker_request& request,
+           std::function<void(http_response)> reply) {
   auto& tasks = node.tasks();
   const auto& p = request.path;
   const auto& method = request.method;
@@ -532,44 +545,32 @@ bool route(runtime& node, const worker_request& request, bool may_wait,
   };
   if (p[1] == "task-queues" && p.size() == 4 && p[3] == "poll") {
     if (method != "POST") {
-      reply(not_allowed());
-      return true;
+      return reply(not_allowed());
     }
-    auto answer = poll(tasks, request, p[2], may_wait);
-    if (!answer) {
-      return false;
-    }
-    reply(std::move(*answer));
-    return true;
+    return poll(tasks, request, p[2], std::move(reply));
   }
   if (p[1] == "tasks" && p.size() == 2) {
-    reply(method == "GET" ? list(tasks, request) : not_allowed());
-    return true;
+    return reply(method == "GET" ? list(tasks, request) : not_allowed());
   }
   if (p[1] == "tasks" && p.size() == 3 && p[2] == "report") {
     if (method != "POST") {
-      reply(not_allowed());
-      return true;
+      return reply(not_allowed());
     }
-    report_many(tasks, request, std::move(reply));
-    return true;
+    return report_many(tasks, request, std::move(reply));
   }
   if (p[1] == "tasks" && p.size() == 4) {
     if (method != "POST") {
-      reply(not_allowed());
-      return true;
+      return reply(not_allowed());
     }
     if (p[3] == "complete" || p[3] == "fail") {
-      report_one(tasks, request, p[2], p[3] == "complete", std::move(reply));
-      return true;
+      return report_one(tasks, request, p[2], p[3] == "complete",
+                        std::move(reply));
     }
     if (p[3] == "heartbeat") {
-      reply(heartbeat(tasks, request, p[2]));
-      return true;
+      return reply(heartbeat(tasks, request, p[2]));
     }
   }
   reply(error_response(404, "not-found", "no such task route"));
-  return true;
 }
 
 }  // namespace
@@ -578,20 +579,22 @@ http_response handle_worker_route(runtime& node,
                                   const worker_request& request) {
   auto answer = std::make_shared<std::promise<http_response>>();
   auto future = answer->get_future();
-  std::function<void(http_response)> reply = [answer](http_response response) {
+  route(node, request, [answer](http_response response) {
     answer->set_value(std::move(response));
-  };
-  route(node, request, true, reply);
-  if (future.wait_for(record_wait) != std::future_status::ready) {
+  });
+  // A parked poll answers by the end of its wait; a report once durable.
+  if (future.wait_for(record_wait +
+                      std::chrono::milliseconds(poll_wait_ms_max)) !=
+      std::future_status::ready) {
     // Indefinite: the outcome may still be recorded.
     return error_response(503, "storage-error", indefinite_message);
   }
   return future.get();
 }
 
-bool try_worker_route_async(runtime& node, const worker_request& request,
-                            std::function<void(http_response)> reply) {
-  return route(node, request, false, reply);
+void answer_worker_route(runtime& node, const worker_request& request,
+                         std::function<void(http_response)> reply) {
+  route(node, request, std::move(reply));
 }
 
 std::string task_metrics(runtime& node) {

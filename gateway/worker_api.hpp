@@ -29,9 +29,15 @@
 // "not_claimed"} (in a batch: that item's result; the others stand). A
 // report is answered only once the outcome is durable.
 //
+// A poll that finds its queue empty waits without a thread (parked in the
+// task service, services/task_service.hpp): it is answered when a task
+// comes, at the end of its waitMs, or at once when the node stops. A tenant
+// may have `parked_polls_max` polls waiting; one more is 429
+// `too-many-polls` with Retry-After: 1.
+//
 // Thread-safety: any thread. handle_worker_route blocks (a poll up to its
 // waitMs, at most 60 s; a report up to the run's write): call it from
-// gateway worker threads. try_worker_route_async never blocks.
+// gateway worker threads. answer_worker_route never blocks.
 #pragma once
 
 #include <functional>
@@ -54,6 +60,9 @@ struct worker_request {
   std::vector<std::string> path;  // decoded segments, path[0] == "v1"
   std::multimap<std::string, std::string> query;
   json body;  // parsed; {} when empty
+  // Long polls the tenant may have waiting at once; one more is 429
+  // too-many-polls.
+  std::size_t parked_polls_max = 256;
 };
 
 // True for paths the worker routes own.
@@ -61,13 +70,12 @@ bool is_worker_route(const std::vector<std::string>& path);
 
 http_response handle_worker_route(runtime& node, const worker_request& request);
 
-// Never blocks: answers what needs no waiting thread, every route but a
-// poll that finds its queue empty and may wait (false: nothing was done or
-// claimed; call handle_worker_route from a worker thread). When true,
-// `reply` is called exactly once: at once, or for a report once its
-// outcomes are durable, from the run actor's thread (it must not block).
-bool try_worker_route_async(runtime& node, const worker_request& request,
-                            std::function<void(http_response)> reply);
+// Never blocks: `reply` is called exactly once: at once; for a report once
+// its outcomes are durable, from the run actor's thread; for a parked poll
+// from the thread that enqueued its task, the task service's expiry
+// thread, or the one that stops the node. `reply` must not block.
+void answer_worker_route(runtime& node, const worker_request& request,
+                         std::function<void(http_response)> reply);
 
 // Prometheus lines for the task service: stuck leases, tasks waiting on a
 // queue nobody polls, redeliveries, refused reports.

@@ -19,19 +19,30 @@
 // dispatched again as a new attempt (at least once). Leases of in-node
 // attempts stay in memory on purpose: they cost no write.
 //
-// Thread-safety: every method may be called from any thread. poll() blocks
-// up to its wait (call it from gateway worker threads, never an actor).
+// Long polls: a poll that finds its queue empty is parked without a thread
+// (poll_async): a task enqueued on that queue is claimed for the oldest
+// parked poll and answered from the enqueuing thread; a poll whose wait
+// ends is answered empty by the expiry thread (within `reap_interval_ms`);
+// release_polls (the node stops) answers every parked poll empty at once.
+// Each caller states how many polls one tenant may have parked.
+//
+// Thread-safety: every method may be called from any thread. poll() and
+// poll_many() block up to their wait (call them from a thread that may
+// wait, never an actor); poll_async never blocks.
 // Limits: queued tasks per queue `queue_tasks_max`, remembered ended
-// attempts `ended_attempts_max`, transport logs of `logged_runs_max` runs.
+// attempts `ended_attempts_max`, transport logs of `logged_runs_max` runs,
+// parked polls per tenant as the caller of poll_async says.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -141,6 +152,13 @@ enum class report_verdict : std::uint8_t {
 };
 const char* to_string(report_verdict verdict);
 
+// What became of a poll handed to poll_async.
+enum class poll_parking : std::uint8_t {
+  answered,    // its answer was called before poll_async returned
+  parked,      // it waits without a thread; its answer is called later
+  over_limit,  // the tenant has its limit of polls parked; never answered
+};
+
 struct heartbeat_answer {
   report_verdict verdict = report_verdict::accepted;
   bool go_on = false;  // true only for an accepted heartbeat
@@ -185,9 +203,12 @@ class task_service {
                task_service_options options = {});
   ~task_service();  // stop()
 
+  // The answer of a poll: the tasks it claimed (none when its wait ended).
+  using poll_answer = std::function<void(std::vector<claimed_task>)>;
+
   // Starts the expiry thread.
   void start();
-  // Stops it and wakes every poller (they return nothing).
+  // Stops it and answers every poll (release_polls).
   void stop();
 
   // Registers an in-node attempt, leased to "node" from now. A live attempt
@@ -213,6 +234,23 @@ class task_service {
                                    const std::string& worker,
                                    const std::string& poll_id,
                                    std::int64_t wait_ms);
+  // poll_many without a waiting thread: claims at once and calls `answer`
+  // before returning (answered) when the queue has a task, the poll repeats
+  // a held `poll_id`, wait_ms is 0 or polls are released. Otherwise parks
+  // the poll (parked) unless `tenant` already has `tenant_parked_max`
+  // parked (over_limit: nothing claimed, `answer` never called). A parked
+  // poll is answered exactly once: by enqueue on its queue (from the
+  // enqueuing thread, often an actor's: `answer` must not block), empty
+  // at the end of its wait (expiry thread) or on release_polls.
+  poll_parking poll_async(const std::string& tenant, const std::string& queue,
+                          const std::string& worker, const std::string& poll_id,
+                          std::int64_t wait_ms, std::size_t max_tasks,
+                          std::size_t tenant_parked_max, poll_answer answer);
+  // The node stops: answers every parked poll empty now; later polls are
+  // answered at once, without waiting.
+  void release_polls();
+  // Polls of `tenant` parked now.
+  std::size_t parked_polls(const std::string& tenant) const;
 
   // An attempt's outcome from `owner`. When accepted, the run gets it and
   // `reply` is called (on an actor thread; it must not block) with whether
@@ -255,11 +293,19 @@ class task_service {
     std::int64_t close_deadline_ms = 0;  // start-to-close
     std::int64_t step_deadline_ms = 0;   // schedule-to-close
   };
+  struct parked_poll {
+    std::string tenant;
+    std::string worker;
+    std::string poll_id;
+    std::size_t max_tasks = 1;
+    std::chrono::steady_clock::time_point deadline;
+    poll_answer answer;
+  };
   struct queue_state {
     std::deque<std::string> attempt_ids;
-    std::condition_variable ready;
+    // Parked polls by ticket: the oldest first.
+    std::map<std::uint64_t, parked_poll> parked;
     std::int64_t last_poll_ms = 0;
-    std::size_t waiting = 0;
   };
   struct ended_attempt {
     report_verdict reason = report_verdict::stale_attempt;
@@ -278,6 +324,31 @@ class task_service {
                                const std::string& queue);
   void reap_loop();
   std::vector<expiry> collect_expired();
+  // REQUIRES: mutex_ held. The tasks a poll claims now: those of its
+  // repeated poll_id still leased to it, else up to max_tasks queued ones.
+  std::vector<claimed_task> claim_now_locked(queue_state& queue,
+                                             const std::string& worker,
+                                             const std::string& poll_id,
+                                             std::size_t max_tasks);
+  // REQUIRES: mutex_ held. The queue of (tenant, queue), made when missing.
+  queue_state& queue_locked(const std::string& tenant,
+                            const std::string& queue);
+  // poll_async; `ticket` names the poll when parked.
+  poll_parking park_or_answer(const std::string& tenant,
+                              const std::string& queue,
+                              const std::string& worker,
+                              const std::string& poll_id, std::int64_t wait_ms,
+                              std::size_t max_tasks,
+                              std::size_t tenant_parked_max, poll_answer answer,
+                              std::uint64_t& ticket);
+  // REQUIRES: mutex_ held. Unparks a poll; its answer is the caller's to
+  // call, outside the lock.
+  poll_answer unpark_locked(queue_state& queue,
+                            std::map<std::uint64_t, parked_poll>::iterator it);
+  // Answers a still parked poll empty (a blocking poll's wait ended).
+  void unpark(std::uint64_t ticket);
+  // REQUIRES: mutex_ held. Unparks the polls whose wait ended.
+  std::vector<poll_answer> expire_polls_locked();
   // REQUIRES: mutex_ held. Ends `it`, remembering why later reports are
   // refused, and updates the run's log.
   void end_locked(std::unordered_map<std::string, attempt>::iterator it,
@@ -310,6 +381,14 @@ class task_service {
   std::uint64_t redeliveries_ = 0;
   std::uint64_t refused_ = 0;
   std::uint64_t completed_ = 0;
+
+  // Parked polls: where each is, and by deadline.
+  std::unordered_map<std::uint64_t, queue_state*> parked_where_;
+  std::set<std::pair<std::chrono::steady_clock::time_point, std::uint64_t>>
+      parked_deadlines_;
+  std::unordered_map<std::string, std::size_t> parked_by_tenant_;
+  std::uint64_t next_ticket_ = 0;
+  bool polls_released_ = false;
 
   bool stopping_ = false;
   std::condition_variable reaper_wake_;

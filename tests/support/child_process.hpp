@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,9 +21,11 @@ namespace durin::testing {
 
 class child_process {
  public:
-  // `env` holds extra "NAME=value" entries.
+  // `env` holds extra "NAME=value" entries; `descriptors_max` > 0 sets the
+  // child's RLIMIT_NOFILE (soft and hard), like `prlimit --nofile`.
   child_process(const char* program, std::vector<std::string> args,
-                std::vector<std::string> env, bool capture_stdout) {
+                std::vector<std::string> env, bool capture_stdout,
+                rlim_t descriptors_max = 0) {
     int out[2] = {-1, -1};
     if (capture_stdout && ::pipe(out) != 0) {
       throw std::runtime_error("pipe");
@@ -51,6 +54,10 @@ class child_process {
       for (auto& entry : env) {
         ::putenv(entry.data());
       }
+      if (descriptors_max > 0) {
+        rlimit limit{descriptors_max, descriptors_max};
+        ::setrlimit(RLIMIT_NOFILE, &limit);
+      }
       ::execv(program, argv.data());
       ::_exit(127);
     }
@@ -71,6 +78,7 @@ class child_process {
   child_process& operator=(const child_process&) = delete;
 
   int stdout_fd() const { return stdout_fd_; }
+  pid_t pid() const { return pid_; }  // -1 once reaped
 
   void kill9() {
     if (pid_ > 0) {

@@ -21,17 +21,28 @@
 
 namespace durin::testing {
 
+// How to start one: flags beyond --data-dir and --listen, the environment,
+// the process's descriptor limit.
+struct serve_setup {
+  std::vector<std::string> env;  // "NAME=value"
+  std::int64_t read_timeout_ms = 1000;
+  std::vector<std::string> flags;  // e.g. {"--max-connections", "8"}
+  rlim_t descriptors_max = 0;      // 0: inherited
+};
+
 class serve_process {
  public:
   // Starts `durin serve` on `data_dir` with extra environment `env`
   // ("NAME=value") and waits until it listens. Throws when it does not.
   serve_process(std::string data_dir, std::vector<std::string> env = {},
                 std::int64_t read_timeout_ms = 1000)
+      : serve_process(std::move(data_dir),
+                      serve_setup{std::move(env), read_timeout_ms, {}, 0}) {}
+
+  serve_process(std::string data_dir, serve_setup setup)
       : data_dir_(std::move(data_dir)),
-        process_(DURIN_CLI,
-                 {"serve", "--data-dir", data_dir_, "--listen", "127.0.0.1:0",
-                  "--read-timeout-ms", std::to_string(read_timeout_ms)},
-                 std::move(env), true) {
+        process_(DURIN_CLI, arguments(data_dir_, setup), std::move(setup.env),
+                 true, setup.descriptors_max) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (port_ == 0 && std::chrono::steady_clock::now() < deadline) {
       pollfd poll_fd{process_.stdout_fd(), POLLIN, 0};
@@ -69,6 +80,10 @@ class serve_process {
     return {"127.0.0.1", std::to_string(port_)};
   }
 
+  pid_t pid() const { return process_.pid(); }
+  // What it printed on stdout until it listened.
+  const std::string& output() const { return output_; }
+
   void kill9() { process_.kill9(); }
 
   // SIGTERM, then the exit code (-1 when it did not exit normally in time).
@@ -79,6 +94,19 @@ class serve_process {
   bool wait_killed() { return process_.wait_killed(); }
 
  private:
+  static std::vector<std::string> arguments(const std::string& data_dir,
+                                            const serve_setup& setup) {
+    std::vector<std::string> args = {"serve",
+                                     "--data-dir",
+                                     data_dir,
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--read-timeout-ms",
+                                     std::to_string(setup.read_timeout_ms)};
+    args.insert(args.end(), setup.flags.begin(), setup.flags.end());
+    return args;
+  }
+
   std::string data_dir_;
   child_process process_;
   int port_ = 0;
