@@ -7,6 +7,7 @@
 // `code: message` on stderr and exit non-zero.
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -20,7 +21,11 @@
 #include "client/http_client.hpp"
 #include "durin/durin.hpp"
 #include "durin/worker.hpp"
+#include "gateway/auth.hpp"
 #include "gateway/server.hpp"
+#include "persistence/auth_store.hpp"
+#include "persistence/committer.hpp"
+#include "persistence/store.hpp"
 
 namespace {
 
@@ -201,6 +206,36 @@ struct serve_limits {
   std::size_t tenant_polls_max = 256;
 };
 
+// `durin admin reset-key`: offline, with no node running on the data dir
+// (the store's lock refuses a second opener), a new admin key of tenant
+// `default`, written to DATA_DIR/admin.key. The way back when every admin
+// key is lost; keys already there stay valid.
+int reset_key_command(const std::string& data_dir) {
+  auto store = durin::persistence::store::open(data_dir);
+  if (!store) {
+    std::cerr << "durin admin reset-key: cannot open the node's store (stop "
+                 "the node that runs on this data dir first): "
+              << store.error().message << "\n";
+    return 1;
+  }
+  durin::persistence::committer writer(**store);
+  durin::persistence::auth_store key_store(**store, writer);
+  durin::gateway::auth keys(key_store, [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  });
+  const std::string path = data_dir + "/admin.key";
+  auto key = keys.reset_admin_key(path);
+  if (!key) {
+    std::cerr << "durin admin reset-key: " << key.error().to_string() << "\n";
+    return 1;
+  }
+  std::cout << "new admin API key " << key->record.id << " written to " << path
+            << "\n";
+  return 0;
+}
+
 int serve_command(const std::string& data_dir, const std::string& listen,
                   const serve_limits& limits, bool bench_flows) {
   durin::gateway::serve_options options;
@@ -380,51 +415,22 @@ int describe_command(const client_options& client, const std::string& id) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"durin: durable workflows for C++"};
-  app.require_subcommand(1);
-
+// The command line's option values, filled by CLI11 and read by the
+// subcommands' callbacks (which run once parsing is done).
+struct cli {
+  int exit_code = 2;
   std::string data_dir = "./durin-data";
   std::string flow;
   std::string input = "{}";
   int timeout_ms = 60'000;
-  auto* run = app.add_subcommand(
-      "run", "run one flow on a local node and print the run and its history");
-  run->add_option("flow", flow, "flow name, e.g. acme.review-order")
-      ->required();
-  run->add_option("--input", input, "the flow's input, as JSON");
-  run->add_option("--data-dir", data_dir, "where the node keeps its store");
-  run->add_option("--timeout-ms", timeout_ms, "how long to wait for the end");
-
   std::string listen = "127.0.0.1:7070";
   serve_limits limits;
-  auto* serve = app.add_subcommand(
-      "serve", "run a node with the HTTP API until SIGTERM or SIGINT");
-  serve->add_option("--data-dir", data_dir, "where the node keeps its store");
-  serve->add_option("--listen", listen,
-                    "HOST:PORT to listen on (port 0: any free port)");
-  serve->add_option("--read-timeout-ms", limits.read_timeout_ms,
-                    "a request must arrive within this (default 10000)");
-  serve->add_option("--drain-timeout-ms", limits.drain_timeout_ms,
-                    "at SIGTERM, how long requests in flight may take to be "
-                    "answered (default 30000)");
-  serve->add_option("--max-connections", limits.connections_max,
-                    "open connections at most; one more is answered 503 "
-                    "too-many-connections (default: half the descriptor "
-                    "limit, at most 10000)");
-  serve->add_option("--max-polls-per-tenant", limits.tenant_polls_max,
-                    "long polls one tenant may have waiting; one more is 429 "
-                    "too-many-polls (default 256)");
   bool bench_flows = false;
-  serve->add_flag("--bench-flows", bench_flows,
-                  "also register bench.noop and bench.ten-steps");
-
   client_options client;
   std::string id;
   std::string payload = "{}";
   std::string name;
+  std::string role;
   std::string hook_token;
   std::string min_retention;
   bool no_wait = false;
@@ -436,199 +442,301 @@ int main(int argc, char** argv) {
   std::string instance_id;
   std::string on_duplicate;
   std::string command_id;
+  std::string queue = "workers";
+  std::size_t concurrency = 4;
+  std::string worker_id;
+};
 
+// Runs `command` with the parsed options once `sub` was chosen.
+void on_chosen(CLI::App* sub, cli& c, std::function<int(cli&)> command) {
+  sub->callback(
+      [&c, command = std::move(command)] { c.exit_code = command(c); });
+}
+
+// A subcommand that sends one request: `target` and `body` are built from
+// the options once parsed.
+void request_command(CLI::App* sub, cli& c, std::string method,
+                     std::function<std::string(const cli&)> target,
+                     std::function<std::optional<durin::json>(cli&)> body) {
+  on_chosen(sub, c, [method, target, body](cli& c) {
+    std::optional<durin::json> payload;
+    if (body) {
+      payload = body(c);
+      if (!payload) {
+        return 2;
+      }
+    }
+    return call(c.client, method, target(c), payload ? &*payload : nullptr);
+  });
+}
+
+std::function<std::string(const cli&)> fixed(std::string target) {
+  return [target](const cli&) { return target; };
+}
+
+// run, serve, admin reset-key: commands on a local data dir.
+void add_local_commands(CLI::App& app, cli& c) {
+  auto* run = app.add_subcommand(
+      "run", "run one flow on a local node and print the run and its history");
+  run->add_option("flow", c.flow, "flow name, e.g. acme.review-order")
+      ->required();
+  run->add_option("--input", c.input, "the flow's input, as JSON");
+  run->add_option("--data-dir", c.data_dir, "where the node keeps its store");
+  run->add_option("--timeout-ms", c.timeout_ms, "how long to wait for the end");
+  on_chosen(run, c, [](cli& c) {
+    return run_command(c.data_dir, c.flow, c.input, c.timeout_ms);
+  });
+
+  auto* serve = app.add_subcommand(
+      "serve", "run a node with the HTTP API until SIGTERM or SIGINT");
+  serve->add_option("--data-dir", c.data_dir, "where the node keeps its store");
+  serve->add_option("--listen", c.listen,
+                    "HOST:PORT to listen on (port 0: any free port)");
+  serve->add_option("--read-timeout-ms", c.limits.read_timeout_ms,
+                    "a request must arrive within this (default 10000)");
+  serve->add_option("--drain-timeout-ms", c.limits.drain_timeout_ms,
+                    "at SIGTERM, how long requests in flight may take to be "
+                    "answered (default 30000)");
+  serve->add_option("--max-connections", c.limits.connections_max,
+                    "open connections at most; one more is answered 503 "
+                    "too-many-connections (default: half the descriptor "
+                    "limit, at most 10000)");
+  serve->add_option("--max-polls-per-tenant", c.limits.tenant_polls_max,
+                    "long polls one tenant may have waiting; one more is 429 "
+                    "too-many-polls (default 256)");
+  serve->add_flag("--bench-flows", c.bench_flows,
+                  "also register bench.noop and bench.ten-steps");
+  on_chosen(serve, c, [](cli& c) {
+    return serve_command(c.data_dir, c.listen, c.limits, c.bench_flows);
+  });
+
+  auto* admin = app.add_subcommand("admin", "offline maintenance of a node");
+  admin->require_subcommand(1);
+  auto* reset_key = admin->add_subcommand(
+      "reset-key",
+      "with the node stopped: a new admin key in DATA_DIR/admin.key");
+  reset_key->add_option("--data-dir", c.data_dir, "the node's data dir");
+  on_chosen(reset_key, c, [](cli& c) { return reset_key_command(c.data_dir); });
+}
+
+std::optional<durin::json> start_body(cli& c) {
+  auto parsed = parse_json_option("--input", c.input);
+  if (!parsed) {
+    return std::nullopt;
+  }
+  durin::json body = {{"flow", c.flow}, {"input", *parsed}};
+  if (c.no_wait) {
+    body["wait"] = false;
+  }
+  if (!c.hook_token.empty()) {
+    body["hook"] = {{"token", c.hook_token}};
+    if (!c.min_retention.empty()) {
+      body["hook"]["minRetention"] = c.min_retention;
+    }
+  }
+  if (!c.instance_id.empty()) {
+    body["instanceId"] = c.instance_id;
+  }
+  if (!c.on_duplicate.empty()) {
+    body["onDuplicate"] = c.on_duplicate;
+  }
+  if (!c.command_id.empty()) {
+    body["commandId"] = c.command_id;
+  }
+  return body;
+}
+
+std::string list_target(const cli& c) {
+  std::string query;
+  auto add = [&query](const std::string& key, const std::string& value) {
+    if (!value.empty()) {
+      query += (query.empty() ? "?" : "&") + key + "=" + percent_encode(value);
+    }
+  };
+  add("status", c.status_filter);
+  add("flow", c.flow_filter);
+  add("limit", c.limit > 0 ? std::to_string(c.limit) : "");
+  add("cursor", c.cursor);
+  return "/v1/runs" + query;
+}
+
+// runs start|get|list|history|describe|cancel.
+void add_run_commands(CLI::App& app, cli& c) {
   auto* runs = app.add_subcommand("runs", "start and inspect runs");
   runs->require_subcommand(1);
-  auto* runs_start = runs->add_subcommand("start", "start a run");
-  runs_start->add_option("--flow", flow, "flow name")->required();
-  runs_start->add_option("--input", input, "the flow's input, as JSON");
-  runs_start->add_flag("--no-wait", no_wait, "answer once admitted");
-  runs_start->add_option("--hook-token", hook_token, "start hook token");
-  runs_start->add_option("--min-retention", min_retention,
-                         "how long the start hook's token stays held");
-  runs_start->add_option("--instance-id", instance_id,
-                         "the business process; one active run each");
-  runs_start->add_option(
-      "--on-duplicate", on_duplicate,
-      "reject-duplicate (default) or return-existing-active");
-  runs_start->add_option("--command-id", command_id,
-                         "a repeat gets the run the first start admitted");
-  add_client_options(runs_start, client, true);
-  auto* runs_get = runs->add_subcommand("get", "the run now");
-  runs_get->add_option("id", id, "run id")->required();
-  add_client_options(runs_get, client, false);
-  auto* runs_list = runs->add_subcommand("list", "runs, newest first");
-  runs_list->add_option("--status", status_filter, "only this status");
-  runs_list->add_option("--flow", flow_filter, "only this flow");
-  runs_list->add_option("--limit", limit, "page size, 1 to 1000");
-  runs_list->add_option("--cursor", cursor, "from a previous nextCursor");
-  add_client_options(runs_list, client, false);
-  auto* runs_history = runs->add_subcommand("history", "recorded events");
-  runs_history->add_option("id", id, "run id")->required();
-  add_client_options(runs_history, client, false);
-  auto* runs_describe = runs->add_subcommand(
-      "describe", "each step's recorded outcomes beside its attempts");
-  runs_describe->add_option("id", id, "run id")->required();
-  add_client_options(runs_describe, client, false);
-  auto* runs_cancel = runs->add_subcommand("cancel", "cancel a run");
-  runs_cancel->add_option("id", id, "run id")->required();
-  runs_cancel->add_option("--reason", reason, "why");
-  runs_cancel->add_option("--command-id", command_id,
-                          "a repeat answers the cancelled run again");
-  add_client_options(runs_cancel, client, true);
+  auto* start = runs->add_subcommand("start", "start a run");
+  start->add_option("--flow", c.flow, "flow name")->required();
+  start->add_option("--input", c.input, "the flow's input, as JSON");
+  start->add_flag("--no-wait", c.no_wait, "answer once admitted");
+  start->add_option("--hook-token", c.hook_token, "start hook token");
+  start->add_option("--min-retention", c.min_retention,
+                    "how long the start hook's token stays held");
+  start->add_option("--instance-id", c.instance_id,
+                    "the business process; one active run each");
+  start->add_option("--on-duplicate", c.on_duplicate,
+                    "reject-duplicate (default) or return-existing-active");
+  start->add_option("--command-id", c.command_id,
+                    "a repeat gets the run the first start admitted");
+  add_client_options(start, c.client, true);
+  request_command(start, c, "POST", fixed("/v1/runs"), start_body);
 
+  auto run_target = [](std::string suffix) {
+    return [suffix](const cli& c) {
+      return "/v1/runs/" + percent_encode(c.id) + suffix;
+    };
+  };
+  auto* get = runs->add_subcommand("get", "the run now");
+  get->add_option("id", c.id, "run id")->required();
+  add_client_options(get, c.client, false);
+  request_command(get, c, "GET", run_target(""), nullptr);
+
+  auto* list = runs->add_subcommand("list", "runs, newest first");
+  list->add_option("--status", c.status_filter, "only this status");
+  list->add_option("--flow", c.flow_filter, "only this flow");
+  list->add_option("--limit", c.limit, "page size, 1 to 1000");
+  list->add_option("--cursor", c.cursor, "from a previous nextCursor");
+  add_client_options(list, c.client, false);
+  request_command(list, c, "GET", list_target, nullptr);
+
+  auto* history = runs->add_subcommand("history", "recorded events");
+  history->add_option("id", c.id, "run id")->required();
+  add_client_options(history, c.client, false);
+  request_command(history, c, "GET", run_target("/history"), nullptr);
+
+  auto* describe = runs->add_subcommand(
+      "describe", "each step's recorded outcomes beside its attempts");
+  describe->add_option("id", c.id, "run id")->required();
+  add_client_options(describe, c.client, false);
+  on_chosen(describe, c,
+            [](cli& c) { return describe_command(c.client, c.id); });
+
+  auto* cancel = runs->add_subcommand("cancel", "cancel a run");
+  cancel->add_option("id", c.id, "run id")->required();
+  cancel->add_option("--reason", c.reason, "why");
+  cancel->add_option("--command-id", c.command_id,
+                     "a repeat answers the cancelled run again");
+  add_client_options(cancel, c.client, true);
+  request_command(cancel, c, "POST", run_target("/cancel"), [](cli& c) {
+    durin::json body = durin::json::object();
+    if (!c.reason.empty()) {
+      body["reason"] = c.reason;
+    }
+    if (!c.command_id.empty()) {
+      body["commandId"] = c.command_id;
+    }
+    return std::optional<durin::json>(body);
+  });
+}
+
+// hooks get|resume.
+void add_hook_commands(CLI::App& app, cli& c) {
   auto* hooks = app.add_subcommand("hooks", "hooks by token");
   hooks->require_subcommand(1);
-  auto* hooks_get = hooks->add_subcommand("get", "the hook on a token");
-  hooks_get->add_option("token", id, "hook token")->required();
-  add_client_options(hooks_get, client, false);
-  auto* hooks_resume = hooks->add_subcommand("resume", "deliver a payload");
-  hooks_resume->add_option("token", id, "hook token")->required();
-  hooks_resume->add_option("--payload", payload, "the payload, as JSON");
-  hooks_resume->add_option("--command-id", command_id,
-                           "a repeat is not delivered again");
-  add_client_options(hooks_resume, client, true);
+  auto hook_target = [](std::string suffix) {
+    return [suffix](const cli& c) {
+      return "/v1/hooks/" + percent_encode(c.id) + suffix;
+    };
+  };
+  auto* get = hooks->add_subcommand("get", "the hook on a token");
+  get->add_option("token", c.id, "hook token")->required();
+  add_client_options(get, c.client, false);
+  request_command(get, c, "GET", hook_target(""), nullptr);
 
+  auto* resume = hooks->add_subcommand("resume", "deliver a payload");
+  resume->add_option("token", c.id, "hook token")->required();
+  resume->add_option("--payload", c.payload, "the payload, as JSON");
+  resume->add_option("--command-id", c.command_id,
+                     "a repeat is not delivered again");
+  add_client_options(resume, c.client, true);
+  request_command(resume, c, "POST", hook_target("/resume"),
+                  [](cli& c) -> std::optional<durin::json> {
+                    auto parsed = parse_json_option("--payload", c.payload);
+                    if (!parsed) {
+                      return std::nullopt;
+                    }
+                    durin::json body = {{"payload", *parsed}};
+                    if (!c.command_id.empty()) {
+                      body["commandId"] = c.command_id;
+                    }
+                    return body;
+                  });
+}
+
+// api-keys create|list|revoke, tenants create.
+void add_key_commands(CLI::App& app, cli& c) {
   auto* api_keys = app.add_subcommand("api-keys", "the tenant's API keys");
   api_keys->require_subcommand(1);
-  auto* keys_create = api_keys->add_subcommand("create", "a new key");
-  keys_create->add_option("--name", name, "a label");
-  add_client_options(keys_create, client, true);
-  auto* keys_list = api_keys->add_subcommand("list", "the keys");
-  add_client_options(keys_list, client, false);
-  auto* keys_revoke = api_keys->add_subcommand("revoke", "revoke a key");
-  keys_revoke->add_option("id", id, "key id")->required();
-  add_client_options(keys_revoke, client, true);
+  auto* create = api_keys->add_subcommand("create", "a new key");
+  create->add_option("--name", c.name, "a label");
+  create->add_option(
+      "--role", c.role,
+      "read-only, worker, operator (default) or admin; at most the caller's");
+  add_client_options(create, c.client, true);
+  request_command(create, c, "POST", fixed("/v1/api-keys"), [](cli& c) {
+    durin::json body = durin::json::object();
+    if (!c.name.empty()) {
+      body["name"] = c.name;
+    }
+    if (!c.role.empty()) {
+      body["role"] = c.role;
+    }
+    return std::optional<durin::json>(body);
+  });
+
+  auto* list = api_keys->add_subcommand("list", "the keys");
+  add_client_options(list, c.client, false);
+  request_command(list, c, "GET", fixed("/v1/api-keys"), nullptr);
+
+  auto* revoke = api_keys->add_subcommand("revoke", "revoke a key");
+  revoke->add_option("id", c.id, "key id")->required();
+  add_client_options(revoke, c.client, true);
+  request_command(
+      revoke, c, "DELETE",
+      [](const cli& c) { return "/v1/api-keys/" + percent_encode(c.id); },
+      nullptr);
 
   auto* tenants = app.add_subcommand("tenants", "tenants (admin key)");
   tenants->require_subcommand(1);
   auto* tenants_create =
       tenants->add_subcommand("create", "a tenant with its first key");
-  tenants_create->add_option("--name", name, "the tenant's name")->required();
-  add_client_options(tenants_create, client, true);
+  tenants_create->add_option("--name", c.name, "the tenant's name")->required();
+  add_client_options(tenants_create, c.client, true);
+  request_command(tenants_create, c, "POST", fixed("/v1/tenants"), [](cli& c) {
+    return std::optional<durin::json>(durin::json{{"name", c.name}});
+  });
+}
 
+// tasks list, worker.
+void add_task_commands(CLI::App& app, cli& c) {
   auto* tasks = app.add_subcommand("tasks", "step attempts and leases");
   tasks->require_subcommand(1);
-  auto* tasks_list = tasks->add_subcommand(
+  auto* list = tasks->add_subcommand(
       "list", "live attempts, queues, stuck leases, redeliveries");
-  add_client_options(tasks_list, client, false);
+  add_client_options(list, c.client, false);
+  request_command(list, c, "GET", fixed("/v1/tasks"), nullptr);
 
-  std::string queue = "workers";
-  std::size_t concurrency = 4;
-  std::string worker_id;
   auto* worker = app.add_subcommand(
       "worker", "run the example steps of a task queue against a node");
-  worker->add_option("--queue", queue, "task queue to poll");
-  worker->add_option("--concurrency", concurrency, "tasks in hand at once");
-  worker->add_option("--worker-id", worker_id, "default HOST-PID");
-  add_client_options(worker, client, false);
+  worker->add_option("--queue", c.queue, "task queue to poll");
+  worker->add_option("--concurrency", c.concurrency, "tasks in hand at once");
+  worker->add_option("--worker-id", c.worker_id, "default HOST-PID");
+  add_client_options(worker, c.client, false);
+  on_chosen(worker, c, [](cli& c) {
+    return worker_command(c.client, c.queue, c.concurrency, c.worker_id);
+  });
+}
 
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"durin: durable workflows for C++"};
+  app.require_subcommand(1);
+  cli c;
+  add_local_commands(app, c);
+  add_run_commands(app, c);
+  add_hook_commands(app, c);
+  add_key_commands(app, c);
+  add_task_commands(app, c);
   CLI11_PARSE(app, argc, argv);
-  if (worker->parsed()) {
-    return worker_command(client, queue, concurrency, worker_id);
-  }
-  if (tasks_list->parsed()) {
-    return call(client, "GET", "/v1/tasks", nullptr);
-  }
-  if (runs_describe->parsed()) {
-    return describe_command(client, id);
-  }
-  if (run->parsed()) {
-    return run_command(data_dir, flow, input, timeout_ms);
-  }
-  if (serve->parsed()) {
-    return serve_command(data_dir, listen, limits, bench_flows);
-  }
-  if (runs_start->parsed()) {
-    auto parsed = parse_json_option("--input", input);
-    if (!parsed) {
-      return 2;
-    }
-    durin::json body = {{"flow", flow}, {"input", *parsed}};
-    if (no_wait) {
-      body["wait"] = false;
-    }
-    if (!hook_token.empty()) {
-      body["hook"] = {{"token", hook_token}};
-      if (!min_retention.empty()) {
-        body["hook"]["minRetention"] = min_retention;
-      }
-    }
-    if (!instance_id.empty()) {
-      body["instanceId"] = instance_id;
-    }
-    if (!on_duplicate.empty()) {
-      body["onDuplicate"] = on_duplicate;
-    }
-    if (!command_id.empty()) {
-      body["commandId"] = command_id;
-    }
-    return call(client, "POST", "/v1/runs", &body);
-  }
-  if (runs_get->parsed()) {
-    return call(client, "GET", "/v1/runs/" + percent_encode(id), nullptr);
-  }
-  if (runs_list->parsed()) {
-    std::string query;
-    auto add = [&query](const std::string& key, const std::string& value) {
-      if (!value.empty()) {
-        query +=
-            (query.empty() ? "?" : "&") + key + "=" + percent_encode(value);
-      }
-    };
-    add("status", status_filter);
-    add("flow", flow_filter);
-    add("limit", limit > 0 ? std::to_string(limit) : "");
-    add("cursor", cursor);
-    return call(client, "GET", "/v1/runs" + query, nullptr);
-  }
-  if (runs_history->parsed()) {
-    return call(client, "GET", "/v1/runs/" + percent_encode(id) + "/history",
-                nullptr);
-  }
-  if (runs_cancel->parsed()) {
-    durin::json body = durin::json::object();
-    if (!reason.empty()) {
-      body["reason"] = reason;
-    }
-    if (!command_id.empty()) {
-      body["commandId"] = command_id;
-    }
-    return call(client, "POST", "/v1/runs/" + percent_encode(id) + "/cancel",
-                &body);
-  }
-  if (hooks_get->parsed()) {
-    return call(client, "GET", "/v1/hooks/" + percent_encode(id), nullptr);
-  }
-  if (hooks_resume->parsed()) {
-    auto parsed = parse_json_option("--payload", payload);
-    if (!parsed) {
-      return 2;
-    }
-    durin::json body = {{"payload", *parsed}};
-    if (!command_id.empty()) {
-      body["commandId"] = command_id;
-    }
-    return call(client, "POST", "/v1/hooks/" + percent_encode(id) + "/resume",
-                &body);
-  }
-  if (keys_create->parsed()) {
-    durin::json body = durin::json::object();
-    if (!name.empty()) {
-      body["name"] = name;
-    }
-    return call(client, "POST", "/v1/api-keys", &body);
-  }
-  if (keys_list->parsed()) {
-    return call(client, "GET", "/v1/api-keys", nullptr);
-  }
-  if (keys_revoke->parsed()) {
-    return call(client, "DELETE", "/v1/api-keys/" + percent_encode(id),
-                nullptr);
-  }
-  if (tenants_create->parsed()) {
-    durin::json body = {{"name", name}};
-    return call(client, "POST", "/v1/tenants", &body);
-  }
-  return 2;
+  return c.exit_code;
 }

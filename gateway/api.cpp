@@ -60,6 +60,21 @@ bool matches(const std::vector<std::string_view>& pattern,
 
 }  // namespace
 
+key_role api::needed_role(access who) {
+  switch (who) {
+    case access::open:
+    case access::read:
+      return key_role::read_only;
+    case access::work:
+      return key_role::worker;
+    case access::operate:
+      return key_role::operate;
+    case access::admin:
+      return key_role::admin;
+  }
+  return key_role::admin;
+}
+
 const std::vector<api::route>& api::routes() {
   using m = metrics::route;
   // clang-format off
@@ -69,46 +84,46 @@ const std::vector<api::route>& api::routes() {
       {"GET", {"metrics"}, m::metrics, access::open, 0, &api::prometheus},
       {"POST", {"v1", "webhooks", "{}"}, m::webhooks, access::open, blocks,
        &api::webhook},
-      {"POST", {"v1", "runs"}, m::start, access::caller, json_body | keyed,
+      {"POST", {"v1", "runs"}, m::start, access::operate, json_body | keyed,
        nullptr, &api::start_run, R"({"input": {}, "wait": true})"},
       // Pages of runs and histories can be large: built on a worker, so
       // they never hold an io thread up.
-      {"GET", {"v1", "runs"}, m::list_runs, access::caller, blocks,
+      {"GET", {"v1", "runs"}, m::list_runs, access::read, blocks,
        &api::list_runs},
-      {"GET", {"v1", "runs", "{}"}, m::get_run, access::caller, 0,
+      {"GET", {"v1", "runs", "{}"}, m::get_run, access::read, 0,
        &api::get_run},
-      {"GET", {"v1", "runs", "{}", "history"}, m::history, access::caller,
+      {"GET", {"v1", "runs", "{}", "history"}, m::history, access::read,
        blocks, &api::run_history},
-      {"POST", {"v1", "runs", "{}", "cancel"}, m::cancel, access::caller,
+      {"POST", {"v1", "runs", "{}", "cancel"}, m::cancel, access::operate,
        json_body | keyed | blocks, &api::cancel_run},
-      {"GET", {"v1", "run-counts"}, m::list_runs, access::caller, blocks,
+      {"GET", {"v1", "run-counts"}, m::list_runs, access::read, blocks,
        &api::count_runs},
-      {"GET", {"v1", "instances", "{}"}, m::get_run, access::caller, 0,
+      {"GET", {"v1", "instances", "{}"}, m::get_run, access::read, 0,
        &api::get_instance},
-      {"GET", {"v1", "hooks", "{}"}, m::hooks, access::caller, 0,
+      {"GET", {"v1", "hooks", "{}"}, m::hooks, access::read, 0,
        &api::get_hook},
-      {"POST", {"v1", "hooks", "{}", "resume"}, m::hooks, access::caller,
+      {"POST", {"v1", "hooks", "{}", "resume"}, m::hooks, access::operate,
        json_body | keyed | blocks, &api::resume_hook},
-      {"POST", {"v1", "api-keys"}, m::api_keys, access::caller,
+      {"POST", {"v1", "api-keys"}, m::api_keys, access::operate,
        json_body | keyed | secret | blocks, &api::create_key},
-      {"GET", {"v1", "api-keys"}, m::api_keys, access::caller, 0,
+      {"GET", {"v1", "api-keys"}, m::api_keys, access::read, 0,
        &api::list_keys},
-      {"DELETE", {"v1", "api-keys", "{}"}, m::api_keys, access::caller,
+      {"DELETE", {"v1", "api-keys", "{}"}, m::api_keys, access::operate,
        json_body | keyed | blocks, &api::revoke_key},
       {"POST", {"v1", "tenants"}, m::tenants, access::admin,
        json_body | keyed | secret | blocks, &api::create_tenant},
       // Worker routes are fenced by attempt, not keyed (worker_api.hpp).
-      {"POST", {"v1", "task-queues", "{}", "poll"}, m::other, access::caller,
+      {"POST", {"v1", "task-queues", "{}", "poll"}, m::other, access::work,
        json_body, nullptr, &api::worker_route},
-      {"POST", {"v1", "tasks", "report"}, m::other, access::caller,
+      {"POST", {"v1", "tasks", "report"}, m::other, access::work,
        json_body, nullptr, &api::worker_route},
-      {"POST", {"v1", "tasks", "{}", "complete"}, m::other, access::caller,
+      {"POST", {"v1", "tasks", "{}", "complete"}, m::other, access::work,
        json_body, nullptr, &api::worker_route},
-      {"POST", {"v1", "tasks", "{}", "fail"}, m::other, access::caller,
+      {"POST", {"v1", "tasks", "{}", "fail"}, m::other, access::work,
        json_body, nullptr, &api::worker_route},
-      {"POST", {"v1", "tasks", "{}", "heartbeat"}, m::other, access::caller,
+      {"POST", {"v1", "tasks", "{}", "heartbeat"}, m::other, access::work,
        json_body, nullptr, &api::worker_route},
-      {"GET", {"v1", "tasks"}, m::other, access::caller, 0, nullptr,
+      {"GET", {"v1", "tasks"}, m::other, access::read, 0, nullptr,
        &api::worker_route},
   };
   // clang-format on
@@ -261,10 +276,12 @@ bool api::authenticate(request& r, const route* matched,
     return false;
   }
   r.caller = std::move(*who);
-  if (matched != nullptr && matched->who == access::admin && !r.caller.admin) {
+  if (matched != nullptr && r.caller.role < needed_role(matched->who)) {
     reply(error_response(
         403, "forbidden",
-        "only an admin key may " + r.http.method + " " + r.path_text));
+        "a key of role " + std::string(to_string(r.caller.role)) + " may not " +
+            r.http.method + " " + r.path_text + "; it needs " +
+            std::string(to_string(needed_role(matched->who)))));
     return false;
   }
   return true;

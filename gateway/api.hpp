@@ -93,11 +93,16 @@ class api {
   using answer_now = http_response (api::*)(request& r);
   using answer_later = void (api::*)(const request_ptr& r, reply_fn reply);
 
+  // Who may use a route: no key, or a key of at least this role
+  // (persistence/auth_store.hpp: read-only < worker < operator < admin).
   enum class access : std::uint8_t {
-    open,    // no key (health, metrics, webhooks: the token is the secret)
-    caller,  // any valid key
-    admin,   // an admin key
+    open,     // no key (health, metrics, webhooks: the token is the secret)
+    read,     // any key
+    work,     // worker keys and above: task routes
+    operate,  // operator keys and above: starts, cancels, resumes, keys
+    admin,    // admin keys: tenants
   };
+
   // What a route does with a request, as flags of route::traits.
   static constexpr std::uint8_t json_body = 1;  // the body is a JSON object
   static constexpr std::uint8_t keyed = 2;      // honours Idempotency-Key
@@ -118,6 +123,7 @@ class api {
     bool has(std::uint8_t trait) const { return (traits & trait) != 0; }
   };
   static const std::vector<route>& routes();
+  static key_role needed_role(access who);
 
   // The pipeline's steps; each answers a problem itself and returns false.
   bool parse_target(request& r, const reply_fn& reply);

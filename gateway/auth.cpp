@@ -1,5 +1,7 @@
 #include "gateway/auth.hpp"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
@@ -65,16 +67,35 @@ auth::auth(persistence::auth_store& keys, std::function<std::int64_t()> now_ms)
     : keys_(keys), now_ms_(std::move(now_ms)) {}
 
 new_api_key auth::make_key(std::string_view tenant, std::string name,
-                           bool admin) {
+                           key_role role) {
   new_api_key key;
   key.record.id = "key_" + random_hex(key_id_random_bytes);
   key.record.tenant = std::string(tenant);
   key.record.name = std::move(name);
-  key.record.admin = admin;
+  key.record.role = role;
   key.record.created_at_ms = now_ms_();
   key.secret = "dk_" + key.record.id + "_" + random_hex(secret_random_bytes);
   key.record.secret_sha256 = sha256_hex(key.secret);
   return key;
+}
+
+result<bool> auth::write_secret(const std::string& path,
+                                const std::string& secret) {
+  // Messages name the file only: the operator chose its path.
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) {
+    return make_error(errc::storage_error, "cannot write " + path);
+  }
+  std::string line = secret + "\n";
+  bool written = ::write(fd, line.data(), line.size()) ==
+                     static_cast<ssize_t>(line.size()) &&
+                 ::fsync(fd) == 0;
+  ::fchmod(fd, 0600);
+  ::close(fd);
+  if (!written) {
+    return make_error(errc::storage_error, "cannot write " + path);
+  }
+  return true;
 }
 
 result<bool> auth::bootstrap(const std::string& admin_key_path) {
@@ -86,26 +107,31 @@ result<bool> auth::bootstrap(const std::string& admin_key_path) {
     return false;
   }
   persistence::tenant_record tenant{"default", "default", now_ms_()};
-  auto key = make_key("default", "admin", true);
+  auto key = make_key("default", "admin", key_role::admin);
   // The file first: a crash between the two leaves a file with an unknown
   // key and no tenant, and the next start makes both again.
-  int fd = ::open(admin_key_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  if (fd < 0) {
-    return make_error(errc::storage_error, "cannot write " + admin_key_path);
-  }
-  std::string line = key.secret + "\n";
-  bool written = ::write(fd, line.data(), line.size()) ==
-                     static_cast<ssize_t>(line.size()) &&
-                 ::fsync(fd) == 0;
-  ::fchmod(fd, 0600);
-  ::close(fd);
-  if (!written) {
-    return make_error(errc::storage_error, "cannot write " + admin_key_path);
+  if (auto written = write_secret(admin_key_path, key.secret); !written) {
+    return written.error();
   }
   if (auto created = keys_.create_tenant(tenant, key.record); !created) {
     return created.error();
   }
   return true;
+}
+
+result<new_api_key> auth::reset_admin_key(const std::string& admin_key_path) {
+  auto created = bootstrap(admin_key_path);
+  if (!created) {
+    return created.error();
+  }
+  auto key = make_key("default", "admin (reset)", key_role::admin);
+  if (auto stored = keys_.put_api_key(key.record); !stored) {
+    return stored.error();
+  }
+  if (auto written = write_secret(admin_key_path, key.secret); !written) {
+    return written.error();
+  }
+  return key;
 }
 
 result<principal> auth::authenticate(std::string_view authorization) const {
@@ -148,7 +174,7 @@ result<principal> auth::authenticate(std::string_view authorization) const {
   if (!*key || !same_digest((*key)->secret_sha256, digest)) {
     return make_error(errc::invalid_argument, "unknown or revoked API key");
   }
-  principal caller{(*key)->tenant, (*key)->id, (*key)->admin};
+  principal caller{(*key)->tenant, (*key)->id, (*key)->role};
   std::lock_guard lock(cache_mutex_);
   // A revocation that began since the read may have erased what was read.
   if (revocations_ == revocations_seen) {
@@ -168,8 +194,8 @@ void auth::forget(std::string_view key_id) {
 }
 
 result<new_api_key> auth::create_key(std::string_view tenant, std::string name,
-                                     bool admin) {
-  auto key = make_key(tenant, std::move(name), admin);
+                                     key_role role) {
+  auto key = make_key(tenant, std::move(name), role);
   if (auto stored = keys_.put_api_key(key.record); !stored) {
     return stored.error();
   }
@@ -181,14 +207,32 @@ result<std::vector<persistence::api_key_record>> auth::list_keys(
   return keys_.list_api_keys(tenant, 10'000);
 }
 
-result<bool> auth::revoke_key(std::string_view tenant,
-                              std::string_view key_id) {
+result<revoke_refusal> auth::revoke_key(std::string_view tenant,
+                                        std::string_view key_id, key_role by) {
+  // One revocation at a time: "the last admin key" is checked and erased
+  // without another revocation in between.
+  std::lock_guard revoking(revoke_mutex_);
   auto key = keys_.get_api_key(key_id);
   if (!key) {
     return key.error();
   }
   if (!*key || (*key)->tenant != tenant) {
-    return false;
+    return revoke_refusal::not_found;
+  }
+  if ((*key)->role > by) {
+    return revoke_refusal::higher_role;
+  }
+  if ((*key)->role == key_role::admin) {
+    auto all = keys_.list_api_keys(tenant, 10'000);
+    if (!all) {
+      return all.error();
+    }
+    auto admins = std::count_if(all->begin(), all->end(), [](const auto& k) {
+      return k.role == key_role::admin;
+    });
+    if (admins <= 1) {
+      return revoke_refusal::last_admin_key;
+    }
   }
   // Before the erase, so no read from now on is cached; after it, for a
   // read that began before the first forget and was cached since.
@@ -198,7 +242,7 @@ result<bool> auth::revoke_key(std::string_view tenant,
   if (!erased) {
     return erased.error();
   }
-  return true;
+  return revoke_refusal::none;
 }
 
 result<auth::new_tenant> auth::create_tenant(std::string name) {
@@ -206,7 +250,7 @@ result<auth::new_tenant> auth::create_tenant(std::string name) {
   made.tenant.id = "tenant_" + random_hex(8);
   made.tenant.name = std::move(name);
   made.tenant.created_at_ms = now_ms_();
-  made.first_key = make_key(made.tenant.id, "first", false);
+  made.first_key = make_key(made.tenant.id, "first", key_role::operate);
   if (auto created = keys_.create_tenant(made.tenant, made.first_key.record);
       !created) {
     return created.error();

@@ -34,10 +34,22 @@ std::string sha256_hex(std::string_view bytes);
 // `bytes` random bytes from the OS, as hex (2 * bytes characters).
 std::string random_hex(std::size_t bytes);
 
+using persistence::key_role;
+
 struct principal {
   std::string tenant;
   std::string key_id;  // the caller
-  bool admin = false;
+  key_role role = key_role::read_only;
+
+  bool admin() const { return role == key_role::admin; }
+};
+
+// Why a key may not be revoked (revoke_key).
+enum class revoke_refusal : std::uint8_t {
+  none,
+  not_found,       // no such key in the tenant
+  higher_role,     // the key's role is above the caller's
+  last_admin_key,  // the tenant's only admin key: no one could manage it
 };
 
 struct new_api_key {
@@ -58,17 +70,24 @@ class auth {
   // writes the secret to `admin_key_path` (mode 0600). Answers true when it
   // created them.
   result<bool> bootstrap(const std::string& admin_key_path);
+  // Offline recovery (`durin admin reset-key`): a new admin key of tenant
+  // `default`, its secret written to `admin_key_path` (mode 0600). Creates
+  // the tenant when missing. Keys already there stay as they are.
+  result<new_api_key> reset_admin_key(const std::string& admin_key_path);
 
   // From "Bearer <secret>": the caller, or invalid-argument naming what was
   // wrong (the gateway answers 401).
   result<principal> authenticate(std::string_view authorization) const;
 
   result<new_api_key> create_key(std::string_view tenant, std::string name,
-                                 bool admin = false);
+                                 key_role role = key_role::operate);
   result<std::vector<persistence::api_key_record>> list_keys(
       std::string_view tenant) const;
-  // run-not-found style miss is reported as a false value.
-  result<bool> revoke_key(std::string_view tenant, std::string_view key_id);
+  // Revokes `key_id` of `tenant` for a caller of role `by`: refused (with
+  // nothing changed) for a key of a higher role, or the tenant's last admin
+  // key; not_found for a key of another tenant or none.
+  result<revoke_refusal> revoke_key(std::string_view tenant,
+                                    std::string_view key_id, key_role by);
 
   // Every tenant id (the webhook route, which has no key, looks in each).
   result<std::vector<std::string>> tenant_ids() const {
@@ -82,7 +101,10 @@ class auth {
   result<new_tenant> create_tenant(std::string name);
 
  private:
-  new_api_key make_key(std::string_view tenant, std::string name, bool admin);
+  new_api_key make_key(std::string_view tenant, std::string name,
+                       key_role role);
+  static result<bool> write_secret(const std::string& path,
+                                   const std::string& secret);
 
   struct cached_key {
     std::string secret_sha256;
@@ -93,6 +115,7 @@ class auth {
 
   persistence::auth_store& keys_;
   std::function<std::int64_t()> now_ms_;
+  std::mutex revoke_mutex_;
   mutable std::mutex cache_mutex_;
   // key id -> its verified record; guarded by cache_mutex_.
   mutable std::unordered_map<std::string, cached_key> cache_;

@@ -1,9 +1,11 @@
 // The routes of the HTTP API that answer at once (on the io thread for
 // reads, on a gateway worker for writes that wait for their fsync). The
 // start is in gateway/start_route.cpp, the pipeline in gateway/api.cpp.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "base/time_text.hpp"
@@ -331,9 +333,10 @@ http_response api::webhook(request& ctx) {
 
 namespace {
 
-std::optional<http_response> optional_name(const json& body,
-                                           std::string& name) {
-  if (auto problem = only_fields(body, {"name"})) {
+std::optional<http_response> optional_name(
+    const json& body, std::string& name,
+    const std::set<std::string>& allowed = {"name"}) {
+  if (auto problem = only_fields(body, allowed)) {
     return problem;
   }
   if (body.contains("name")) {
@@ -351,10 +354,31 @@ std::optional<http_response> optional_name(const json& body,
 
 http_response api::create_key(request& ctx) {
   std::string name;
-  if (auto problem = optional_name(ctx.body, name)) {
+  if (auto problem = optional_name(ctx.body, name, {"name", "role"})) {
     return *problem;
   }
-  auto key = keys_.create_key(ctx.caller.tenant, name);
+  // A key makes keys of its own role or lower; operator unless asked.
+  auto role = std::min(key_role::operate, ctx.caller.role);
+  if (ctx.body.contains("role")) {
+    const auto& asked = ctx.body["role"];
+    auto named = asked.is_string()
+                     ? persistence::parse_key_role(asked.get<std::string>())
+                     : std::nullopt;
+    if (!named) {
+      return bad_request(
+          "field 'role' must be \"read-only\", \"worker\", \"operator\" or "
+          "\"admin\"");
+    }
+    if (*named > ctx.caller.role) {
+      return error_response(403, "forbidden",
+                            "a key of role " +
+                                std::string(to_string(ctx.caller.role)) +
+                                " may not create a key of role " +
+                                std::string(to_string(*named)));
+    }
+    role = *named;
+  }
+  auto key = keys_.create_key(ctx.caller.tenant, name, role);
   if (!key) {
     return error_response(key.error());
   }
@@ -362,6 +386,7 @@ http_response api::create_key(request& ctx) {
       201,
       {{"id", key->record.id},
        {"name", key->record.name},
+       {"role", to_string(key->record.role)},
        {"secret", key->secret},
        {"createdAt", time_text::format_rfc3339_ms(key->record.created_at_ms)}});
 }
@@ -379,7 +404,8 @@ http_response api::list_keys(request& ctx) {
     keys.push_back(
         {{"id", key.id},
          {"name", key.name},
-         {"admin", key.admin},
+         {"role", to_string(key.role)},
+         {"admin", key.role == key_role::admin},
          {"createdAt", time_text::format_rfc3339_ms(key.created_at_ms)}});
   }
   return json_response(200, {{"apiKeys", std::move(keys)}});
@@ -390,13 +416,27 @@ http_response api::revoke_key(request& ctx) {
   if (auto problem = only_fields(ctx.body, {})) {
     return *problem;
   }
-  auto revoked = keys_.revoke_key(ctx.caller.tenant, id);
+  auto revoked = keys_.revoke_key(ctx.caller.tenant, id, ctx.caller.role);
   if (!revoked) {
     return error_response(revoked.error());
   }
-  if (!*revoked) {
-    return error_response(404, "api-key-not-found",
-                          "no API key '" + id + "' in this tenant");
+  switch (*revoked) {
+    case revoke_refusal::none:
+      break;
+    case revoke_refusal::not_found:
+      return error_response(404, "api-key-not-found",
+                            "no API key '" + id + "' in this tenant");
+    case revoke_refusal::higher_role:
+      return error_response(
+          403, "forbidden",
+          "a key of role " + std::string(to_string(ctx.caller.role)) +
+              " may not revoke API key '" + id + "', whose role is higher");
+    case revoke_refusal::last_admin_key:
+      return error_response(
+          409, "last-admin-key",
+          "API key '" + id +
+              "' is the last admin key; create another admin key first (or "
+              "recover offline with `durin admin reset-key`)");
   }
   return json_response(200, {{"id", id}, {"revoked", true}});
 }

@@ -14,6 +14,30 @@
 
 namespace durin::persistence {
 
+std::string_view to_string(key_role role) {
+  switch (role) {
+    case key_role::read_only:
+      return "read-only";
+    case key_role::worker:
+      return "worker";
+    case key_role::operate:
+      return "operator";
+    case key_role::admin:
+      return "admin";
+  }
+  return "read-only";
+}
+
+std::optional<key_role> parse_key_role(std::string_view text) {
+  for (auto role : {key_role::read_only, key_role::worker, key_role::operate,
+                    key_role::admin}) {
+    if (text == to_string(role)) {
+      return role;
+    }
+  }
+  return std::nullopt;
+}
+
 namespace {
 
 std::string encode_tenant(const tenant_record& tenant) {
@@ -29,7 +53,8 @@ std::string encode_key(const api_key_record& key) {
                 {"name", key.name},
                 {"secretSha256", key.secret_sha256},
                 {"createdAtMs", key.created_at_ms},
-                {"admin", key.admin}};
+                {"role", to_string(key.role)},
+                {"admin", key.role == key_role::admin}};
   return codec::encode_bytes(value.dump());
 }
 
@@ -68,12 +93,23 @@ result<api_key_record> decode_key(std::string_view bytes) {
     return value.error();
   }
   try {
+    // Keys written before roles carry only "admin": the others could do
+    // everything but create tenants, which is the operator role.
+    auto role =
+        value->at("admin").get<bool>() ? key_role::admin : key_role::operate;
+    if (value->contains("role")) {
+      auto named = parse_key_role(value->at("role").get<std::string>());
+      if (!named) {
+        return make_error(errc::corrupt_record, "api_keys: unknown role");
+      }
+      role = *named;
+    }
     return api_key_record{value->at("id").get<std::string>(),
                           value->at("tenant").get<std::string>(),
                           value->at("name").get<std::string>(),
                           value->at("secretSha256").get<std::string>(),
                           value->at("createdAtMs").get<std::int64_t>(),
-                          value->at("admin").get<bool>()};
+                          role};
   } catch (const json::exception& e) {
     return make_error(errc::corrupt_record,
                       std::string("api_keys: ") + e.what());

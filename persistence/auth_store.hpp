@@ -26,13 +26,23 @@ struct tenant_record {
   std::int64_t created_at_ms = 0;
 };
 
+// What an API key may do. Each role may do everything the roles before it
+// may: read-only reads; worker also polls and reports tasks; operator also
+// starts, cancels and resumes runs and manages keys of its role or lower;
+// admin also creates tenants and manages admin keys.
+enum class key_role : std::uint8_t { read_only = 0, worker, operate, admin };
+
+// "read-only", "worker", "operator", "admin".
+std::string_view to_string(key_role role);
+std::optional<key_role> parse_key_role(std::string_view text);
+
 struct api_key_record {
   std::string id;  // public: "key_" + hex, part of the secret
   std::string tenant;
   std::string name;
   std::string secret_sha256;  // hex of SHA-256 of the whole secret
   std::int64_t created_at_ms = 0;
-  bool admin = false;  // may create tenants
+  key_role role = key_role::operate;
 };
 
 class auth_store {

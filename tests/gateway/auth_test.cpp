@@ -60,9 +60,10 @@ TEST_F(AuthTest, RevokedKeyIsRefusedAtOnceThoughKeysAreCached) {
   ASSERT_TRUE(key.ok() && other.ok());
   ASSERT_TRUE(keys_->authenticate(bearer(*key)).ok());
   ASSERT_TRUE(keys_->authenticate(bearer(*other)).ok());
-  auto revoked = keys_->revoke_key("default", key->record.id);
+  auto revoked =
+      keys_->revoke_key("default", key->record.id, key_role::operate);
   ASSERT_TRUE(revoked.ok());
-  EXPECT_TRUE(*revoked);
+  EXPECT_EQ(*revoked, revoke_refusal::none);
   auto refused = keys_->authenticate(bearer(*key));
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().code, errc::invalid_argument);
@@ -84,7 +85,8 @@ TEST_F(AuthTest, RevocationRacingWithAuthenticationLeavesNoStaleEntry) {
         }
       });
     }
-    auto revoked = keys_->revoke_key("default", key->record.id);
+    auto revoked =
+        keys_->revoke_key("default", key->record.id, key_role::operate);
     ASSERT_TRUE(revoked.ok());
     // From here on, whatever the readers still do, the key is refused.
     for (int check = 0; check < 200; ++check) {
@@ -96,6 +98,56 @@ TEST_F(AuthTest, RevocationRacingWithAuthenticationLeavesNoStaleEntry) {
       reader.join();
     }
     EXPECT_FALSE(keys_->authenticate(bearer(*key)).ok()) << "round " << round;
+  }
+}
+
+// A key revokes only keys of its own role or lower: an operator key cannot
+// take the admin key away (it stays, and keeps working).
+TEST_F(AuthTest, AKeyRevokesOnlyKeysOfItsRoleOrLower) {
+  auto admin = keys_->create_key("default", "a", key_role::admin);
+  auto second_admin = keys_->create_key("default", "a2", key_role::admin);
+  auto operate = keys_->create_key("default", "o", key_role::operate);
+  auto reader = keys_->create_key("default", "r", key_role::read_only);
+  ASSERT_TRUE(admin.ok() && second_admin.ok() && operate.ok() && reader.ok());
+  auto refused =
+      keys_->revoke_key("default", admin->record.id, key_role::operate);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(*refused, revoke_refusal::higher_role);
+  auto still = keys_->authenticate(bearer(*admin));
+  ASSERT_TRUE(still.ok());
+  EXPECT_EQ(still->role, key_role::admin);
+  auto lower =
+      keys_->revoke_key("default", reader->record.id, key_role::operate);
+  ASSERT_TRUE(lower.ok());
+  EXPECT_EQ(*lower, revoke_refusal::none);
+  auto by_admin =
+      keys_->revoke_key("default", second_admin->record.id, key_role::admin);
+  ASSERT_TRUE(by_admin.ok());
+  EXPECT_EQ(*by_admin, revoke_refusal::none);
+}
+
+// The last admin key of a tenant cannot be revoked, by anyone: nobody could
+// create tenants or admin keys again.
+TEST_F(AuthTest, TheLastAdminKeyCannotBeRevoked) {
+  auto only = keys_->create_key("other-tenant", "a", key_role::admin);
+  ASSERT_TRUE(only.ok());
+  auto refused =
+      keys_->revoke_key("other-tenant", only->record.id, key_role::admin);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(*refused, revoke_refusal::last_admin_key);
+  EXPECT_TRUE(keys_->authenticate(bearer(*only)).ok());
+}
+
+// A key's role survives the store: what authenticate answers is what was
+// written.
+TEST_F(AuthTest, AKeysRoleIsStoredWithIt) {
+  for (auto role : {key_role::read_only, key_role::worker, key_role::operate,
+                    key_role::admin}) {
+    auto key = keys_->create_key("default", "k", role);
+    ASSERT_TRUE(key.ok());
+    auto caller = keys_->authenticate(bearer(*key));
+    ASSERT_TRUE(caller.ok());
+    EXPECT_EQ(caller->role, role) << to_string(role);
   }
 }
 

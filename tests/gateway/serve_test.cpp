@@ -1165,5 +1165,113 @@ TEST_F(ServeTest, AWaitedStartOfAHeldInstanceAnswersTheActiveRun) {
   EXPECT_EQ(replay.value["id"], first.value["id"]);
 }
 
+// The id of the first key of `role` in the caller's tenant.
+std::string key_of_role(api_client& client, const std::string& role) {
+  auto keys = client.get("/v1/api-keys");
+  for (auto& key : keys.value["apiKeys"]) {
+    if (key["role"] == role) {
+      return key["id"];
+    }
+  }
+  return "";
+}
+
+// Seed 004's server roles: a key acts and manages keys only up to its role.
+// An operator key cannot revoke the admin key (which goes on working, also
+// after a restart, so tenants can still be made).
+TEST_F(ServeTest, ANonAdminKeyCannotRevokeTheAdminKey) {
+  auto admin_client = admin();
+  auto made = admin_client.post("/v1/api-keys", {{"name", "ops"}});
+  ASSERT_EQ(made.status, 201u) << made.body;
+  EXPECT_EQ(made.value["role"], "operator");
+  auto ops = as(made.value["secret"]);
+  std::string admin_id = key_of_role(admin_client, "admin");
+  ASSERT_FALSE(admin_id.empty());
+  auto refused = ops.send("DELETE", "/v1/api-keys/" + admin_id);
+  EXPECT_EQ(refused.status, 403u) << refused.body;
+  EXPECT_EQ(refused.code(), "forbidden");
+  auto escalate = ops.post("/v1/api-keys", {{"role", "admin"}});
+  EXPECT_EQ(escalate.status, 403u) << escalate.body;
+  auto tenant = ops.post("/v1/tenants", {{"name", "nope"}});
+  EXPECT_EQ(tenant.status, 403u) << tenant.body;
+  ASSERT_EQ(server_->terminate(), 0);
+  start();
+  auto after = admin().post("/v1/tenants", {{"name", "still-possible"}});
+  EXPECT_EQ(after.status, 201u) << after.body;
+}
+
+// Read-only keys read and do nothing else; worker keys also poll and
+// report; neither starts, cancels or manages keys.
+TEST_F(ServeTest, ReadOnlyAndWorkerKeysDoOnlyTheirPart) {
+  auto admin_client = admin();
+  auto started = admin_client.post("/v1/runs", review("R-1"));
+  ASSERT_EQ(started.status, 200u) << started.body;
+  std::string run_id = started.value["id"];
+  auto reader_key = admin_client.post("/v1/api-keys", {{"role", "read-only"}});
+  auto worker_key = admin_client.post("/v1/api-keys", {{"role", "worker"}});
+  ASSERT_EQ(reader_key.status, 201u) << reader_key.body;
+  ASSERT_EQ(worker_key.status, 201u) << worker_key.body;
+  auto reader = as(reader_key.value["secret"]);
+  auto worker = as(worker_key.value["secret"]);
+  EXPECT_EQ(reader.get("/v1/runs/" + run_id).status, 200u);
+  EXPECT_EQ(worker.get("/v1/runs/" + run_id).status, 200u);
+  for (auto* client : {&reader, &worker}) {
+    auto start = client->post("/v1/runs", review("R-2"));
+    EXPECT_EQ(start.status, 403u) << start.body;
+    EXPECT_EQ(start.code(), "forbidden");
+    auto cancel =
+        client->post("/v1/runs/" + run_id + "/cancel", json::object());
+    EXPECT_EQ(cancel.status, 403u) << cancel.body;
+    auto key = client->post("/v1/api-keys", json::object());
+    EXPECT_EQ(key.status, 403u) << key.body;
+  }
+  json poll = {{"workerId", "w-1"}, {"waitMs", 0}};
+  auto by_reader = reader.post("/v1/task-queues/workers/poll", poll);
+  EXPECT_EQ(by_reader.status, 403u) << by_reader.body;
+  auto by_worker = worker.post("/v1/task-queues/workers/poll", poll);
+  EXPECT_EQ(by_worker.status, 200u) << by_worker.body;
+  EXPECT_EQ(runs_for(admin_client, "R-2"), 0);
+}
+
+// The last admin key cannot be revoked, not even by itself: no one could
+// create tenants again.
+TEST_F(ServeTest, TheLastAdminKeyCannotBeRevoked) {
+  auto client = admin();
+  std::string admin_id = key_of_role(client, "admin");
+  ASSERT_FALSE(admin_id.empty());
+  auto refused = client.send("DELETE", "/v1/api-keys/" + admin_id);
+  EXPECT_EQ(refused.status, 409u) << refused.body;
+  EXPECT_EQ(refused.code(), "last-admin-key");
+  EXPECT_EQ(client.get("/v1/api-keys").status, 200u);
+}
+
+// `durin admin reset-key` recovers offline: with the node stopped it writes
+// a new admin key, which works once the node is back; it refuses while the
+// node runs (the store is in use).
+TEST_F(ServeTest, AdminResetKeyRecoversOffline) {
+  auto run = [&](const std::string& dir) {
+    std::string command =
+        std::string(DURIN_CLI) + " admin reset-key --data-dir " + dir + " 2>&1";
+    std::string output;
+    FILE* pipe = ::popen(command.c_str(), "r");
+    char buffer[512];
+    while (pipe != nullptr && std::fgets(buffer, sizeof buffer, pipe)) {
+      output += buffer;
+    }
+    int status = pipe == nullptr ? -1 : ::pclose(pipe);
+    return std::pair<int, std::string>{status, output};
+  };
+  auto while_running = run(dir_.path());
+  EXPECT_NE(while_running.first, 0) << while_running.second;
+  std::string old_key = server_->admin_key();
+  ASSERT_EQ(server_->terminate(), 0);
+  auto reset = run(dir_.path());
+  ASSERT_EQ(reset.first, 0) << reset.second;
+  start();
+  EXPECT_NE(server_->admin_key(), old_key);
+  auto tenant = admin().post("/v1/tenants", {{"name", "after-reset"}});
+  EXPECT_EQ(tenant.status, 201u) << tenant.body;
+}
+
 }  // namespace
 }  // namespace durin::testing
