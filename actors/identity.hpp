@@ -40,4 +40,19 @@ inline std::optional<std::string> instance_of_token(std::string_view token) {
   return std::nullopt;
 }
 
+// How messages name a start token: by what the caller sent (an instance
+// id, a command id, a hook token), never by its reserved internal form.
+inline std::string describe_token(std::string_view token) {
+  if (token.size() > 3 && token[0] == reserved_token_mark && token[2] == ':') {
+    auto id = std::string(token.substr(3));
+    if (token[1] == 'i') {
+      return "instance id '" + id + "'";
+    }
+    if (token[1] == 'c') {
+      return "command id '" + id + "'";
+    }
+  }
+  return "token '" + std::string(token) + "'";
+}
+
 }  // namespace durin::actors

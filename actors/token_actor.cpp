@@ -1,5 +1,7 @@
 #include "actors/token_actor.hpp"
 
+#include "actors/identity.hpp"
+
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
@@ -473,7 +475,7 @@ void handle_resume(self_pointer self, resume_request& request) {
   if (!record || record->state != token_state::active) {
     request.reply(make_error(
         errc::hook_not_found,
-        "no running run owns token '" + st.token + "'" +
+        "no running run owns " + describe_token(st.token) +
             (record ? " (run " + record->owner_run + " ended and retains it)"
                     : "")));
     return;
@@ -629,8 +631,8 @@ caf::behavior token_actor_behavior(self_pointer self, node* services,
 
 error token_held_error(std::string_view token, const std::string& owner_run) {
   error conflict =
-      make_error(errc::hook_conflict, "token '" + std::string(token) +
-                                          "' is held by run " + owner_run);
+      make_error(errc::hook_conflict,
+                 describe_token(token) + " is held by run " + owner_run);
   conflict.run_id = owner_run;
   return conflict;
 }
@@ -647,7 +649,7 @@ result<hook_info> read_hook(const node& services, std::string_view tenant,
     return record.error();
   }
   auto missing = make_error(errc::hook_not_found,
-                            "no hook holds token '" + std::string(token) + "'");
+                            "no hook holds " + describe_token(token));
   if (!*record) {
     return missing;
   }

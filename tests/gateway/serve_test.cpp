@@ -1165,6 +1165,24 @@ TEST_F(ServeTest, AWaitedStartOfAHeldInstanceAnswersTheActiveRun) {
   EXPECT_EQ(replay.value["id"], first.value["id"]);
 }
 
+// A conflict names what the caller sent (the instance id), never the
+// token it is stored as internally.
+TEST_F(ServeTest, AnInstanceConflictNamesTheInstanceIdNotAnInternalToken) {
+  auto client = admin();
+  json notes = {{"flow", "acme.order-notes"},
+                {"input", {{"orderId", "N-1"}, {"note", "n"}}},
+                {"instanceId", "order-N-1"}};
+  ASSERT_EQ(client.post("/v1/runs", notes).status, 200u);
+  auto conflict = client.post("/v1/runs", notes);
+  ASSERT_EQ(conflict.status, 409u) << conflict.body;
+  std::string message = conflict.value["message"];
+  EXPECT_NE(message.find("instance id 'order-N-1'"), std::string::npos)
+      << message;
+  EXPECT_EQ(message.find('\x1f'), std::string::npos) << message;
+  EXPECT_EQ(conflict.body.find("\\u001f"), std::string::npos)
+      << conflict.body;
+}
+
 // The id of the first key of `role` in the caller's tenant.
 std::string key_of_role(api_client& client, const std::string& role) {
   auto keys = client.get("/v1/api-keys");
