@@ -5,8 +5,11 @@
 // server (--server or DURIN_SERVER, key from --api-key, DURIN_API_KEY or the
 // data dir's admin.key) and print its JSON answers. Errors print
 // `code: message` on stderr and exit non-zero.
+#include <sys/stat.h>
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -204,6 +207,8 @@ struct serve_limits {
   std::int64_t drain_timeout_ms = 30'000;
   std::size_t connections_max = 0;
   std::size_t tenant_polls_max = 256;
+  bool metrics_open = false;
+  std::vector<std::string> webhook_kept_headers;
 };
 
 // `durin admin reset-key`: offline, with no node running on the data dir
@@ -264,6 +269,16 @@ int serve_command(const std::string& data_dir, const std::string& listen,
     return 2;
   }
   options.api.tenant_polls_max = limits.tenant_polls_max;
+  options.api.metrics_open = limits.metrics_open;
+  for (auto name : limits.webhook_kept_headers) {
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char ch) { return std::tolower(ch); });
+    options.api.webhook_dropped_headers.erase(name);
+  }
+  // The node's files are its owner's only: the data dir 0700, every file
+  // in it (RocksDB's, admin.key) 0600.
+  ::umask(077);
+  ::chmod(data_dir.c_str(), 0700);
   durin::registry flows;
   durin::examples::register_examples(flows);
   durin::examples::register_worker_steps(flows);
@@ -504,6 +519,12 @@ void add_local_commands(CLI::App& app, cli& c) {
   serve->add_option("--max-polls-per-tenant", c.limits.tenant_polls_max,
                     "long polls one tenant may have waiting; one more is 429 "
                     "too-many-polls (default 256)");
+  serve->add_flag("--metrics-open", c.limits.metrics_open,
+                  "answer GET /metrics without a key (default: admin key)");
+  serve->add_option("--webhook-keep-header", c.limits.webhook_kept_headers,
+                    "hand this credential-like header (dropped by default: "
+                    "authorization, proxy-authorization, cookie, x-api-key, "
+                    "x-auth-token) to webhook runs; repeatable");
   serve->add_flag("--bench-flows", c.bench_flows,
                   "also register bench.noop and bench.ten-steps");
   on_chosen(serve, c, [](cli& c) {

@@ -70,6 +70,7 @@ key_role api::needed_role(access who) {
     case access::operate:
       return key_role::operate;
     case access::admin:
+    case access::metrics:
       return key_role::admin;
   }
   return key_role::admin;
@@ -81,7 +82,7 @@ const std::vector<api::route>& api::routes() {
   static const std::vector<route> table = {
       // method, pattern, metric, access, traits, handler
       {"GET", {"healthz"}, m::health, access::open, 0, &api::health},
-      {"GET", {"metrics"}, m::metrics, access::open, 0, &api::prometheus},
+      {"GET", {"metrics"}, m::metrics, access::metrics, 0, &api::prometheus},
       {"POST", {"v1", "webhooks", "{}"}, m::webhooks, access::open, blocks,
        &api::webhook},
       {"POST", {"v1", "runs"}, m::start, access::operate, json_body | keyed,
@@ -258,9 +259,12 @@ bool api::authenticate(request& r, const route* matched,
                        const reply_fn& reply) {
   // Every /v1 path but webhooks needs a key, a path of no route too: an
   // unknown caller learns nothing about routes.
-  bool needed = matched != nullptr ? matched->who != access::open
-                                   : (r.path.size() >= 2 && r.path[0] == "v1" &&
-                                      r.path[1] != "webhooks");
+  bool needed = r.path.size() >= 2 && r.path[0] == "v1" &&
+                r.path[1] != "webhooks";
+  if (matched != nullptr) {
+    needed = matched->who != access::open &&
+             !(matched->who == access::metrics && options_.metrics_open);
+  }
   if (!needed) {
     return true;
   }

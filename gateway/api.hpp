@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,6 +56,14 @@ struct api_options {
   std::size_t json_depth_max = 64;
   std::size_t path_bytes_max = 2048;
   std::size_t id_bytes_max = limits::path_segment_bytes_max;
+  // GET /metrics without a key (its counters are node-wide: else it needs
+  // an admin key).
+  bool metrics_open = false;
+  // Headers a webhook delivery does not hand to its run (lower-case):
+  // credentials a sender's proxy or browser may attach.
+  std::set<std::string> webhook_dropped_headers = {
+      "authorization", "proxy-authorization", "cookie", "x-api-key",
+      "x-auth-token"};
   // Long polls one tenant may have waiting at once (429 too-many-polls).
   std::size_t tenant_polls_max = 256;
 };
@@ -101,6 +110,9 @@ class api {
     work,     // worker keys and above: task routes
     operate,  // operator keys and above: starts, cancels, resumes, keys
     admin,    // admin keys: tenants
+    // Node-wide counters: an admin key, or none with api_options::
+    // metrics_open (a scraper on a private network).
+    metrics,
   };
 
   // What a route does with a request, as flags of route::traits.

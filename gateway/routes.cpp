@@ -289,7 +289,8 @@ http_response api::webhook(request& ctx) {
   }
   json headers = json::object();
   for (const auto& [name, value] : ctx.http.headers) {
-    if (name != "authorization" && valid_utf8(value)) {
+    if (options_.webhook_dropped_headers.count(name) == 0 &&
+        valid_utf8(value)) {
       headers[name] = value;
     }
   }

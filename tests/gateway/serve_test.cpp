@@ -10,6 +10,8 @@
 // server SIGKILLs itself at that point of a keyed request).
 #include <gtest/gtest.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <filesystem>
 
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
@@ -1179,8 +1181,7 @@ TEST_F(ServeTest, AnInstanceConflictNamesTheInstanceIdNotAnInternalToken) {
   EXPECT_NE(message.find("instance id 'order-N-1'"), std::string::npos)
       << message;
   EXPECT_EQ(message.find('\x1f'), std::string::npos) << message;
-  EXPECT_EQ(conflict.body.find("\\u001f"), std::string::npos)
-      << conflict.body;
+  EXPECT_EQ(conflict.body.find("\\u001f"), std::string::npos) << conflict.body;
 }
 
 // The id of the first key of `role` in the caller's tenant.
@@ -1289,6 +1290,72 @@ TEST_F(ServeTest, AdminResetKeyRecoversOffline) {
   EXPECT_NE(server_->admin_key(), old_key);
   auto tenant = admin().post("/v1/tenants", {{"name", "after-reset"}});
   EXPECT_EQ(tenant.status, 201u) << tenant.body;
+}
+
+// GET /metrics shows node-wide counters: it needs an admin key (401 without
+// one, 403 with a tenant's key), unless the node was started with
+// --metrics-open for a scraper.
+TEST_F(ServeTest, MetricsNeedAnAdminKeyUnlessOpened) {
+  api_client anonymous(server_->address(), "");
+  EXPECT_EQ(anonymous.get("/metrics").status, 401u);
+  auto tenant = admin().post("/v1/tenants", {{"name", "metrics-t"}});
+  ASSERT_EQ(tenant.status, 201u) << tenant.body;
+  EXPECT_EQ(as(tenant.value["apiKey"]["secret"]).get("/metrics").status, 403u);
+  auto allowed = admin().get("/metrics");
+  EXPECT_EQ(allowed.status, 200u);
+  EXPECT_NE(allowed.body.find("durin_http_requests_total"), std::string::npos);
+  ASSERT_EQ(server_->terminate(), 0);
+  server_.reset();
+  server_ = std::make_unique<serve_process>(
+      dir_.path(), serve_setup{{}, 1000, {"--metrics-open"}, 0});
+  api_client scraper(server_->address(), "");
+  EXPECT_EQ(scraper.get("/metrics").status, 200u);
+  EXPECT_EQ(scraper.get("/v1/runs").status, 401u);
+}
+
+// A node's files are its owner's only: the data dir 0700, the admin key and
+// the store's files 0600.
+TEST_F(ServeTest, TheDataDirIsPrivateToItsOwner) {
+  struct stat info {};
+  ASSERT_EQ(::stat(dir_.path().c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0700u);
+  ASSERT_EQ(::stat((dir_.path() + "/admin.key").c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0600u);
+  auto started = admin().post("/v1/runs", review("M-1"));
+  ASSERT_EQ(started.status, 200u);
+  int files = 0;
+  for (const auto& entry :
+       std::filesystem::recursive_directory_iterator(dir_.path())) {
+    ASSERT_EQ(::stat(entry.path().c_str(), &info), 0);
+    auto expected = entry.is_directory() ? 0700u : 0600u;
+    EXPECT_EQ(info.st_mode & 0777, expected) << entry.path();
+    ++files;
+  }
+  EXPECT_GT(files, 3);
+}
+
+// A webhook delivery hands its run the request's headers but not the
+// credentials a sender's proxy or browser may attach (cookies, API keys).
+TEST_F(ServeTest, WebhookDeliveriesDropCredentialHeaders) {
+  auto client = admin();
+  auto run = client.post("/v1/runs", {{"flow", "acme.await-webhook"}});
+  ASSERT_EQ(run.status, 200u) << run.body;
+  std::string id = run.value["id"];
+  std::string url = webhook_url_of(client, id);
+  ASSERT_FALSE(url.empty());
+  api_client anonymous(server_->address(), "");
+  auto delivered = anonymous.send("POST", url, R"({"paid":true})",
+                                  {{"Cookie", "session=secret"},
+                                   {"X-Api-Key", "k"},
+                                   {"X-Signature", "sig-2"}});
+  ASSERT_EQ(delivered.status, 202u) << delivered.body;
+  ASSERT_TRUE(eventually([&] {
+    return client.get("/v1/runs/" + id).value["status"] == "completed";
+  }));
+  auto headers = client.get("/v1/runs/" + id).value["output"]["headers"];
+  EXPECT_EQ(headers["x-signature"], "sig-2");
+  EXPECT_FALSE(headers.contains("cookie")) << headers.dump();
+  EXPECT_FALSE(headers.contains("x-api-key")) << headers.dump();
 }
 
 }  // namespace
