@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <future>
 #include <random>
 
@@ -116,6 +117,10 @@ class runtime_impl {
   void close() {
     if (closing.exchange(true)) {
       return;
+    }
+    if (services.store) {
+      // Waits for a reload the listener may be running.
+      services.store->set_health_listener(nullptr);
     }
     if (services.timers) {
       services.timers->stop();
@@ -259,7 +264,9 @@ result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
       options.clock ? options.clock : std::make_shared<durin::system_clock>();
   services.options = options;
   services.flows = std::move(flows);
-  auto store = persistence::store::open(options.data_dir);
+  auto store = persistence::store::open(
+      options.data_dir,
+      options.store ? *options.store : persistence::store_options{});
   if (!store) {
     return store.error();
   }
@@ -294,8 +301,26 @@ result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
                            : *node->runs;
         target.deliver(timer.run_id, actors::timer_atom::value, timer);
       });
-  if (auto recovered = impl->recover(); !recovered) {
-    return recovered.error();
+  // A store that comes up not ready (a full disk at start) or reopens after
+  // a storage fault: the runs are activated again once it is ready. Run
+  // actors whose writes failed reload by themselves, but one that tried
+  // while the store refused reads has stopped; activating a live one
+  // changes nothing.
+  auto* owner = impl.get();
+  services.store->set_health_listener(
+      [owner](const persistence::storage_health& health) {
+        if (!health.ready || owner->closing) {
+          return;
+        }
+        if (auto recovered = owner->recover(); !recovered) {
+          std::fprintf(stderr, "durin: runs not reactivated: %s\n",
+                       recovered.error().to_string().c_str());
+        }
+      });
+  if (services.store->ready()) {
+    if (auto recovered = impl->recover(); !recovered) {
+      return recovered.error();
+    }
   }
   services.timers->start();
   services.tasks->start();
