@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdarg>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -131,9 +132,8 @@ rocksdb::DBOptions db_options() {
   options.db_write_buffer_size = db_write_buffer_bytes;
   // Spread SST writeback instead of one burst at file close.
   options.bytes_per_sync = 1u << 20;
-  // Info logs are for operators; a handful is enough.
-  options.keep_log_file_num = 5;
-  options.max_log_file_size = 16u << 20;
+  // The info log is durin's own (info_log above): one LOG file of at most
+  // 16 MiB, restarted when full.
   return options;
 }
 
@@ -182,6 +182,57 @@ bool starts_with(const rocksdb::Slice& key, std::string_view prefix) {
 std::string_view view(const rocksdb::Slice& slice) {
   return {slice.data(), slice.size()};
 }
+
+}  // namespace
+
+// ---- the info log -----------------------------------------------------------
+
+namespace {
+
+// RocksDB's info log (`LOG` in the data directory), written with stdio and
+// every error ignored. RocksDB 7.8's own file logger writes through a
+// WritableFileWriter that asserts (`sync_without_flush_called_`) when it is
+// written again after a failed write: on a full disk the error handler's
+// second log line aborted the process (issue 12). One file, restarted when it
+// passes info_log_bytes_max.
+class info_log final : public rocksdb::Logger {
+ public:
+  explicit info_log(std::string path)
+      : rocksdb::Logger(rocksdb::InfoLogLevel::INFO_LEVEL),
+        path_(std::move(path)),
+        file_(std::fopen(path_.c_str(), "a")) {}
+  ~info_log() override {
+    if (file_ != nullptr) {
+      std::fclose(file_);
+    }
+  }
+
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list arguments) override {
+    std::lock_guard lock(mutex_);
+    if (file_ == nullptr) {
+      return;
+    }
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    (void)std::fprintf(
+        file_, "%lld ",
+        static_cast<long long>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(now)
+                .count()));
+    (void)std::vfprintf(file_, format, arguments);
+    (void)std::fputc('\n', file_);
+    (void)std::fflush(file_);
+    if (std::ftell(file_) > info_log_bytes_max) {
+      file_ = std::freopen(path_.c_str(), "w", file_);
+    }
+  }
+
+ private:
+  static constexpr long info_log_bytes_max = 16L << 20;
+  std::mutex mutex_;
+  std::string path_;
+  std::FILE* file_;
+};
 
 }  // namespace
 
@@ -474,6 +525,7 @@ result<std::unique_ptr<store>> store::open(const std::string& dir,
     opened->health_ = std::make_shared<health_state>();
     opened->dir_ = dir;
     opened->cache_ = rocksdb::NewLRUCache(block_cache_bytes);
+    opened->info_log_ = std::make_shared<info_log>(dir + "/LOG");
     if (opened->options_.file_system) {
       opened->env_ = std::shared_ptr<rocksdb::Env>(
           rocksdb::NewCompositeEnv(opened->options_.file_system));
@@ -508,6 +560,7 @@ result<std::unique_ptr<store>> store::open(const std::string& dir,
 
 rocksdb::Status store::open_database() {
   rocksdb::DBOptions options = db_options();
+  options.info_log = info_log_;
   if (env_) {
     options.env = static_cast<rocksdb::Env*>(env_.get());
   }

@@ -43,6 +43,7 @@ class Cache;
 class DB;
 class ColumnFamilyHandle;
 class FileSystem;
+class Logger;
 class Slice;
 class Status;
 class WriteBatch;
@@ -269,9 +270,10 @@ class store {
   std::string dir_;
   // The Env over options_.file_system, when a test set one; outlives db_.
   std::shared_ptr<void> env_;
-  std::shared_ptr<rocksdb::Cache> cache_;     // one block cache across reopens
-  std::atomic<std::uint64_t> generation_{0};  // of db_; +1 on every open
-  std::vector<std::uint32_t> family_ids_;     // of the first open
+  std::shared_ptr<rocksdb::Cache> cache_;      // one block cache across reopens
+  std::shared_ptr<rocksdb::Logger> info_log_;  // the LOG file, across reopens
+  std::atomic<std::uint64_t> generation_{0};   // of db_; +1 on every open
+  std::vector<std::uint32_t> family_ids_;      // of the first open
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;  // indexed by family
   // RocksDB's required `default` family, and families found on disk that

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <future>
 #include <random>
+#include <thread>
 
 #include "actors/admission.hpp"
 #include "actors/identity.hpp"
@@ -111,6 +112,8 @@ class runtime_impl {
   std::mutex ids_mutex;
   std::mt19937_64 ids{std::random_device{}()};
   std::once_flag settled_listener;
+  // Activates the runs again after the store reopened (see open()).
+  std::thread reactivator;
 
   ~runtime_impl() { close(); }
 
@@ -119,8 +122,11 @@ class runtime_impl {
       return;
     }
     if (services.store) {
-      // Waits for a reload the listener may be running.
+      // Waits for a listener call that may be running.
       services.store->set_health_listener(nullptr);
+    }
+    if (reactivator.joinable()) {
+      reactivator.join();
     }
     if (services.timers) {
       services.timers->stop();
@@ -306,16 +312,24 @@ result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
   // actors whose writes failed reload by themselves, but one that tried
   // while the store refused reads has stopped; activating a live one
   // changes nothing.
+  // On a thread of the runtime's own, joined before the actor system goes:
+  // a thread that spawns actors holds CAF's logger until it ends, and the
+  // store's thread outlives the actor system.
   auto* owner = impl.get();
   services.store->set_health_listener(
       [owner](const persistence::storage_health& health) {
         if (!health.ready || owner->closing) {
           return;
         }
-        if (auto recovered = owner->recover(); !recovered) {
-          std::fprintf(stderr, "durin: runs not reactivated: %s\n",
-                       recovered.error().to_string().c_str());
+        if (owner->reactivator.joinable()) {
+          owner->reactivator.join();
         }
+        owner->reactivator = std::thread([owner] {
+          if (auto recovered = owner->recover(); !recovered) {
+            std::fprintf(stderr, "durin: runs not reactivated: %s\n",
+                         recovered.error().to_string().c_str());
+          }
+        });
       });
   if (services.store->ready()) {
     if (auto recovered = impl->recover(); !recovered) {

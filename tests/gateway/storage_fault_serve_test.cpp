@@ -102,7 +102,8 @@ class StorageFaultServeTest : public ::testing::Test {
     std::map<std::string, std::string> code_by_key;
     int transport_errors = 0;
   };
-  load_outcome load_until_full(int refusals, std::chrono::seconds limit) {
+  load_outcome load_until_full(int refusals, std::chrono::seconds limit,
+                               const std::string& prefix = "fill") {
     load_outcome out;
     std::mutex mutex;
     std::atomic<int> refused{0};
@@ -115,7 +116,7 @@ class StorageFaultServeTest : public ::testing::Test {
                         std::chrono::steady_clock::now() < deadline;
              ++n) {
           const std::string key =
-              "fill-" + std::to_string(t) + "-" + std::to_string(n);
+              prefix + "-" + std::to_string(t) + "-" + std::to_string(n);
           auto answer = client.post("/v1/runs", keyed_start(key), key);
           std::lock_guard lock(mutex);
           if (!answer.error.empty()) {
@@ -157,47 +158,59 @@ TEST_F(StorageFaultServeTest, AFullDiskNeverCrashesTheNodeAndItHealsUnaided) {
   start();
   const pid_t pid = server_->pid();
   ASSERT_TRUE(ready_within(1s));
-  fill(reserve_bytes);
-  auto full = load_until_full(30, 60s);
-  ASSERT_TRUE(server_->running()) << "durin serve ended on a full disk";
-  int storage_errors = 0;
-  for (const auto& [key, status] : full.status_by_key) {
-    EXPECT_TRUE(status == 202 || status == 200 || status == 503)
-        << key << ": " << status << " " << full.code_by_key[key];
-    if (status == 503) {
-      storage_errors += full.code_by_key[key] == "storage-error" ? 1 : 0;
-    }
-  }
-  EXPECT_EQ(full.transport_errors, 0);
-  EXPECT_GT(storage_errors, 0) << "the disk never filled";
-
   api_client probe(server_->address(), "");
-  auto ready = probe.get("/readyz");
-  EXPECT_EQ(ready.status, 503u) << ready.body;
-  EXPECT_EQ(ready.code(), "storage-unavailable");
-  const std::string message = ready.value.value("message", "");
-  EXPECT_NE(message.find("the disk is full"), std::string::npos) << message;
-  EXPECT_EQ(message.find(mount_point_), std::string::npos) << message;
-  EXPECT_EQ(probe.get("/healthz").status, 200u);
-  auto metrics = probe.get("/metrics");
-  EXPECT_NE(metrics.body.find("durin_storage_ready 0"), std::string::npos);
-
-  free_space();
-  const auto freed = std::chrono::steady_clock::now();
-  ASSERT_TRUE(ready_within(recovery_ms_max)) << probe.get("/readyz").body;
   auto client = admin();
-  auto after = client.post("/v1/runs", keyed_start("after"), "after");
-  EXPECT_EQ(after.status, 202u) << after.body;
-  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::steady_clock::now() - freed);
-  EXPECT_LT(took, recovery_ms_max);
-  EXPECT_NE(probe.get("/metrics").body.find("durin_storage_ready 1"),
-            std::string::npos);
+  constexpr int episodes = 5;
+  std::map<std::string, unsigned> status_by_key;
+  int storage_errors = 0;
+  std::int64_t recovery_ms_worst = 0;
+  for (int episode = 0; episode < episodes; ++episode) {
+    SCOPED_TRACE("episode " + std::to_string(episode));
+    fill(reserve_bytes);
+    auto full = load_until_full(30, 60s, "e" + std::to_string(episode));
+    ASSERT_TRUE(server_->running()) << "durin serve ended on a full disk";
+    int refused = 0;
+    for (const auto& [key, status] : full.status_by_key) {
+      EXPECT_TRUE(status == 202 || status == 200 || status == 503)
+          << key << ": " << status << " " << full.code_by_key[key];
+      if (status == 503) {
+        refused += full.code_by_key[key] == "storage-error" ? 1 : 0;
+      }
+      status_by_key[key] = status;
+    }
+    EXPECT_EQ(full.transport_errors, 0);
+    EXPECT_GT(refused, 0) << "the disk never filled";
+    storage_errors += refused;
+
+    auto ready = probe.get("/readyz");
+    EXPECT_EQ(ready.status, 503u) << ready.body;
+    EXPECT_EQ(ready.code(), "storage-unavailable");
+    const std::string message = ready.value.value("message", "");
+    EXPECT_NE(message.find("the disk is full"), std::string::npos) << message;
+    EXPECT_EQ(message.find(mount_point_), std::string::npos) << message;
+    EXPECT_EQ(probe.get("/healthz").status, 200u);
+    EXPECT_NE(probe.get("/metrics").body.find("durin_storage_ready 0"),
+              std::string::npos);
+
+    free_space();
+    const auto freed = std::chrono::steady_clock::now();
+    ASSERT_TRUE(ready_within(recovery_ms_max)) << probe.get("/readyz").body;
+    const std::string after_key = "after-" + std::to_string(episode);
+    auto after = client.post("/v1/runs", keyed_start(after_key), after_key);
+    EXPECT_EQ(after.status, 202u) << after.body;
+    status_by_key[after_key] = after.status;
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - freed);
+    EXPECT_LT(took, recovery_ms_max);
+    recovery_ms_worst = std::max<std::int64_t>(recovery_ms_worst, took.count());
+    EXPECT_NE(probe.get("/metrics").body.find("durin_storage_ready 1"),
+              std::string::npos);
+  }
 
   // Every refused key, retried, gets one run: refused means not admitted, or
   // admitted once and replayed.
   int retried = 0;
-  for (const auto& [key, status] : full.status_by_key) {
+  for (const auto& [key, status] : status_by_key) {
     if (status != 503) {
       continue;
     }
@@ -213,13 +226,15 @@ TEST_F(StorageFaultServeTest, AFullDiskNeverCrashesTheNodeAndItHealsUnaided) {
                            (cursor.empty() ? "" : "&cursor=" + cursor));
     ASSERT_EQ(page.status, 200u) << page.body;
     for (auto& run : page.value["runs"]) {
-      runs_per_key[run["input"].value("orderId", "")] += 1;
+      const auto& order = run["input"]["orderId"];
+      runs_per_key[order.is_string() ? order.get<std::string>() : ""] += 1;
     }
-    cursor = page.value.value("nextCursor", "");
+    const auto& next = page.value["nextCursor"];
+    cursor = next.is_string() ? next.get<std::string>() : "";
   } while (!cursor.empty());
   int duplicated = 0;
   int lost = 0;
-  for (const auto& [key, status] : full.status_by_key) {
+  for (const auto& [key, status] : status_by_key) {
     const int runs = runs_per_key[key];
     duplicated += runs > 1 ? runs - 1 : 0;
     lost += runs == 0 ? 1 : 0;
@@ -229,11 +244,11 @@ TEST_F(StorageFaultServeTest, AFullDiskNeverCrashesTheNodeAndItHealsUnaided) {
   EXPECT_EQ(server_->pid(), pid);
   ASSERT_TRUE(server_->running());
   std::printf(
-      "[ figures  ] disk full under keyed load: %zu keys, %d refused 503 "
-      "storage-error, %d retried; %d lost, %d duplicated; ready %lld ms "
-      "after space was freed, no restart\n",
-      full.status_by_key.size(), storage_errors, retried, lost, duplicated,
-      static_cast<long long>(took.count()));
+      "[ figures  ] %d disk-full episodes under keyed load: %zu keys, %d "
+      "refused 503 storage-error, %d retried; %d lost, %d duplicated; ready "
+      "at worst %lld ms after space was freed, never restarted\n",
+      episodes, status_by_key.size(), storage_errors, retried, lost, duplicated,
+      static_cast<long long>(recovery_ms_worst));
   EXPECT_EQ(server_->terminate(), 0);
 }
 
