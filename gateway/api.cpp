@@ -82,6 +82,7 @@ const std::vector<api::route>& api::routes() {
   static const std::vector<route> table = {
       // method, pattern, metric, access, traits, handler
       {"GET", {"healthz"}, m::health, access::open, 0, &api::health},
+      {"GET", {"readyz"}, m::health, access::open, 0, &api::readiness},
       {"GET", {"metrics"}, m::metrics, access::metrics, 0, &api::prometheus},
       {"POST", {"v1", "webhooks", "{}"}, m::webhooks, access::open, blocks,
        &api::webhook},

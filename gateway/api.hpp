@@ -149,6 +149,7 @@ class api {
 
   // Routes that answer at once (gateway/routes.cpp).
   http_response health(request& r);
+  http_response readiness(request& r);  // gateway/readiness.hpp
   http_response prometheus(request& r);
   http_response get_run(request& r);
   http_response list_runs(request& r);

@@ -10,6 +10,7 @@
 
 #include "base/time_text.hpp"
 #include "gateway/api.hpp"
+#include "gateway/readiness.hpp"
 #include "gateway/worker_api.hpp"
 #include "persistence/store.hpp"
 #include "services/node.hpp"
@@ -18,6 +19,10 @@ namespace durin::gateway {
 
 http_response api::health(request&) {
   return json_response(200, {{"status", "ok"}});
+}
+
+http_response api::readiness(request&) {
+  return readiness_response(node_);
 }
 
 http_response api::prometheus(request&) {

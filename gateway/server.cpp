@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "durin/runtime.hpp"
+#include "gateway/readiness.hpp"
 #include "gateway/worker_api.hpp"
 #include "persistence/auth_store.hpp"
 #include "persistence/committer.hpp"
@@ -66,15 +67,19 @@ int serve(serve_options options, registry flows, std::ostream& out,
   persistence::auth_store key_store(*services.store, writer);
   auth keys(key_store, wall_ms);
   const std::string admin_key_path = options.data_dir + "/admin.key";
+  // On a store not ready at start (a full disk), the admin key is set up by
+  // the sweeper once it is; the node serves /healthz and /readyz meanwhile.
   auto created = keys.bootstrap(admin_key_path);
-  if (!created) {
+  const bool bootstrap_pending = !created && !services.store->ready();
+  if (!created && !bootstrap_pending) {
     return fail(err, created.error());
   }
   const std::string instance_id = random_hex(16);
   // Keys held by requests of an earlier process are free at once: begin()
   // treats markers of other instances as free, and keeps the run they
   // record. Here only expired records go.
-  if (auto swept = requests.sweep(wall_ms(), ""); !swept) {
+  if (auto swept = requests.sweep(wall_ms(), "");
+      !swept && services.store->ready()) {
     return fail(err, swept.error());
   }
   idempotency held(requests, instance_id, wall_ms, options.idempotency);
@@ -82,12 +87,13 @@ int serve(serve_options options, registry flows, std::ostream& out,
   // Counted from the store now, then kept by every write (a true gauge,
   // right across restarts).
   auto* node_store = services.store.get();
-  if (auto counted = node_store->runs_by_status(); !counted) {
+  if (auto counted = node_store->runs_by_status();
+      !counted && node_store->ready()) {
     return fail(err, counted.error());
   }
   auto commit_metrics = [&writer, node_store, &node] {
     auto stats = writer.statistics();
-    std::string text = task_metrics(**node);
+    std::string text = task_metrics(**node) + storage_metrics(**node);
     if (auto counts = node_store->runs_by_status()) {
       text +=
           "# HELP durin_runs Runs stored on this node, by status.\n"
@@ -134,21 +140,36 @@ int serve(serve_options options, registry flows, std::ostream& out,
   std::mutex sweep_mutex;
   std::condition_variable sweep_wake;
   bool stopping = false;
-  std::thread sweeper([&] {
+  auto report_bootstrap = [&out, &admin_key_path](bool made) {
+    if (made) {
+      out << "created tenant 'default'; admin API key written to "
+          << admin_key_path << std::endl;
+    } else {
+      out << "admin API key in " << admin_key_path << std::endl;
+    }
+  };
+  std::thread sweeper([&, pending = bootstrap_pending]() mutable {
     std::unique_lock lock(sweep_mutex);
+    const auto interval = std::chrono::milliseconds(options.sweep_interval_ms);
     while (!sweep_wake.wait_for(
-        lock, std::chrono::milliseconds(options.sweep_interval_ms),
+        lock, pending ? std::chrono::milliseconds(200) : interval,
         [&] { return stopping; })) {
       lock.unlock();
+      if (pending && services.store->ready()) {
+        if (auto made = keys.bootstrap(admin_key_path)) {
+          pending = false;
+          report_bootstrap(*made);
+        }
+      }
       (void)requests.sweep(wall_ms(), "");
       lock.lock();
     }
   });
-  if (*created) {
-    out << "created tenant 'default'; admin API key written to "
-        << admin_key_path << std::endl;
+  if (bootstrap_pending) {
+    out << "storage not ready (" << services.store->health().fault
+        << "); the admin API key is set up once it is" << std::endl;
   } else {
-    out << "admin API key in " << admin_key_path << std::endl;
+    report_bootstrap(*created);
   }
   out << "listening on " << options.http.address << ":" << (*server)->port()
       << std::endl;

@@ -135,17 +135,14 @@ result<std::optional<tenant_record>> auth_store::get_tenant(
   if (!all_fit({id})) {
     return std::optional<tenant_record>{};
   }
-  std::string value;
-  auto got = store_.raw_db().Get(rocksdb::ReadOptions{},
-                                 store_.handle(family::tenants),
-                                 keys::tenant(id), &value);
-  if (got.IsNotFound()) {
+  auto got = store_.get_value(family::tenants, keys::tenant(id));
+  if (!got) {
+    return got.error();
+  }
+  if (!*got) {
     return std::optional<tenant_record>{};
   }
-  if (!got.ok()) {
-    return make_error(errc::storage_error, "tenants: " + got.ToString());
-  }
-  auto tenant = decode_tenant(value);
+  auto tenant = decode_tenant(**got);
   if (!tenant) {
     return tenant.error();
   }
@@ -157,17 +154,14 @@ result<std::optional<api_key_record>> auth_store::get_api_key(
   if (!all_fit({id})) {
     return std::optional<api_key_record>{};
   }
-  std::string value;
-  auto got = store_.raw_db().Get(rocksdb::ReadOptions{},
-                                 store_.handle(family::api_keys),
-                                 keys::api_key(id), &value);
-  if (got.IsNotFound()) {
+  auto got = store_.get_value(family::api_keys, keys::api_key(id));
+  if (!got) {
+    return got.error();
+  }
+  if (!*got) {
     return std::optional<api_key_record>{};
   }
-  if (!got.ok()) {
-    return make_error(errc::storage_error, "api_keys: " + got.ToString());
-  }
-  auto key = decode_key(value);
+  auto key = decode_key(**got);
   if (!key) {
     return key.error();
   }
@@ -177,17 +171,19 @@ result<std::optional<api_key_record>> auth_store::get_api_key(
 result<std::vector<api_key_record>> auth_store::list_api_keys(
     std::string_view tenant, std::size_t max) const {
   std::vector<api_key_record> found;
-  std::unique_ptr<rocksdb::Iterator> it(store_.raw_db().NewIterator(
-      rocksdb::ReadOptions{}, store_.handle(family::api_keys)));
-  for (it->SeekToFirst(); it->Valid() && found.size() < max; it->Next()) {
-    auto key = decode_key(it->value().ToStringView());
-    if (key && key->tenant == tenant) {
-      found.push_back(std::move(*key));
-    }
-  }
-  if (!it->status().ok()) {
-    return make_error(errc::storage_error,
-                      "api_keys: " + it->status().ToString());
+  auto scanned = store_.scan_values(
+      family::api_keys, [&](std::string_view, std::string_view value) {
+        if (found.size() >= max) {
+          return false;
+        }
+        auto key = decode_key(value);
+        if (key && key->tenant == tenant) {
+          found.push_back(std::move(*key));
+        }
+        return true;
+      });
+  if (!scanned) {
+    return scanned.error();
   }
   return found;
 }
@@ -195,17 +191,18 @@ result<std::vector<api_key_record>> auth_store::list_api_keys(
 result<std::vector<std::string>> auth_store::list_tenant_ids(
     std::size_t max) const {
   std::vector<std::string> found;
-  std::unique_ptr<rocksdb::Iterator> it(store_.raw_db().NewIterator(
-      rocksdb::ReadOptions{}, store_.handle(family::tenants)));
-  for (it->SeekToFirst(); it->Valid() && found.size() < max; it->Next()) {
-    auto tenant = decode_tenant(it->value().ToStringView());
-    if (tenant) {
-      found.push_back(std::move(tenant->id));
-    }
-  }
-  if (!it->status().ok()) {
-    return make_error(errc::storage_error,
-                      "tenants: " + it->status().ToString());
+  auto scanned = store_.scan_values(
+      family::tenants, [&](std::string_view, std::string_view value) {
+        if (found.size() >= max) {
+          return false;
+        }
+        if (auto tenant = decode_tenant(value)) {
+          found.push_back(std::move(tenant->id));
+        }
+        return true;
+      });
+  if (!scanned) {
+    return scanned.error();
   }
   return found;
 }
@@ -224,9 +221,9 @@ status auth_store::create_tenant(const tenant_record& tenant,
     return make_error(errc::invalid_argument, "tenant fields too long");
   }
   auto batch = store_.batch();
-  batch.raw().Put(store_.handle(family::tenants), keys::tenant(tenant.id),
+  batch.put_value(family::tenants, keys::tenant(tenant.id),
                   encode_tenant(tenant));
-  batch.raw().Put(store_.handle(family::api_keys), keys::api_key(first_key.id),
+  batch.put_value(family::api_keys, keys::api_key(first_key.id),
                   encode_key(first_key));
   return write(std::move(batch));
 }
@@ -236,8 +233,7 @@ status auth_store::put_api_key(const api_key_record& key) {
     return make_error(errc::invalid_argument, "API key fields too long");
   }
   auto batch = store_.batch();
-  batch.raw().Put(store_.handle(family::api_keys), keys::api_key(key.id),
-                  encode_key(key));
+  batch.put_value(family::api_keys, keys::api_key(key.id), encode_key(key));
   return write(std::move(batch));
 }
 
@@ -246,7 +242,7 @@ status auth_store::erase_api_key(std::string_view id) {
     return make_error(errc::invalid_argument, "API key id too long");
   }
   auto batch = store_.batch();
-  batch.raw().Delete(store_.handle(family::api_keys), keys::api_key(id));
+  batch.delete_key(family::api_keys, keys::api_key(id));
   return write(std::move(batch));
 }
 

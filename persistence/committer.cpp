@@ -208,11 +208,15 @@ void committer::commit_group(std::vector<pending>& group, fault injected) {
   std::vector<std::size_t> valid;
   for (std::size_t index = 0; index < group.size(); ++index) {
     const write_batch& batch = group[index].batch;
-    if (batch.problem().empty()) {
-      valid.push_back(index);
-    } else {
+    if (!batch.problem().empty()) {
       outcomes[index] = make_error(errc::invalid_argument,
                                    "batch refused: " + batch.problem());
+    } else if (batch.unavailable()) {
+      // Built while the store was not ready: it may lack some of its
+      // operations, so it is never written, alone or merged.
+      outcomes[index] = store_.unavailable();
+    } else {
+      valid.push_back(index);
     }
   }
 
@@ -224,6 +228,14 @@ void committer::commit_group(std::vector<pending>& group, fault injected) {
     members = valid;
     target = &group[valid[0]].batch;
   } else if (valid.size() > 1) {
+    // The merge looks up handles: the database must not reopen meanwhile.
+    auto pinned = store_.hold();
+    if (!pinned) {
+      for (const std::size_t index : valid) {
+        outcomes[index] = store_.unavailable();
+      }
+      valid.clear();
+    }
     for (const std::size_t index : valid) {
       if (auto appended = append(store_, merged, group[index].batch);
           !appended) {

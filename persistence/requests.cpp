@@ -129,17 +129,14 @@ result<std::optional<request_record>> request_store::get(
   if (!address_fits(address)) {
     return make_error(errc::invalid_argument, "request key too long");
   }
-  std::string value;
-  auto got = store_.raw_db().Get(rocksdb::ReadOptions{},
-                                 store_.handle(family::requests),
-                                 key_of(address), &value);
-  if (got.IsNotFound()) {
+  auto got = store_.get_value(family::requests, key_of(address));
+  if (!got) {
+    return got.error();
+  }
+  if (!*got) {
     return std::optional<request_record>{};
   }
-  if (!got.ok()) {
-    return make_error(errc::storage_error, "requests: " + got.ToString());
-  }
-  auto record = decode_request(value);
+  auto record = decode_request(**got);
   if (!record) {
     return record.error();
   }
@@ -162,10 +159,9 @@ status request_store::add_to(write_batch& batch, const request_address& address,
   if (record.body.size() > codec::field_bytes_max / 2) {
     return make_error(errc::invalid_argument, "response too large to keep");
   }
-  auto put = batch.raw().Put(store_.handle(family::requests), key_of(address),
-                             encode(record));
-  if (!put.ok()) {
-    return make_error(errc::storage_error, "requests: " + put.ToString());
+  batch.put_value(family::requests, key_of(address), encode(record));
+  if (!batch.problem().empty()) {
+    return make_error(errc::invalid_argument, batch.problem());
   }
   return {};
 }
@@ -184,37 +180,42 @@ status request_store::erase(const request_address& address) {
     return make_error(errc::invalid_argument, "request key too long");
   }
   auto batch = store_.batch();
-  batch.raw().Delete(store_.handle(family::requests), key_of(address));
+  batch.delete_key(family::requests, key_of(address));
   return write(std::move(batch));
 }
 
 result<std::size_t> request_store::sweep(std::int64_t now_ms,
                                          std::string_view instance_id,
                                          std::size_t scan_max) {
-  auto batch = store_.batch();
-  std::size_t removed = 0;
-  std::unique_ptr<rocksdb::Iterator> it(store_.raw_db().NewIterator(
-      rocksdb::ReadOptions{}, store_.handle(family::requests)));
+  std::vector<std::string> doomed;
   std::size_t examined = 0;
-  for (it->SeekToFirst(); it->Valid() && examined < scan_max;
-       it->Next(), ++examined) {
-    auto record = decode_request(it->value().ToStringView());
-    bool remove = !record;  // an undecodable record is of no use to anyone
-    if (record) {
-      remove =
-          record->expires_at_ms <= now_ms ||
-          (!instance_id.empty() && record->state == request_state::in_flight &&
-           record->instance_id != instance_id);
-    }
-    if (remove) {
-      batch.raw().Delete(store_.handle(family::requests), it->key());
-      ++removed;
-    }
+  auto scanned = store_.scan_values(
+      family::requests, [&](std::string_view key, std::string_view value) {
+        if (examined++ >= scan_max) {
+          return false;
+        }
+        auto record = decode_request(value);
+        // An undecodable record is of no use to anyone.
+        bool remove = !record;
+        if (record) {
+          remove = record->expires_at_ms <= now_ms ||
+                   (!instance_id.empty() &&
+                    record->state == request_state::in_flight &&
+                    record->instance_id != instance_id);
+        }
+        if (remove) {
+          doomed.emplace_back(key);
+        }
+        return true;
+      });
+  if (!scanned) {
+    return scanned.error();
   }
-  if (!it->status().ok()) {
-    return make_error(errc::storage_error,
-                      "requests: sweep: " + it->status().ToString());
+  auto batch = store_.batch();
+  for (const auto& key : doomed) {
+    batch.delete_key(family::requests, key);
   }
+  const std::size_t removed = doomed.size();
   if (removed == 0) {
     return removed;
   }

@@ -3,8 +3,11 @@
 
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/iterator.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
@@ -12,14 +15,20 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdarg>
+#include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "persistence/assert.hpp"
 #include "persistence/codec.hpp"
 #include "persistence/keys.hpp"
+#include "persistence/storage_error.hpp"
 
 namespace durin::persistence {
 
@@ -31,6 +40,8 @@ constexpr std::array<const char*, family_count> family_names = {
     "tokens", "inbox",   "requests", "tenants", "api_keys"};
 
 constexpr std::string_view schema_version_name = "schema_version";
+// Written (synced) by every reopen: the proof that writes work again.
+constexpr std::string_view probe_name = "storage_probe";
 
 // Shared by every family: run records and recent history are the hot set,
 // small next to the node's memory.
@@ -72,11 +83,6 @@ std::string printable(std::string_view text) {
   return out;
 }
 
-error storage_failure(std::string_view what, const rocksdb::Status& status) {
-  return make_error(errc::storage_error,
-                    std::string(what) + ": " + status.ToString());
-}
-
 // "history: run 'run_1' event 3: checksum mismatch"
 error corrupt(family which, std::string_view subject,
               const std::string& problem) {
@@ -110,6 +116,14 @@ rocksdb::WriteOptions sync_write() {
 
 rocksdb::DBOptions db_options() {
   rocksdb::DBOptions options;
+  // Storage faults are recovered by reopening the database (store.hpp), never
+  // in process: RocksDB 7.8's Resume can sync a WAL file that already failed,
+  // which trips its `sync_without_flush_called_` assertion (an abort in
+  // builds that keep assertions, as Debian's does). No automatic resume.
+  options.max_bgerror_resume_count = 0;
+  // Every write is in the synced WAL: a close needs no flush, and a close
+  // after a fault must not start one (the next open replays the WAL).
+  options.avoid_flush_during_shutdown = true;
   options.create_if_missing = true;
   options.create_missing_column_families = true;
   // Two cores: one flush and one compaction thread at most.
@@ -118,9 +132,8 @@ rocksdb::DBOptions db_options() {
   options.db_write_buffer_size = db_write_buffer_bytes;
   // Spread SST writeback instead of one burst at file close.
   options.bytes_per_sync = 1u << 20;
-  // Info logs are for operators; a handful is enough.
-  options.keep_log_file_num = 5;
-  options.max_log_file_size = 16u << 20;
+  // The info log is durin's own (info_log above): one LOG file of at most
+  // 16 MiB, restarted when full.
   return options;
 }
 
@@ -172,67 +185,461 @@ std::string_view view(const rocksdb::Slice& slice) {
 
 }  // namespace
 
+// ---- the info log -----------------------------------------------------------
+
+namespace {
+
+// RocksDB's info log (`LOG` in the data directory), written with stdio and
+// every error ignored. RocksDB 7.8's own file logger writes through a
+// WritableFileWriter that asserts (`sync_without_flush_called_`) when it is
+// written again after a failed write: on a full disk the error handler's
+// second log line aborted the process (issue 12). One file, restarted when it
+// passes info_log_bytes_max.
+class info_log final : public rocksdb::Logger {
+ public:
+  explicit info_log(std::string path)
+      : rocksdb::Logger(rocksdb::InfoLogLevel::INFO_LEVEL),
+        path_(std::move(path)),
+        file_(std::fopen(path_.c_str(), "a")) {}
+  ~info_log() override {
+    if (file_ != nullptr) {
+      std::fclose(file_);
+    }
+  }
+
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list arguments) override {
+    std::lock_guard lock(mutex_);
+    if (file_ == nullptr) {
+      return;
+    }
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    (void)std::fprintf(
+        file_, "%lld ",
+        static_cast<long long>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(now)
+                .count()));
+    (void)std::vfprintf(file_, format, arguments);
+    (void)std::fputc('\n', file_);
+    (void)std::fflush(file_);
+    if (std::ftell(file_) > info_log_bytes_max) {
+      file_ = std::freopen(path_.c_str(), "w", file_);
+    }
+  }
+
+ private:
+  static constexpr long info_log_bytes_max = 16L << 20;
+  std::mutex mutex_;
+  std::string path_;
+  std::FILE* file_;
+};
+
+}  // namespace
+
+// ---- storage faults ---------------------------------------------------------
+
+std::string plain_words(const rocksdb::Status& status) {
+  // The status's text names files; it is only searched, never shown.
+  const std::string text = status.ToString();
+  auto says = [&text](std::string_view words) {
+    return text.find(words) != std::string::npos;
+  };
+  if (status.IsNoSpace() || says("No space left on device")) {
+    return "the disk is full";
+  }
+  if (says("Too many open files")) {  // EMFILE, and ENFILE ("in system")
+    return "the process has no file descriptors left";
+  }
+  if (says("Input/output error")) {
+    return "an I/O error on the data disk";
+  }
+  if (says("lock file") || says("lock hold")) {
+    return "the data directory is in use by another open";
+  }
+  if (says("Permission denied")) {
+    return "permission denied on the data directory";
+  }
+  if (says("Read-only file system")) {
+    return "the data disk is read-only";
+  }
+  if (status.IsCorruption()) {
+    return "corrupt data on the data disk";
+  }
+  if (status.IsIOError()) {
+    return "an I/O error on the data disk";
+  }
+  if (status.IsIncomplete() || status.IsBusy() || status.IsTryAgain()) {
+    return "the storage engine stalled";
+  }
+  if (status.IsShutdownInProgress()) {
+    return "the storage engine is shutting down";
+  }
+  return "the storage engine failed";
+}
+
+bool transient_fault(const rocksdb::Status& status) {
+  const std::string text = status.ToString();
+  return status.IsNoSpace() ||
+         text.find("No space left on device") != std::string::npos ||
+         text.find("Too many open files") != std::string::npos ||
+         text.find("Input/output error") != std::string::npos;
+}
+
+error storage_failure(std::string_view what, const rocksdb::Status& status) {
+  return make_error(errc::storage_error,
+                    std::string(what) + ": " + plain_words(status));
+}
+
+namespace {
+
+const char* reason_words(rocksdb::BackgroundErrorReason reason) {
+  switch (reason) {
+    case rocksdb::BackgroundErrorReason::kFlush:
+    case rocksdb::BackgroundErrorReason::kFlushNoWAL:
+      return "a flush failed";
+    case rocksdb::BackgroundErrorReason::kCompaction:
+      return "a compaction failed";
+    case rocksdb::BackgroundErrorReason::kWriteCallback:
+      return "a write failed";
+    case rocksdb::BackgroundErrorReason::kMemTable:
+      return "a memtable switch failed";
+    case rocksdb::BackgroundErrorReason::kManifestWrite:
+    case rocksdb::BackgroundErrorReason::kManifestWriteNoWAL:
+      return "a manifest write failed";
+  }
+  return "background work failed";
+}
+
+std::int64_t elapsed_ms(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now() - since)
+      .count();
+}
+
+}  // namespace
+
+// Readiness, and the recovery thread that restores it. `mutex` orders
+// changes of readiness; `ready` is read without it by every operation.
+struct store::health_state {
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::atomic<bool> ready{true};
+  std::string fault;
+  std::uint64_t faults = 0;
+  std::uint64_t reopens = 0;
+  std::chrono::steady_clock::time_point since;
+  bool announced_ready = true;  // what the log and the listener last said
+  bool stopping = false;
+  std::mutex listener_mutex;  // held while the listener runs
+  health_listener listener;
+  std::thread thread;
+};
+
+// Tells the store of every background error of one database generation and
+// turns RocksDB's own recovery off (see db_options).
+class store::fault_listener final : public rocksdb::EventListener {
+ public:
+  fault_listener(store& owner, std::uint64_t generation)
+      : owner_(owner), generation_(generation) {}
+
+  void OnBackgroundError(rocksdb::BackgroundErrorReason reason,
+                         rocksdb::Status* error) override {
+    if (error != nullptr && !error->ok()) {
+      owner_.report_fault(
+          generation_, plain_words(*error) + " (" + reason_words(reason) + ")");
+    }
+  }
+
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason, rocksdb::Status,
+                            bool* auto_recovery) override {
+    *auto_recovery = false;
+  }
+
+ private:
+  store& owner_;
+  std::uint64_t generation_;
+};
+
+void store::report_fault(std::uint64_t generation, const std::string& fault) {
+  auto& health = *health_;
+  {
+    std::lock_guard lock(health.mutex);
+    if (generation != generation_.load(std::memory_order_acquire)) {
+      return;  // a database already closed
+    }
+    if (health.ready.load(std::memory_order_acquire)) {
+      health.ready.store(false, std::memory_order_release);
+      health.fault = fault;
+      health.faults += 1;
+      health.since = std::chrono::steady_clock::now();
+    } else if (health.fault.empty()) {
+      health.fault = fault;
+    }
+  }
+  health.wake.notify_all();
+}
+
+storage_health store::health() const {
+  auto& health = *health_;
+  std::lock_guard lock(health.mutex);
+  storage_health out;
+  out.ready = health.ready.load(std::memory_order_acquire);
+  out.faults = health.faults;
+  out.reopens = health.reopens;
+  if (!out.ready) {
+    out.fault =
+        health.fault.empty() ? "the database is reopening" : health.fault;
+    out.not_ready_ms = elapsed_ms(health.since);
+  }
+  return out;
+}
+
+bool store::ready() const {
+  return health_->ready.load(std::memory_order_acquire);
+}
+
+void store::set_health_listener(health_listener listener) {
+  std::lock_guard calling(health_->listener_mutex);
+  health_->listener = std::move(listener);
+}
+
+store::pin store::hold() const {
+  pin pinned;
+  if (!ready()) {
+    return pinned;
+  }
+  pinned.lock_ = std::shared_lock(db_mutex_);
+  if (!ready() || !db_) {
+    pinned.lock_ = {};
+  }
+  return pinned;
+}
+
+error store::unavailable() const {
+  return make_error(errc::storage_error,
+                    "storage unavailable: " + health().fault +
+                        "; nothing was written, retry later");
+}
+
+void store::recover_loop() {
+  auto& health = *health_;
+  std::unique_lock lock(health.mutex);
+  std::int64_t backoff_ms = options_.reopen_backoff_ms_min;
+  while (!health.stopping) {
+    const bool ready_now = health.ready.load(std::memory_order_acquire);
+    if (ready_now != health.announced_ready) {
+      // One log line and one listener call per change of readiness.
+      health.announced_ready = ready_now;
+      const std::string fault = health.fault;
+      const std::int64_t took_ms = elapsed_ms(health.since);
+      lock.unlock();
+      if (ready_now) {
+        std::fprintf(stderr,
+                     "durin: storage ready again after %lld ms (the database "
+                     "was reopened)\n",
+                     static_cast<long long>(took_ms));
+      } else {
+        std::fprintf(stderr,
+                     "durin: storage not ready: %s; reads and writes are "
+                     "refused until the database reopens\n",
+                     fault.c_str());
+      }
+      {
+        std::lock_guard calling(health.listener_mutex);
+        if (health.listener) {
+          health.listener(this->health());
+        }
+      }
+      lock.lock();
+      backoff_ms = options_.reopen_backoff_ms_min;
+      continue;
+    }
+    if (ready_now) {
+      health.wake.wait(lock, [&] {
+        return health.stopping || !health.ready.load(std::memory_order_acquire);
+      });
+      continue;
+    }
+    health.wake.wait_for(lock, std::chrono::milliseconds(backoff_ms),
+                         [&] { return health.stopping; });
+    if (health.stopping) {
+      break;
+    }
+    lock.unlock();
+    auto reopened = guarded("reopen", [this] { return reopen(); });
+    lock.lock();
+    if (!reopened) {
+      health.fault = reopened.error().message;
+      backoff_ms = std::min(backoff_ms * 2, options_.reopen_backoff_ms_max);
+    }
+  }
+}
+
+status store::reopen() {
+  std::unique_lock exclusive(db_mutex_);
+  close_database();
+  if (const auto opened = open_database(); !opened.ok()) {
+    close_database();
+    return storage_failure("reopen", opened);
+  }
+  if (auto checked = check_schema(); !checked) {
+    close_database();
+    return checked;
+  }
+  std::string now;
+  keys::put_u64(now,
+                static_cast<std::uint64_t>(
+                    std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count()));
+  if (const auto probed = write_meta(probe_name, now); !probed.ok()) {
+    // Left open: the next attempt closes it first.
+    return storage_failure("reopen: probe write", probed);
+  }
+  auto& health = *health_;
+  {
+    std::lock_guard lock(health.mutex);
+    health.ready.store(true, std::memory_order_release);
+    health.fault.clear();
+    health.reopens += 1;
+  }
+  health.wake.notify_all();
+  return {};
+}
+
 // ---- opening ----------------------------------------------------------------
 
-result<std::unique_ptr<store>> store::open(const std::string& dir) {
-  return guarded("open " + dir, [&]() -> result<std::unique_ptr<store>> {
+result<std::unique_ptr<store>> store::open(const std::string& dir,
+                                           store_options options) {
+  return guarded("open", [&]() -> result<std::unique_ptr<store>> {
     std::error_code failure;
     std::filesystem::create_directories(dir, failure);
     if (failure) {
-      return make_error(errc::storage_error, "cannot create directory " + dir +
-                                                 ": " + failure.message());
+      return make_error(
+          errc::storage_error,
+          "cannot create the data directory: " + failure.message());
     }
-    const rocksdb::DBOptions options = db_options();
-    const auto cache = rocksdb::NewLRUCache(block_cache_bytes);
-
-    // Families already on disk: RocksDB refuses to open a database without
-    // naming all of them. A missing database lists nothing, which is fine.
-    std::vector<std::string> existing;
-    (void)rocksdb::DB::ListColumnFamilies(options, dir, &existing);
-
-    std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
-    descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName,
-                             rocksdb::ColumnFamilyOptions());
-    for (std::size_t index = 0; index < family_count; ++index) {
-      descriptors.emplace_back(
-          family_names[index],
-          family_options(static_cast<family>(index), cache));
+    std::unique_ptr<store> opened(new store());
+    opened->options_ = std::move(options);
+    opened->watch_ = std::make_unique<run_watch>();
+    opened->health_ = std::make_shared<health_state>();
+    opened->dir_ = dir;
+    opened->cache_ = rocksdb::NewLRUCache(block_cache_bytes);
+    opened->info_log_ = std::make_shared<info_log>(dir + "/LOG");
+    if (opened->options_.file_system) {
+      opened->env_ = std::shared_ptr<rocksdb::Env>(
+          rocksdb::NewCompositeEnv(opened->options_.file_system));
     }
-    for (const auto& name : existing) {
-      const bool known = name == rocksdb::kDefaultColumnFamilyName ||
-                         std::find(family_names.begin(), family_names.end(),
-                                   name) != family_names.end();
-      if (!known) {
-        descriptors.emplace_back(name, rocksdb::ColumnFamilyOptions());
+    auto& health = *opened->health_;
+    const rocksdb::Status first = opened->open_database();
+    if (first.ok()) {
+      if (auto checked = opened->check_schema(); !checked) {
+        if (checked.error().code != errc::storage_error) {
+          return checked.error();
+        }
+        // The schema is readable but could not be written or read: a
+        // storage fault. Not ready; the recovery thread takes over.
+        health.ready.store(false, std::memory_order_release);
+        health.fault = checked.error().message;
       }
+    } else if (transient_fault(first)) {
+      health.ready.store(false, std::memory_order_release);
+      health.fault = plain_words(first) + " (the database could not be opened)";
+    } else {
+      return storage_failure("open the data directory", first);
     }
-
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    rocksdb::DB* raw = nullptr;
-    const rocksdb::Status opened =
-        rocksdb::DB::Open(options, dir, descriptors, &handles, &raw);
-    if (!opened.ok()) {
-      return storage_failure("open " + dir, opened);
+    if (!health.ready.load(std::memory_order_acquire)) {
+      health.faults = 1;
+      health.since = std::chrono::steady_clock::now();
     }
-    // Owned at once: on any later failure the destructor closes it.
-    std::unique_ptr<store> opened_store(new store());
-    opened_store->watch_ = std::make_unique<run_watch>();
-    opened_store->dir_ = dir;
-    opened_store->db_.reset(raw);
-    opened_store->default_handle_ = handles[0];
-    opened_store->handles_.assign(handles.begin() + 1,
-                                  handles.begin() + 1 + family_count);
-    opened_store->other_handles_.assign(handles.begin() + 1 + family_count,
-                                        handles.end());
-    if (auto checked = opened_store->check_schema(); !checked) {
-      return checked.error();
-    }
-    return opened_store;
+    store* self = opened.get();
+    health.thread = std::thread([self] { self->recover_loop(); });
+    return opened;
   });
 }
 
+rocksdb::Status store::open_database() {
+  rocksdb::DBOptions options = db_options();
+  options.info_log = info_log_;
+  if (env_) {
+    options.env = static_cast<rocksdb::Env*>(env_.get());
+  }
+  const std::uint64_t generation =
+      generation_.fetch_add(1, std::memory_order_acq_rel) + 1;
+  options.listeners.push_back(
+      std::make_shared<fault_listener>(*this, generation));
+
+  // Families already on disk: RocksDB refuses to open a database without
+  // naming all of them. A missing database lists nothing, which is fine.
+  std::vector<std::string> existing;
+  (void)rocksdb::DB::ListColumnFamilies(options, dir_, &existing);
+
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName,
+                           rocksdb::ColumnFamilyOptions());
+  for (std::size_t index = 0; index < family_count; ++index) {
+    descriptors.emplace_back(
+        family_names[index],
+        family_options(static_cast<family>(index), cache_));
+  }
+  for (const auto& name : existing) {
+    const bool known = name == rocksdb::kDefaultColumnFamilyName ||
+                       std::find(family_names.begin(), family_names.end(),
+                                 name) != family_names.end();
+    if (!known) {
+      descriptors.emplace_back(name, rocksdb::ColumnFamilyOptions());
+    }
+  }
+
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  const rocksdb::Status opened =
+      rocksdb::DB::Open(options, dir_, descriptors, &handles, &raw);
+  if (!opened.ok()) {
+    return opened;
+  }
+  db_.reset(raw);
+  default_handle_ = handles[0];
+  handles_.assign(handles.begin() + 1, handles.begin() + 1 + family_count);
+  other_handles_.assign(handles.begin() + 1 + family_count, handles.end());
+  // Batches carry family ids, not handles: one built before a reopen is
+  // written after it only if every id is the same (it always is: ids are in
+  // the manifest).
+  std::vector<std::uint32_t> ids;
+  for (auto* known : handles_) {
+    ids.push_back(known->GetID());
+  }
+  if (family_ids_.empty()) {
+    family_ids_ = ids;
+  } else if (ids != family_ids_) {
+    close_database();
+    return rocksdb::Status::Corruption("column family ids changed");
+  }
+  return rocksdb::Status::OK();
+}
+
+void store::close_database() {
+  if (!db_) {
+    return;
+  }
+  // Handles go before the database; Close() flushes nothing we need (every
+  // write is already in the synced WAL), so its status is only advisory.
+  for (auto* handle : handles_) {
+    db_->DestroyColumnFamilyHandle(handle);
+  }
+  for (auto* handle : other_handles_) {
+    db_->DestroyColumnFamilyHandle(handle);
+  }
+  db_->DestroyColumnFamilyHandle(default_handle_);
+  handles_.clear();
+  other_handles_.clear();
+  default_handle_ = nullptr;
+  (void)db_->Close();
+  db_.reset();
+}
+
 status store::check_schema() {
-  auto stored = get_meta(schema_version_name);
+  auto stored = read_meta(schema_version_name);
   if (!stored) {
     return stored.error();
   }
@@ -240,7 +647,11 @@ status store::check_schema() {
     // First open: no run can have been written without a version.
     std::string value;
     keys::put_u32(value, schema_version);
-    return put_meta(schema_version_name, value);
+    if (const auto written = write_meta(schema_version_name, value);
+        !written.ok()) {
+      return storage_failure("meta: write the schema version", written);
+    }
+    return {};
   }
   const std::string& value = **stored;
   if (value.size() != 4) {
@@ -251,7 +662,7 @@ status store::check_schema() {
   const std::uint32_t found = keys::get_u32(value.data());
   if (found != schema_version) {
     return make_error(errc::invalid_argument,
-                      "database at " + dir_ + " has schema version " +
+                      "the database in the data directory has schema version " +
                           std::to_string(found) + "; this build reads " +
                           std::to_string(schema_version));
   }
@@ -382,6 +793,11 @@ result<store::status_counts> store::runs_by_status() {
   if (watch_->counting.load(std::memory_order_acquire)) {
     return read();
   }
+  // The pin before the watch's lock, in the order write() takes them.
+  auto pinned = hold();
+  if (!pinned) {
+    return unavailable();
+  }
   std::lock_guard lock(watch_->mutex);
   if (watch_->counting.load(std::memory_order_acquire)) {
     return read();
@@ -433,6 +849,10 @@ result<std::optional<std::string>> store::get_webhook_tenant(
     return std::optional<std::string>();
   }
   return guarded("get webhook", [&]() -> answer {
+    auto pinned = hold();
+    if (!pinned) {
+      return unavailable();
+    }
     rocksdb::PinnableSlice value;
     const rocksdb::Status read =
         db_->Get(rocksdb::ReadOptions(), handle(family::tokens),
@@ -458,9 +878,8 @@ void write_batch::put_webhook_tenant(std::string_view token,
     refuse("webhook token too long for a key, or no tenant");
     return;
   }
-  const auto put =
-      batch_->Put(store_->handle(family::tokens), keys::token("", token),
-                  codec::encode_bytes(tenant));
+  const auto put = put_to(family::tokens, keys::token("", token),
+                          codec::encode_bytes(tenant));
   if (!put.ok()) {
     refuse("webhook index: " + put.ToString());
   }
@@ -471,28 +890,25 @@ void write_batch::delete_webhook_tenant(std::string_view token) {
     refuse("webhook token too long for a key");
     return;
   }
-  const auto deleted =
-      batch_->Delete(store_->handle(family::tokens), keys::token("", token));
+  const auto deleted = delete_from(family::tokens, keys::token("", token));
   if (!deleted.ok()) {
     refuse("webhook index: " + deleted.ToString());
   }
 }
 
 store::~store() {
-  if (!db_) {
-    return;
+  if (health_) {
+    {
+      std::lock_guard lock(health_->mutex);
+      health_->stopping = true;
+    }
+    health_->wake.notify_all();
+    if (health_->thread.joinable()) {
+      health_->thread.join();
+    }
   }
-  // Handles go before the database; Close() flushes nothing we need (every
-  // write is already in the synced WAL), so its status is only advisory.
-  for (auto* handle : handles_) {
-    db_->DestroyColumnFamilyHandle(handle);
-  }
-  for (auto* handle : other_handles_) {
-    db_->DestroyColumnFamilyHandle(handle);
-  }
-  db_->DestroyColumnFamilyHandle(default_handle_);
-  (void)db_->Close();
-  db_.reset();
+  std::unique_lock exclusive(db_mutex_);
+  close_database();
 }
 
 rocksdb::ColumnFamilyHandle* store::handle(family which) const {
@@ -505,6 +921,10 @@ result<std::optional<run_record>> store::get_run(
     std::string_view run_id) const {
   using answer = result<std::optional<run_record>>;
   return guarded("get run", [&]() -> answer {
+    auto pinned = hold();
+    if (!pinned) {
+      return unavailable();
+    }
     if (!keys::fits(run_id)) {
       return std::optional<run_record>();  // no key can name it
     }
@@ -535,6 +955,10 @@ result<std::vector<event_record>> store::load_history(
     std::string_view run_id) const {
   using answer = result<std::vector<event_record>>;
   return guarded("load history", [&]() -> answer {
+    auto pinned = hold();
+    if (!pinned) {
+      return unavailable();
+    }
     std::vector<event_record> events;
     if (!keys::fits(run_id)) {
       return events;
@@ -580,6 +1004,10 @@ result<std::vector<event_record>> store::load_history(
 result<std::vector<std::string>> store::active_runs() const {
   using answer = result<std::vector<std::string>>;
   return guarded("active runs", [&]() -> answer {
+    auto pinned = hold();
+    if (!pinned) {
+      return unavailable();
+    }
     std::vector<std::string> ids;
     std::unique_ptr<rocksdb::Iterator> it(
         db_->NewIterator(rocksdb::ReadOptions(), handle(family::active)));
@@ -606,6 +1034,10 @@ result<std::vector<timer_record>> store::timers_until(
     std::int64_t until_ms, std::size_t max, std::string_view after_key) const {
   using answer = result<std::vector<timer_record>>;
   return guarded("timers until", [&]() -> answer {
+    auto pinned = hold();
+    if (!pinned) {
+      return unavailable();
+    }
     std::vector<timer_record> timers;
     if (max == 0 || until_ms < 0) {
       return timers;
@@ -650,6 +1082,10 @@ result<store::run_scan> store::scan_runs(
     std::optional<std::string> flow, std::size_t max, std::size_t scan_max,
     std::optional<std::string> tenant) const {
   return guarded("scan runs", [&]() -> result<run_scan> {
+    auto pinned = hold();
+    if (!pinned) {
+      return unavailable();
+    }
     if (max == 0 || scan_max == 0) {
       return make_error(errc::invalid_argument,
                         "scan_runs needs max and scan_max of at least 1");
@@ -719,12 +1155,23 @@ status store::write(write_batch& batch) {
       return make_error(errc::invalid_argument,
                         "batch refused: " + batch.problem_);
     }
+    if (batch.unavailable_) {
+      return unavailable();  // built while not ready: nothing to write
+    }
+    auto pinned = hold();
+    if (!pinned) {
+      return unavailable();
+    }
     // Under the watch's lock, so a first count sees this write exactly
     // once (before or after it, never between).
     std::lock_guard lock(watch_->mutex);
     const rocksdb::Status written =
         db_->Write(sync_write(), batch.batch_.get());
     if (!written.ok()) {
+      // Not ready from now on: nothing more is read or written until the
+      // database reopens (store.hpp).
+      report_fault(generation_.load(std::memory_order_acquire),
+                   plain_words(written) + " (a write failed)");
       return storage_failure("write batch", written);
     }
     observe_runs(batch);
@@ -732,7 +1179,7 @@ status store::write(write_batch& batch) {
   });
 }
 
-result<std::optional<std::string>> store::get_meta(
+result<std::optional<std::string>> store::read_meta(
     std::string_view name) const {
   using answer = result<std::optional<std::string>>;
   return guarded("get meta", [&]() -> answer {
@@ -754,6 +1201,21 @@ result<std::optional<std::string>> store::get_meta(
   });
 }
 
+rocksdb::Status store::write_meta(std::string_view name,
+                                  std::string_view value) {
+  return db_->Put(sync_write(), handle(family::meta), keys::meta(name),
+                  codec::encode_bytes(value));
+}
+
+result<std::optional<std::string>> store::get_meta(
+    std::string_view name) const {
+  auto pinned = hold();
+  if (!pinned) {
+    return unavailable();
+  }
+  return read_meta(name);
+}
+
 status store::put_meta(std::string_view name, std::string_view value) {
   return guarded("put meta", [&]() -> status {
     if (value.size() > codec::field_bytes_max) {
@@ -761,11 +1223,61 @@ status store::put_meta(std::string_view name, std::string_view value) {
                         "meta value of " + std::to_string(value.size()) +
                             " bytes is above the limit");
     }
-    const rocksdb::Status written =
-        db_->Put(sync_write(), handle(family::meta), keys::meta(name),
-                 codec::encode_bytes(value));
+    auto pinned = hold();
+    if (!pinned) {
+      return unavailable();
+    }
+    const rocksdb::Status written = write_meta(name, value);
     if (!written.ok()) {
+      report_fault(generation_.load(std::memory_order_acquire),
+                   plain_words(written) + " (a write failed)");
       return storage_failure("meta: write " + printable(name), written);
+    }
+    return {};
+  });
+}
+
+result<std::optional<std::string>> store::get_value(
+    family which, std::string_view key) const {
+  using answer = result<std::optional<std::string>>;
+  return guarded("get value", [&]() -> answer {
+    auto pinned = hold();
+    if (!pinned) {
+      return unavailable();
+    }
+    std::string value;
+    const rocksdb::Status read =
+        db_->Get(rocksdb::ReadOptions(), handle(which),
+                 rocksdb::Slice(key.data(), key.size()), &value);
+    if (read.IsNotFound()) {
+      return std::optional<std::string>();
+    }
+    if (!read.ok()) {
+      return storage_failure(std::string(name_of(which)) + ": read", read);
+    }
+    return std::optional<std::string>(std::move(value));
+  });
+}
+
+status store::scan_values(
+    family which,
+    const std::function<bool(std::string_view, std::string_view)>& visit)
+    const {
+  return guarded("scan", [&]() -> status {
+    auto pinned = hold();
+    if (!pinned) {
+      return unavailable();
+    }
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(rocksdb::ReadOptions(), handle(which)));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      if (!visit(view(it->key()), view(it->value()))) {
+        break;
+      }
+    }
+    if (!it->status().ok()) {
+      return storage_failure(std::string(name_of(which)) + ": scan",
+                             it->status());
     }
     return {};
   });
@@ -784,6 +1296,54 @@ write_batch::write_batch(write_batch&&) noexcept = default;
 write_batch& write_batch::operator=(write_batch&&) noexcept = default;
 write_batch::~write_batch() = default;
 
+rocksdb::Status write_batch::put_to(family which, const rocksdb::Slice& key,
+                                    const rocksdb::Slice& value) {
+  auto pinned = store_->hold();
+  if (!pinned) {
+    unavailable_ = true;
+    return rocksdb::Status::OK();
+  }
+  return batch_->Put(store_->handle(which), key, value);
+}
+
+rocksdb::Status write_batch::delete_from(family which,
+                                         const rocksdb::Slice& key) {
+  auto pinned = store_->hold();
+  if (!pinned) {
+    unavailable_ = true;
+    return rocksdb::Status::OK();
+  }
+  return batch_->Delete(store_->handle(which), key);
+}
+
+rocksdb::Status write_batch::delete_range_from(family which,
+                                               const rocksdb::Slice& begin,
+                                               const rocksdb::Slice& end) {
+  auto pinned = store_->hold();
+  if (!pinned) {
+    unavailable_ = true;
+    return rocksdb::Status::OK();
+  }
+  return batch_->DeleteRange(store_->handle(which), begin, end);
+}
+
+void write_batch::put_value(family which, std::string_view key,
+                            std::string_view value) {
+  const auto put = put_to(which, rocksdb::Slice(key.data(), key.size()),
+                          rocksdb::Slice(value.data(), value.size()));
+  if (!put.ok()) {
+    refuse(std::string(name_of(which)) + ": " + put.ToString());
+  }
+}
+
+void write_batch::delete_key(family which, std::string_view key) {
+  const auto deleted =
+      delete_from(which, rocksdb::Slice(key.data(), key.size()));
+  if (!deleted.ok()) {
+    refuse(std::string(name_of(which)) + ": " + deleted.ToString());
+  }
+}
+
 void write_batch::refuse(std::string problem) {
   if (problem_.empty()) {
     problem_ = std::move(problem);
@@ -800,8 +1360,8 @@ void write_batch::put_run(const run_record& record) {
     refuse("run " + printable(record.id) + ": " + valid.error().message);
     return;
   }
-  const auto put = batch_->Put(store_->handle(family::runs),
-                               keys::run(record.id), codec::encode(record));
+  const auto put =
+      put_to(family::runs, keys::run(record.id), codec::encode(record));
   if (!put.ok()) {
     refuse("run " + printable(record.id) + ": " + put.ToString());
   }
@@ -825,9 +1385,8 @@ void write_batch::put_event(std::string_view run_id, std::uint64_t sequence,
     refuse(subject + ": " + valid.error().message);
     return;
   }
-  const auto put =
-      batch_->Put(store_->handle(family::history),
-                  keys::history(run_id, sequence), codec::encode(event));
+  const auto put = put_to(family::history, keys::history(run_id, sequence),
+                          codec::encode(event));
   if (!put.ok()) {
     refuse(subject + ": " + put.ToString());
   }
@@ -856,8 +1415,8 @@ void write_batch::put_timer(const timer_record& timer) {
     refuse(std::move(problem));
     return;
   }
-  const auto put = batch_->Put(store_->handle(family::timers),
-                               keys::timer(timer), codec::encode_marker());
+  const auto put =
+      put_to(family::timers, keys::timer(timer), codec::encode_marker());
   if (!put.ok()) {
     refuse("timer of run " + printable(timer.run_id) + ": " + put.ToString());
   }
@@ -868,8 +1427,7 @@ void write_batch::delete_timer(const timer_record& timer) {
     refuse(std::move(problem));
     return;
   }
-  const auto deleted =
-      batch_->Delete(store_->handle(family::timers), keys::timer(timer));
+  const auto deleted = delete_from(family::timers, keys::timer(timer));
   if (!deleted.ok()) {
     refuse("timer of run " + printable(timer.run_id) + ": " +
            deleted.ToString());
@@ -882,8 +1440,8 @@ void write_batch::put_active(std::string_view run_id) {
            " bytes is too long for a key");
     return;
   }
-  const auto put = batch_->Put(store_->handle(family::active),
-                               keys::active(run_id), codec::encode_marker());
+  const auto put =
+      put_to(family::active, keys::active(run_id), codec::encode_marker());
   if (!put.ok()) {
     refuse("active run " + printable(run_id) + ": " + put.ToString());
   }
@@ -895,8 +1453,7 @@ void write_batch::delete_active(std::string_view run_id) {
            " bytes is too long for a key");
     return;
   }
-  const auto deleted =
-      batch_->Delete(store_->handle(family::active), keys::active(run_id));
+  const auto deleted = delete_from(family::active, keys::active(run_id));
   if (!deleted.ok()) {
     refuse("active run " + printable(run_id) + ": " + deleted.ToString());
   }

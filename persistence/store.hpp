@@ -9,13 +9,27 @@
 // checksum or decoding is corrupt-record naming the key's family and run.
 // Nothing here throws: RocksDB and allocation failures become storage-error.
 // Key and value layouts byte by byte: persistence/README.md.
+//
+// Storage faults (a full disk, no file descriptors left, an I/O error): the
+// first failed write, or a background error RocksDB reports, makes the store
+// not ready. While not ready every read, batch and write fails at once with
+// storage-error naming the fault in plain words (never a path), so nothing
+// is decided on a view that the reopen below could still change (a failed
+// write may or may not have landed). A thread of the store then closes the
+// database and opens it again, with backoff, until an open and a synced
+// probe write succeed; then the store is ready again. RocksDB's own
+// in-process recovery (Resume, auto-recovery) is switched off: in 7.8 it can
+// write to a WAL file that already failed, which trips a RocksDB assertion
+// (`sync_without_flush_called_`) and aborts the process.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -25,8 +39,13 @@
 #include "persistence/records.hpp"
 
 namespace rocksdb {
+class Cache;
 class DB;
 class ColumnFamilyHandle;
+class FileSystem;
+class Logger;
+class Slice;
+class Status;
 class WriteBatch;
 }  // namespace rocksdb
 
@@ -48,13 +67,60 @@ enum class family : std::uint8_t {
 };
 inline constexpr std::size_t family_count = 10;
 
+struct store_options {
+  // Tests only: the file system RocksDB uses, e.g. a fault injector
+  // (tests/support/faulty_file_system.hpp). Null (the default): the
+  // operating system's.
+  std::shared_ptr<rocksdb::FileSystem> file_system;
+  // A store that is not ready tries to reopen after reopen_backoff_ms_min
+  // (default 100), doubling the wait after each failed attempt up to
+  // reopen_backoff_ms_max (default 1000).
+  std::int64_t reopen_backoff_ms_min = 100;
+  std::int64_t reopen_backoff_ms_max = 1000;
+};
+
+// Whether the store takes reads and writes now (see the header comment).
+struct storage_health {
+  bool ready = true;
+  // Why not, in plain words ("the disk is full"); empty when ready.
+  std::string fault;
+  std::uint64_t faults = 0;       // changes from ready to not ready since open
+  std::uint64_t reopens = 0;      // successful reopens since open
+  std::int64_t not_ready_ms = 0;  // how long it has been not ready
+};
+
 class store {
  public:
   // Opens or creates the database under `dir` (creating `dir`), checks the
   // schema version in `meta` (writing it on first open). A database written
-  // by another schema version is refused with invalid-argument.
-  static result<std::unique_ptr<store>> open(const std::string& dir);
+  // by another schema version is refused with invalid-argument; a directory
+  // held by another open is storage-error. An open that fails on a storage
+  // fault (disk full, no descriptors, I/O error) returns a store that is
+  // not ready and keeps trying to open, so that a node restarted on a full
+  // disk comes up, says why it cannot write, and recovers by itself.
+  static result<std::unique_ptr<store>> open(const std::string& dir,
+                                             store_options options = {});
   ~store();
+
+  // Never blocks: whether reads and writes work now, and why not.
+  storage_health health() const;
+  bool ready() const;
+
+  // Called on the store's recovery thread after each change of readiness
+  // (with the new health), with no lock of the store held: it may read the
+  // store, but must not wait for a write. Null removes it.
+  using health_listener = std::function<void(const storage_health&)>;
+  void set_health_listener(health_listener listener);
+
+  // For persistence/ (requests, auth): one raw value, nullopt when absent.
+  result<std::optional<std::string>> get_value(family which,
+                                               std::string_view key) const;
+  // For persistence/: every key and value of a family in key order until
+  // `visit` answers false. `visit` must not call the store.
+  status scan_values(
+      family which,
+      const std::function<bool(std::string_view key, std::string_view value)>&
+          visit) const;
 
   store(const store&) = delete;
   store& operator=(const store&) = delete;
@@ -151,14 +217,50 @@ class store {
   using status_counts = std::array<std::uint64_t, 8>;
   result<status_counts> runs_by_status();
 
-  // For benchmarks and tests only: the raw database and its families.
+  // For benchmarks and tests only: the raw database and its families, valid
+  // while the store is ready (a reopen replaces them).
   rocksdb::DB& raw_db() const { return *db_; }
   rocksdb::ColumnFamilyHandle* handle(family which) const;
   const std::string& dir() const { return dir_; }
 
+  // Keeps the database open (no reopen) while held, so that handle() stays
+  // valid; false, holding nothing, while the store is not ready.
+  class pin {
+   public:
+    explicit operator bool() const { return lock_.owns_lock(); }
+
+   private:
+    friend class store;
+    std::shared_lock<std::shared_mutex> lock_;
+  };
+  pin hold() const;
+  // storage-error naming why the store is not ready.
+  error unavailable() const;
+
  private:
   store() = default;
-  status check_schema();
+  status check_schema();  // REQUIRES: as open_database
+  result<std::optional<std::string>> read_meta(std::string_view name) const;
+  rocksdb::Status write_meta(std::string_view name, std::string_view value);
+  struct health_state;
+  class fault_listener;
+  // Opens the database files; the store must hold none. REQUIRES: db_mutex_
+  // held exclusively, or the store not yet shared.
+  rocksdb::Status open_database();
+  // Destroys the handles and closes the database, if open.
+  void close_database();
+  // A write or background job of database generation `generation` failed.
+  void report_fault(std::uint64_t generation, const std::string& fault);
+  // The recovery thread: waits for a fault, then reopens with backoff.
+  void recover_loop();
+  // One attempt: close, open, check the schema, probe with a synced write.
+  status reopen();
+
+  store_options options_;
+  std::shared_ptr<health_state> health_;
+  // Shared by every use of db_ and the handles; exclusive while they are
+  // replaced (close_database, open_database).
+  mutable std::shared_mutex db_mutex_;
   // After a durable write: tells the run listener, updates the counts.
   void observe_runs(const write_batch& batch);
 
@@ -166,6 +268,12 @@ class store {
   std::unique_ptr<run_watch> watch_;
 
   std::string dir_;
+  // The Env over options_.file_system, when a test set one; outlives db_.
+  std::shared_ptr<void> env_;
+  std::shared_ptr<rocksdb::Cache> cache_;      // one block cache across reopens
+  std::shared_ptr<rocksdb::Logger> info_log_;  // the LOG file, across reopens
+  std::atomic<std::uint64_t> generation_{0};   // of db_; +1 on every open
+  std::vector<std::uint32_t> family_ids_;      // of the first open
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;  // indexed by family
   // RocksDB's required `default` family, and families found on disk that
@@ -213,6 +321,13 @@ class write_batch {
 
   // Empty unless a put was refused; then the first refusal's reason.
   const std::string& problem() const { return problem_; }
+  // True when a put found the store not ready: writing the batch is then
+  // storage-error (nothing is written), like any write while not ready.
+  bool unavailable() const { return unavailable_; }
+
+  // For persistence/ (requests, auth): one raw put or delete in `which`.
+  void put_value(family which, std::string_view key, std::string_view value);
+  void delete_key(family which, std::string_view key);
 
   // REQUIRES: not moved from.
   rocksdb::WriteBatch& raw() { return *batch_; }
@@ -221,10 +336,19 @@ class write_batch {
   friend class store;
   explicit write_batch(const store& owner);
   void refuse(std::string problem);
+  // One operation on the family, with the store pinned (the handle stays
+  // valid); while the store is not ready they mark the batch unavailable
+  // and answer ok having done nothing.
+  rocksdb::Status put_to(family which, const rocksdb::Slice& key,
+                         const rocksdb::Slice& value);
+  rocksdb::Status delete_from(family which, const rocksdb::Slice& key);
+  rocksdb::Status delete_range_from(family which, const rocksdb::Slice& begin,
+                                    const rocksdb::Slice& end);
 
   const store* store_;
   std::unique_ptr<rocksdb::WriteBatch> batch_;
   std::string problem_;
+  bool unavailable_ = false;
 };
 
 }  // namespace durin::persistence

@@ -8,6 +8,7 @@
 
 #include "persistence/codec.hpp"
 #include "persistence/keys.hpp"
+#include "persistence/storage_error.hpp"
 #include "persistence/store.hpp"
 
 namespace durin::persistence {
@@ -19,7 +20,7 @@ std::string_view view(const rocksdb::Slice& slice) {
 }
 
 error read_failure(std::string what, const rocksdb::Status& status) {
-  return make_error(errc::storage_error, what + ": " + status.ToString());
+  return storage_failure(what, status);
 }
 
 std::string subject_of(std::string_view tenant, std::string_view token) {
@@ -40,6 +41,10 @@ result<std::optional<token_record>> store::get_token(
     return answer();
   }
   try {
+    auto pinned = hold();
+    if (!pinned) {
+      return unavailable();
+    }
     rocksdb::PinnableSlice value;
     auto read = db_->Get(rocksdb::ReadOptions(), handle(family::tokens),
                          keys::token(tenant, token), &value);
@@ -70,6 +75,10 @@ result<std::vector<payload_record>> store::load_payloads(
     return out;
   }
   try {
+    auto pinned = hold();
+    if (!pinned) {
+      return unavailable();
+    }
     auto first = keys::inbox_payload(tenant, token, from_sequence);
     auto end = keys::inbox_prefix(tenant, token);
     end.push_back('\x02');  // payloads (kind 1) sort before resume ids
@@ -106,6 +115,10 @@ result<std::optional<resume_record>> store::get_resume(
     return answer();
   }
   try {
+    auto pinned = hold();
+    if (!pinned) {
+      return unavailable();
+    }
     rocksdb::PinnableSlice value;
     auto read = db_->Get(rocksdb::ReadOptions(), handle(family::inbox),
                          keys::inbox_resume(tenant, token, resume_id), &value);
@@ -133,9 +146,8 @@ void write_batch::put_token(const token_record& record) {
     refuse("token address too long for a key");
     return;
   }
-  auto put = batch_->Put(store_->handle(family::tokens),
-                         keys::token(record.tenant, record.token),
-                         codec::encode(record));
+  auto put = put_to(family::tokens, keys::token(record.tenant, record.token),
+                    codec::encode(record));
   if (!put.ok()) {
     refuse("token: " + put.ToString());
   }
@@ -147,8 +159,7 @@ void write_batch::delete_token(std::string_view tenant,
     refuse("token address too long for a key");
     return;
   }
-  auto deleted = batch_->Delete(store_->handle(family::tokens),
-                                keys::token(tenant, token));
+  auto deleted = delete_from(family::tokens, keys::token(tenant, token));
   if (!deleted.ok()) {
     refuse("token: " + deleted.ToString());
   }
@@ -160,9 +171,9 @@ void write_batch::put_payload(std::string_view tenant, std::string_view token,
     refuse("token address too long for a key");
     return;
   }
-  auto put = batch_->Put(store_->handle(family::inbox),
-                         keys::inbox_payload(tenant, token, record.sequence),
-                         codec::encode(record));
+  auto put =
+      put_to(family::inbox, keys::inbox_payload(tenant, token, record.sequence),
+             codec::encode(record));
   if (!put.ok()) {
     refuse("payload: " + put.ToString());
   }
@@ -175,9 +186,8 @@ void write_batch::put_resume(std::string_view tenant, std::string_view token,
     refuse("resume id or token address too long for a key");
     return;
   }
-  auto put = batch_->Put(store_->handle(family::inbox),
-                         keys::inbox_resume(tenant, token, resume_id),
-                         codec::encode(record));
+  auto put = put_to(family::inbox, keys::inbox_resume(tenant, token, resume_id),
+                    codec::encode(record));
   if (!put.ok()) {
     refuse("resume id: " + put.ToString());
   }
@@ -192,7 +202,7 @@ void write_batch::delete_inbox(std::string_view tenant,
   auto begin = keys::inbox_prefix(tenant, token);
   auto end = begin;
   end.push_back('\xff');  // past kinds 1 and 2 of this token
-  auto deleted = batch_->DeleteRange(store_->handle(family::inbox), begin, end);
+  auto deleted = delete_range_from(family::inbox, begin, end);
   if (!deleted.ok()) {
     refuse("inbox: " + deleted.ToString());
   }

@@ -9,8 +9,10 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <future>
 #include <random>
+#include <thread>
 
 #include "actors/admission.hpp"
 #include "actors/identity.hpp"
@@ -110,12 +112,21 @@ class runtime_impl {
   std::mutex ids_mutex;
   std::mt19937_64 ids{std::random_device{}()};
   std::once_flag settled_listener;
+  // Activates the runs again after the store reopened (see open()).
+  std::thread reactivator;
 
   ~runtime_impl() { close(); }
 
   void close() {
     if (closing.exchange(true)) {
       return;
+    }
+    if (services.store) {
+      // Waits for a listener call that may be running.
+      services.store->set_health_listener(nullptr);
+    }
+    if (reactivator.joinable()) {
+      reactivator.join();
     }
     if (services.timers) {
       services.timers->stop();
@@ -259,7 +270,9 @@ result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
       options.clock ? options.clock : std::make_shared<durin::system_clock>();
   services.options = options;
   services.flows = std::move(flows);
-  auto store = persistence::store::open(options.data_dir);
+  auto store = persistence::store::open(
+      options.data_dir,
+      options.store ? *options.store : persistence::store_options{});
   if (!store) {
     return store.error();
   }
@@ -294,8 +307,34 @@ result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
                            : *node->runs;
         target.deliver(timer.run_id, actors::timer_atom::value, timer);
       });
-  if (auto recovered = impl->recover(); !recovered) {
-    return recovered.error();
+  // A store that comes up not ready (a full disk at start) or reopens after
+  // a storage fault: the runs are activated again once it is ready. Run
+  // actors whose writes failed reload by themselves, but one that tried
+  // while the store refused reads has stopped; activating a live one
+  // changes nothing.
+  // On a thread of the runtime's own, joined before the actor system goes:
+  // a thread that spawns actors holds CAF's logger until it ends, and the
+  // store's thread outlives the actor system.
+  auto* owner = impl.get();
+  services.store->set_health_listener(
+      [owner](const persistence::storage_health& health) {
+        if (!health.ready || owner->closing) {
+          return;
+        }
+        if (owner->reactivator.joinable()) {
+          owner->reactivator.join();
+        }
+        owner->reactivator = std::thread([owner] {
+          if (auto recovered = owner->recover(); !recovered) {
+            std::fprintf(stderr, "durin: runs not reactivated: %s\n",
+                         recovered.error().to_string().c_str());
+          }
+        });
+      });
+  if (services.store->ready()) {
+    if (auto recovered = impl->recover(); !recovered) {
+      return recovered.error();
+    }
   }
   services.timers->start();
   services.tasks->start();

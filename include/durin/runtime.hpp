@@ -29,6 +29,10 @@
 
 namespace durin {
 
+namespace persistence {
+struct store_options;  // persistence/store.hpp
+}
+
 struct runtime_options {
   std::string data_dir;  // created when missing
   // Threads running step bodies; bounds how many steps run at once.
@@ -49,6 +53,9 @@ struct runtime_options {
   std::chrono::milliseconds retention_max{30LL * 24 * 3600 * 1000};
   // How long a plain start's command id is remembered after admission.
   std::chrono::milliseconds command_retention{24LL * 3600 * 1000};
+  // Tests only: how the node's store is opened (persistence/store.hpp: a
+  // fault-injecting file system, reopen backoff). Null: the defaults.
+  std::shared_ptr<const persistence::store_options> store;
 };
 
 // Runs belong to a tenant; another tenant's run answers as run-not-found.

@@ -80,6 +80,17 @@ class child_process {
   int stdout_fd() const { return stdout_fd_; }
   pid_t pid() const { return pid_; }  // -1 once reaped
 
+  // True while the process has not ended (it is not reaped here).
+  bool running() const {
+    if (pid_ <= 0) {
+      return false;
+    }
+    siginfo_t info{};
+    return ::waitid(P_PID, static_cast<id_t>(pid_), &info,
+                    WEXITED | WNOHANG | WNOWAIT) == 0 &&
+           info.si_pid == 0;
+  }
+
   void kill9() {
     if (pid_ > 0) {
       ::kill(pid_, SIGKILL);

@@ -85,6 +85,7 @@ class serve_process {
   const std::string& output() const { return output_; }
 
   void kill9() { process_.kill9(); }
+  bool running() const { return process_.running(); }
 
   // SIGTERM, then the exit code (-1 when it did not exit normally in time).
   int terminate() { return process_.terminate(); }
