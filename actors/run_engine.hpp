@@ -14,9 +14,15 @@
 // to disk with the next write, which always precedes any effect depending on
 // them (a step is dispatched only once everything before it is durable).
 //
+// Limits: a write that would take the history past history_events_max or
+// history_bytes_max is dropped before it is submitted and replaced by the
+// run's failure (history-limit-exceeded). Calls with durations or retry
+// policies out of range throw invalid_argument_error before they are
+// numbered, so replay refuses them at the same place.
+//
 // Invariants: at most one write in flight; at most one outcome recorded per
 // call and attempt; nothing is staged or written once the run is finished,
-// cancelled or blocked (cancellation itself excepted).
+// cancelled, ending or blocked (cancellation itself excepted).
 #pragma once
 
 #include <array>

@@ -115,6 +115,35 @@ flow<json> read_hook_forever(context& ctx, json) {
   co_return json(read);
 }
 
+// Limits apply to what a run writes from now: one that already holds more
+// than a lowered limit fails at its next write, and only then.
+TEST_F(LimitsTest, ARunAlreadyBeyondALoweredLimitFailsAtItsNextWrite) {
+  flows_.flow("reader", read_hook_forever);
+  std::string id;
+  {
+    auto rt = open();
+    auto run = rt->start("reader", json());
+    ASSERT_TRUE(run.ok());
+    id = run->id;
+    ASSERT_TRUE(eventually(
+        [&] { return rt->resume_hook("big-payloads", json(0)).ok(); },
+        wait_max));
+    for (int i = 1; i < 6; ++i) {
+      ASSERT_TRUE(rt->resume_hook("big-payloads", json(i)).ok());
+    }
+    ASSERT_TRUE(
+        eventually([&] { return count(*rt->history(id), "hook-payload") == 6; },
+                   wait_max));
+  }
+  auto rt = open(4);
+  // Recovered and waiting on its hook: nothing written, nothing failed.
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(rt->get(id)->status, run_status::waiting);
+  ASSERT_TRUE(rt->resume_hook("big-payloads", json(6)).ok());
+  expect_history_limit_failure(*rt, id, "4 events (history_events_max)");
+  EXPECT_EQ(count(*rt->history(id), "hook-payload"), 6u);
+}
+
 TEST_F(LimitsTest, ARunReachingItsHistoryByteLimitFailsClearly) {
   flows_.flow("reader", read_hook_forever);
   constexpr std::uint64_t bytes_max = 1ULL << 20;
