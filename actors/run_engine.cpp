@@ -570,15 +570,8 @@ void run_engine::on_step_outcome(std::uint64_t call,
                      .attempt_id = pending_.attempt_id};
   auto* out = pending_.out;
   using kind = step_outcome::kind;
-  if (outcome.result == kind::retryable &&
-      outcome.retry_after_ms > limits::duration_ms_max) {
-    // No timer that far: the step fails for good, saying why.
-    outcome.result = kind::fatal;
-    outcome.error_code = "invalid-argument";
-    outcome.message =
-        limits::duration_problem("retry_after", outcome.retry_after_ms) +
-        "; the attempt failed with: " + outcome.message;
-  }
+  // retry_after_ms is at most limits::duration_ms_max: run_step_body and
+  // the worker routes refuse more.
   bool attempts_left = pending_.attempt < pending_.retry.max_attempts;
   if (outcome.result == kind::succeeded) {
     event.kind = event_kind::step_completed;

@@ -210,7 +210,8 @@ std::optional<services::step_outcome> outcome_fields(
   }
   auto message =
       text_field(fields, "message", message_bytes_max, false, problem, where);
-  auto after = int_field(fields, "retryAfterMs", 0, 86'400'000, problem, where);
+  auto after = int_field(fields, "retryAfterMs", 0, limits::duration_ms_max,
+                         problem, where);
   if (fields.contains("retryable") && !fields["retryable"].is_boolean() &&
       !problem) {
     problem = bad_request("field '" + where + "retryable' must be a boolean");

@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "durin/limits.hpp"
 #include "tests/support/serve_process.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -60,10 +61,12 @@ TEST(LimitsProcessTest, DurationsBeyondTheMaximumAreRefused) {
   for (const auto& event : history["events"]) {
     EXPECT_NE(event["kind"], "timer-armed");
   }
-  // Worker-side durations: retryAfterMs is 0..86400000, waitMs 0..60000.
+  // Worker-side durations: retryAfterMs is 0..limits::duration_ms_max, waitMs
+  // 0..60000.
   auto late_retry = client.post(
-      "/v1/tasks/att_x/fail",
-      {{"workerId", "w"}, {"message", "x"}, {"retryAfterMs", 86'400'001}});
+      "/v1/tasks/att_x/fail", {{"workerId", "w"},
+                               {"message", "x"},
+                               {"retryAfterMs", limits::duration_ms_max + 1}});
   EXPECT_EQ(late_retry.status, 400u);
   EXPECT_NE(late_retry.body.find("retryAfterMs"), std::string::npos);
   auto long_wait = client.post("/v1/task-queues/workers/poll",
