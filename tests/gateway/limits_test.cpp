@@ -61,6 +61,19 @@ TEST(LimitsProcessTest, DurationsBeyondTheMaximumAreRefused) {
   for (const auto& event : history["events"]) {
     EXPECT_NE(event["kind"], "timer-armed");
   }
+  // A start hook's retention beyond its cap (30 days), however large.
+  for (const json& retention : {json(1e300), json("99999999999999999 days")}) {
+    auto kept = client.post(
+        "/v1/runs",
+        {{"flow", "acme.sleep"},
+         {"input", {{"ms", 0}}},
+         {"hook", {{"token", "kept-for-ever"}, {"minRetention", retention}}}});
+    EXPECT_EQ(kept.status, 400u) << kept.body;
+    EXPECT_EQ(kept.code(), "invalid-argument");
+    EXPECT_NE(kept.body.find("minRetention exceeds the cap of 30 days"),
+              std::string::npos)
+        << kept.body;
+  }
   // Worker-side durations: retryAfterMs is 0..limits::duration_ms_max, waitMs
   // 0..60000.
   auto late_retry = client.post(
