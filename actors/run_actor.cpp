@@ -411,7 +411,9 @@ void activate(self_pointer self, std::optional<persistence::run_record> fresh) {
                          [services, tenant](const std::string& run_id) {
                            return run_state(*services, tenant, run_id);
                          },
-                         persistence::spec_version};
+                         persistence::spec_version,
+                         st.services->options.history_events_max,
+                         st.services->options.history_bytes_max};
   st.engine =
       std::make_unique<run_engine>(env, std::move(record), std::move(history));
   st.engine->start();

@@ -127,6 +127,11 @@ json decode_payload(const std::string& bytes) {
   return json::from_msgpack(bytes);
 }
 
+std::uint64_t history_bytes_of(const event_record& event) {
+  return 64 + event.name.size() + event.attempt_id.size() + event.data.size() +
+         event.error_code.size() + event.error_message.size();
+}
+
 run_engine::run_engine(engine_environment env, persistence::run_record record,
                        std::vector<persistence::event_record> history)
     : env_(env),
@@ -136,6 +141,7 @@ run_engine::run_engine(engine_environment env, persistence::run_record record,
   next_sequence_ = history_.size() + 1;
   for (std::size_t i = 0; i < history_.size(); ++i) {
     const auto& event = history_[i];
+    history_bytes_ += history_bytes_of(event);
     if (event.kind == event_kind::run_started) {
       has_run_started_ = true;
     }
@@ -288,6 +294,15 @@ void run_engine::start() {
 }
 
 bool run_engine::begin_step(detail::step_call call, detail::call_outcome* out) {
+  // Refused before the call is numbered: the flow may catch it, and replay
+  // refuses it again at the same place.
+  for (const auto& problem :
+       {call.options.retry.problem(), call.options.timeouts.problem()}) {
+    if (!problem.empty()) {
+      throw invalid_argument_error("step '" + call.options.name +
+                                   "': " + problem);
+    }
+  }
   auto number = next_call_++;
   if (stopped() || !check_replay(number, call_kind::step, call.options.name)) {
     return false;
@@ -371,6 +386,13 @@ bool run_engine::begin_step(detail::step_call call, detail::call_outcome* out) {
 
 bool run_engine::begin_sleep(std::int64_t duration_ms, std::int64_t absolute_ms,
                              detail::call_outcome* out) {
+  // context::sleep and sleep_until refuse these first; a due time must never
+  // overflow whoever drives the engine.
+  if (duration_ms > limits::duration_ms_max ||
+      absolute_ms > limits::time_ms_max) {
+    throw invalid_argument_error(
+        limits::duration_problem("sleep", std::max(duration_ms, absolute_ms)));
+  }
   auto number = next_call_++;
   if (stopped() || !check_replay(number, call_kind::sleep, "")) {
     return false;
@@ -548,6 +570,8 @@ void run_engine::on_step_outcome(std::uint64_t call,
                      .attempt_id = pending_.attempt_id};
   auto* out = pending_.out;
   using kind = step_outcome::kind;
+  // retry_after_ms is at most limits::duration_ms_max: run_step_body and
+  // the worker routes refuse more.
   bool attempts_left = pending_.attempt < pending_.retry.max_attempts;
   if (outcome.result == kind::succeeded) {
     event.kind = event_kind::step_completed;
@@ -684,6 +708,9 @@ void run_engine::complete() {
     } catch (const step_failed_error& e) {
       code = e.code();
       message = e.what();
+    } catch (const invalid_argument_error& e) {
+      code = "invalid-argument";
+      message = e.what();
     } catch (const std::exception& e) {
       message = e.what();
     } catch (...) {
@@ -717,7 +744,7 @@ void run_engine::finish() {
 
 void run_engine::cancel(std::string reason, std::string command_id,
                         std::function<void(result<run_info>)> reply) {
-  if (finished_ || cancelled_) {
+  if (finished_ || cancelled_ || ending_) {
     reply(make_error(errc::run_finished,
                      "run " + record_.id + " has already ended as " +
                          std::string(to_string(record_.status))));
@@ -725,16 +752,7 @@ void run_engine::cancel(std::string reason, std::string command_id,
   }
   // A blocked run can be cancelled: cancellation records no call.
   blocked_reason_.clear();
-  if ((pending_.kind == call_kind::sleep ||
-       (pending_.kind == call_kind::step && pending_.waiting_retry)) &&
-      pending_.due_ms > 0) {
-    staged_.timer_deletes.push_back({.due_ms = pending_.due_ms,
-                                     .run_id = record_.id,
-                                     .call = pending_.call,
-                                     .kind = pending_.kind == call_kind::sleep
-                                                 ? timer_kind::sleep
-                                                 : timer_kind::step_retry});
-  }
+  delete_pending_timer();
   pending_ = pending_call{};
   auto at = now();
   record_.status = run_status::cancelled;
@@ -759,6 +777,96 @@ void run_engine::cancel(std::string reason, std::string command_id,
   });
 }
 
+void run_engine::delete_pending_timer() {
+  if ((pending_.kind == call_kind::sleep ||
+       (pending_.kind == call_kind::step && pending_.waiting_retry)) &&
+      pending_.due_ms > 0) {
+    staged_.timer_deletes.push_back({.due_ms = pending_.due_ms,
+                                     .run_id = record_.id,
+                                     .call = pending_.call,
+                                     .kind = pending_.kind == call_kind::sleep
+                                                 ? timer_kind::sleep
+                                                 : timer_kind::step_retry});
+  }
+}
+
+std::string run_engine::history_overflow() const {
+  std::uint64_t adding = 0;
+  bool completes = false;
+  for (const auto& [sequence, event] : staged_.events) {
+    adding += history_bytes_of(event);
+    if (event.kind == event_kind::run_failed ||
+        event.kind == event_kind::run_cancelled) {
+      return {};  // a run's failure or cancellation always fits
+    }
+    completes = completes || event.kind == event_kind::run_completed;
+  }
+  // Only the run's end may use the room kept for it.
+  auto events_max = env_.history_events_max - (completes ? 0 : 1);
+  auto bytes_max =
+      env_.history_bytes_max - (completes ? 0 : history_end_reserve_bytes);
+  auto events = next_sequence_ - 1;
+  auto bytes = history_bytes_ + adding;
+  if (events <= events_max && bytes <= bytes_max) {
+    return {};
+  }
+  // Named after the largest event the write would add: the one that does
+  // not fit, most often.
+  const event_record* largest = &staged_.events.front().second;
+  for (const auto& [sequence, event] : staged_.events) {
+    if (history_bytes_of(event) > history_bytes_of(*largest)) {
+      largest = &event;
+    }
+  }
+  std::string writing = kind_name(largest->kind);
+  if (!largest->name.empty() && largest->kind != event_kind::hook_payload &&
+      largest->kind != event_kind::hook_created) {
+    writing += " '" + largest->name + "'";
+  }
+  auto held = std::to_string(staged_.events.front().first - 1) + " events, " +
+              std::to_string(history_bytes_) + " bytes";
+  if (events > events_max) {
+    return "the run's history reached its limit of " +
+           std::to_string(env_.history_events_max) +
+           " events (history_events_max) at " + writing + " (it holds " + held +
+           ")";
+  }
+  return "the run's history reached its limit of " +
+         std::to_string(env_.history_bytes_max) +
+         " bytes (history_bytes_max) at " + writing + " of " +
+         std::to_string(history_bytes_of(*largest)) + " bytes (it holds " +
+         held + ")";
+}
+
+void run_engine::fail_for_history_limit(std::string message) {
+  // Nothing staged is durable or seen outside the flow yet (dispatches,
+  // replies and timers wait for this write): it is dropped, and the run
+  // ends instead. Deletions of durable timers stay.
+  next_sequence_ = staged_.events.front().first;
+  auto deletes = std::move(staged_.timer_deletes);
+  staged_ = commit_plan{};
+  staged_.timer_deletes = std::move(deletes);
+  staged_after_.clear();
+  staged_values_ = 0;
+  delete_pending_timer();
+  pending_ = pending_call{};
+  ending_ = true;
+  auto at = now();
+  record_.status = run_status::failed;
+  record_.output.clear();
+  record_.error_code = "history-limit-exceeded";
+  record_.error_message = message;
+  record_.completed_at_ms = at;
+  run_dirty_ = true;
+  staged_.delete_active = true;
+  stage({.kind = event_kind::run_failed,
+         .at_ms = at,
+         .error_code = "history-limit-exceeded",
+         .error_message = std::move(message)});
+  announce_end();
+  staged_after_.push_back([this] { finish(); });
+}
+
 void run_engine::stage(event_record event) {
   staged_.events.emplace_back(next_sequence_++, std::move(event));
 }
@@ -779,6 +887,11 @@ void run_engine::flush_then(std::function<void()> continuation) {
 
 void run_engine::emit_commit() {
   DURIN_ASSERT(!in_flight_, "at most one write in flight per run");
+  if (!ending_ && !staged_.events.empty()) {
+    if (auto overflow = history_overflow(); !overflow.empty()) {
+      fail_for_history_limit(std::move(overflow));
+    }
+  }
   if (run_dirty_) {
     staged_.run = record_;
     run_dirty_ = false;
@@ -791,6 +904,9 @@ void run_engine::emit_commit() {
       continuation();
     }
     return;
+  }
+  for (const auto& [sequence, event] : staged_.events) {
+    history_bytes_ += history_bytes_of(event);
   }
   in_flight_ = true;
   values_in_flight_ = staged_values_ > 0;

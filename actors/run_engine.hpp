@@ -14,9 +14,15 @@
 // to disk with the next write, which always precedes any effect depending on
 // them (a step is dispatched only once everything before it is durable).
 //
+// Limits: a write that would take the history past history_events_max or
+// history_bytes_max is dropped before it is submitted and replaced by the
+// run's failure (history-limit-exceeded). Calls with durations or retry
+// policies out of range throw invalid_argument_error before they are
+// numbered, so replay refuses them at the same place.
+//
 // Invariants: at most one write in flight; at most one outcome recorded per
 // call and attempt; nothing is staged or written once the run is finished,
-// cancelled or blocked (cancellation itself excepted).
+// cancelled, ending or blocked (cancellation itself excepted).
 #pragma once
 
 #include <array>
@@ -138,7 +144,20 @@ struct engine_environment {
   // Reads another run of the same tenant: {"id","status","output","error"}.
   std::function<json(const std::string& run_id)> read_run;
   std::uint32_t spec_version = persistence::spec_version;
+  // The run's history limits (runtime_options): a write that would take
+  // the history beyond either is replaced by the run's failure,
+  // history-limit-exceeded.
+  std::uint64_t history_events_max = 50'000;
+  std::uint64_t history_bytes_max = 50ULL << 20;
 };
+
+// What one event counts towards history_bytes_max: its names, payload and
+// messages, plus 64 bytes for its fixed fields and key.
+std::uint64_t history_bytes_of(const persistence::event_record& event);
+
+// Room kept below history_bytes_max (and one event below
+// history_events_max) for the event that ends the run.
+inline constexpr std::uint64_t history_end_reserve_bytes = 4096;
 
 class run_engine final : public detail::driver {
  public:
@@ -276,7 +295,16 @@ class run_engine final : public detail::driver {
   const recorded_call* recorded(std::uint64_t call) const;
   bool check_replay(std::uint64_t call, call_kind kind, std::string_view name);
   void block(std::string reason);
-  bool stopped() const { return finished_ || cancelled_ || blocked(); }
+  bool stopped() const {
+    return finished_ || cancelled_ || ending_ || blocked();
+  }
+  // Why the commit staged now would take the history beyond its limits;
+  // empty when it fits.
+  std::string history_overflow() const;
+  // Stages the deletion of the durable timer the run waits on, if any.
+  void delete_pending_timer();
+  // Replaces the staged commit by the run's failure for `message`.
+  void fail_for_history_limit(std::string message);
 
   void stage(persistence::event_record event);
   void stage_status(run_status status);
@@ -330,7 +358,11 @@ class run_engine final : public detail::driver {
   std::string blocked_reason_;
   bool finished_ = false;
   bool cancelled_ = false;
+  // The run's failure (history limit) is staged or in flight.
+  bool ending_ = false;
   bool storage_failed_ = false;
+  // history_bytes_of every event durable or in flight.
+  std::uint64_t history_bytes_ = 0;
   engine_random random_;
   std::vector<hook_entry> hooks_;
   // Payloads delivered but not yet read, by token and sequence.

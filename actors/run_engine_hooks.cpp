@@ -37,6 +37,12 @@ result<std::int64_t> retain_until(const json& spec, std::int64_t from_ms,
   if (spec.is_null()) {
     return std::int64_t{0};
   }
+  auto beyond_cap = [cap_ms] {
+    return make_error(errc::invalid_argument,
+                      "minRetention exceeds the cap of " +
+                          std::to_string(cap_ms / 86'400'000) + " days (" +
+                          std::to_string(cap_ms) + " ms)");
+  };
   std::int64_t until = 0;
   if (spec.is_number()) {
     auto ms = spec.get<double>();
@@ -44,10 +50,17 @@ result<std::int64_t> retain_until(const json& spec, std::int64_t from_ms,
       return make_error(errc::invalid_argument,
                         "minRetention must not be negative");
     }
+    // Compared before the conversion: 1e300 ms must not overflow.
+    if (ms > static_cast<double>(cap_ms)) {
+      return beyond_cap();
+    }
     until = from_ms + static_cast<std::int64_t>(ms);
   } else if (spec.is_string()) {
     auto text = spec.get<std::string>();
     if (auto ms = time_text::parse_duration_ms(text)) {
+      if (*ms > static_cast<double>(cap_ms)) {
+        return beyond_cap();
+      }
       until = from_ms + static_cast<std::int64_t>(*ms);
     } else if (auto absolute = time_text::parse_rfc3339_ms(text)) {
       until = *absolute;
@@ -63,10 +76,7 @@ result<std::int64_t> retain_until(const json& spec, std::int64_t from_ms,
                       "milliseconds or an RFC 3339 time");
   }
   if (until - from_ms > cap_ms) {
-    return make_error(errc::invalid_argument,
-                      "minRetention exceeds the cap of " +
-                          std::to_string(cap_ms / 86'400'000) + " days (" +
-                          std::to_string(cap_ms) + " ms)");
+    return beyond_cap();
   }
   return until;
 }
@@ -82,7 +92,7 @@ std::size_t run_engine::hook_create(detail::hook_request request) {
                             : request.force                    ? "force"
                                                                : nullptr;
     if (misplaced != nullptr) {
-      throw std::invalid_argument(
+      throw invalid_argument_error(
           std::string("create_hook with the run's start token takes no '") +
           misplaced + "': it belongs on the start");
     }
@@ -93,18 +103,18 @@ std::size_t run_engine::hook_create(detail::hook_request request) {
   }
   if (!request.webhook &&
       (request.token.empty() || request.token.size() > token_bytes_max)) {
-    throw std::invalid_argument("a hook token is 1 to 256 bytes; got " +
-                                std::to_string(request.token.size()));
+    throw invalid_argument_error("a hook token is 1 to 256 bytes; got " +
+                                 std::to_string(request.token.size()));
   }
   if (!request.webhook && is_reserved_token(request.token)) {
-    throw std::invalid_argument(
+    throw invalid_argument_error(
         "a hook token may not begin with byte 0x1F (reserved for instance "
         "and command ids)");
   }
   auto until =
       retain_until(request.min_retention, now(), env_.retention_max_ms);
   if (!until) {
-    throw std::invalid_argument(until.error().message);
+    throw invalid_argument_error(until.error().message);
   }
   auto number = next_call_++;
   entry.call = number;

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <utility>
 
 #include "base/time_text.hpp"
 #include "durin/run.hpp"
@@ -110,6 +111,47 @@ std::chrono::milliseconds retry_policy::backoff(std::uint32_t next_attempt,
   double delay = base - spread + 2.0 * spread * std::clamp(unit, 0.0, 1.0);
   return std::chrono::milliseconds(
       static_cast<std::int64_t>(std::max(0.0, std::round(delay))));
+}
+
+std::string retry_policy::problem() const {
+  if (max_attempts < 1 || max_attempts > limits::retry_attempts_max) {
+    return "retry_policy.max_attempts is " + std::to_string(max_attempts) +
+           "; it must be 1 to " + std::to_string(limits::retry_attempts_max);
+  }
+  if (auto text = limits::duration_problem("retry_policy.initial_backoff",
+                                           initial_backoff.count());
+      !text.empty()) {
+    return text;
+  }
+  if (auto text = limits::duration_problem("retry_policy.max_backoff",
+                                           max_backoff.count());
+      !text.empty()) {
+    return text;
+  }
+  if (!(backoff_multiplier >= 1.0 && backoff_multiplier <= 1e6)) {
+    return "retry_policy.backoff_multiplier is " +
+           std::to_string(backoff_multiplier) + "; it must be 1 to 1000000";
+  }
+  if (!(jitter >= 0.0 && jitter <= 1.0)) {
+    return "retry_policy.jitter is " + std::to_string(jitter) +
+           "; it must be 0 to 1";
+  }
+  return {};
+}
+
+std::string step_timeouts::problem() const {
+  const std::pair<const char*, std::chrono::milliseconds> fields[] = {
+      {"step_timeouts.schedule_to_start", schedule_to_start},
+      {"step_timeouts.start_to_close", start_to_close},
+      {"step_timeouts.schedule_to_close", schedule_to_close},
+      {"step_timeouts.heartbeat", heartbeat}};
+  for (const auto& [name, value] : fields) {
+    if (auto text = limits::duration_problem(name, value.count());
+        !text.empty()) {
+      return text;
+    }
+  }
+  return {};
 }
 
 }  // namespace durin

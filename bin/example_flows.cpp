@@ -1,5 +1,7 @@
 #include "bin/example_flows.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <functional>
 
 #include "durin/flow.hpp"
@@ -36,8 +38,13 @@ flow<json> sleep_flow(context& ctx, json input) {
 }
 
 // Fails `failures` times (counted in attempts, so across restarts too).
+// More failures than a retry policy may allow (limits::retry_attempts_max,
+// 1000) ask for a policy durin refuses: the run fails with invalid-argument.
 flow<json> flaky(context& ctx, json input) {
-  auto failures = input.value("failures", 0u);
+  // Saturated, not wrapped: {"failures": 1e9} must not become a small count.
+  auto asked = input.value("failures", 0.0);
+  auto failures = static_cast<std::uint32_t>(
+      std::clamp(asked, 0.0, static_cast<double>(UINT32_MAX - 1)));
   retry_policy fast;
   fast.max_attempts = failures + 1;
   fast.initial_backoff = std::chrono::milliseconds(10);

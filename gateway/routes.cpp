@@ -467,9 +467,9 @@ http_response api::create_tenant(request& ctx) {
 }
 
 void api::worker_route(const request_ptr& r, reply_fn reply) {
-  worker_request work{r->caller.tenant, r->http.method,
-                      r->path,          r->query,
-                      r->body,          options_.tenant_polls_max};
+  worker_request work{
+      r->caller.tenant,          r->http.method,   r->path, r->query, r->body,
+      options_.tenant_polls_max, r->caller.admin()};
   if (r->http.method == "GET") {
     reply(handle_worker_route(node_, work));  // memory reads only
     return;

@@ -210,7 +210,8 @@ std::optional<services::step_outcome> outcome_fields(
   }
   auto message =
       text_field(fields, "message", message_bytes_max, false, problem, where);
-  auto after = int_field(fields, "retryAfterMs", 0, 86'400'000, problem, where);
+  auto after = int_field(fields, "retryAfterMs", 0, limits::duration_ms_max,
+                         problem, where);
   if (fields.contains("retryable") && !fields["retryable"].is_boolean() &&
       !problem) {
     problem = bad_request("field '" + where + "retryable' must be a boolean");
@@ -485,6 +486,18 @@ http_response heartbeat(services::task_service& tasks,
                              {"leaseExpiresAtMs", answer.lease_expires_ms}});
 }
 
+json stats_json(const services::task_stats& stats) {
+  return {{"queued", stats.queued},
+          {"running", stats.running},
+          {"stuckLeases", stats.stuck_leases},
+          {"queuedUnpolled", stats.queued_unpolled},
+          {"completed", stats.completed},
+          {"redeliveries", stats.redeliveries},
+          {"refusedReports", stats.refused_reports}};
+}
+
+// The caller's tenant's tasks and counters; an admin key also gets the
+// node's ("nodeStats"), which count every tenant.
 http_response list(services::task_service& tasks,
                    const worker_request& request) {
   auto run = request.query.find("runId");
@@ -510,17 +523,13 @@ http_response list(services::task_service& tasks,
   for (const auto& view : tasks.list(request.tenant, list_max)) {
     live.push_back(view.to_json());
   }
-  auto stats = tasks.stats();
-  return json_response(200, {{"tasks", live},
-                             {"queues", tasks.queues(request.tenant)},
-                             {"stats",
-                              {{"queued", stats.queued},
-                               {"running", stats.running},
-                               {"stuckLeases", stats.stuck_leases},
-                               {"queuedUnpolled", stats.queued_unpolled},
-                               {"completed", stats.completed},
-                               {"redeliveries", stats.redeliveries},
-                               {"refusedReports", stats.refused_reports}}}});
+  json answer = {{"tasks", live},
+                 {"queues", tasks.queues(request.tenant)},
+                 {"stats", stats_json(tasks.stats(request.tenant))}};
+  if (request.admin) {
+    answer["nodeStats"] = stats_json(tasks.stats());
+  }
+  return json_response(200, answer);
 }
 
 }  // namespace

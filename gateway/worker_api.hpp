@@ -13,7 +13,8 @@
 //                                        retryAfterMs?}
 //   POST /v1/tasks/{attemptId}/heartbeat {workerId, message?, current?,
 //                                         total?}
-//   GET  /v1/tasks                      live attempts, queues, counters
+//   GET  /v1/tasks                      the tenant's live attempts, queues,
+//                                        counters; an admin's also the node's
 //   GET  /v1/tasks?runId=ID             the run's attempts and refusals
 //
 // A poll without maxTasks answers {"task": T | null}; with maxTasks (1 to
@@ -63,6 +64,7 @@ struct worker_request {
   // Long polls the tenant may have waiting at once; one more is 429
   // too-many-polls.
   std::size_t parked_polls_max = 256;
+  bool admin = false;  // the caller's key is an admin key
 };
 
 // True for paths the worker routes own.

@@ -1077,10 +1077,12 @@ result<std::vector<timer_record>> store::timers_until(
   });
 }
 
-result<store::run_scan> store::scan_runs(
-    std::string_view before_id, std::optional<run_status> status,
-    std::optional<std::string> flow, std::size_t max, std::size_t scan_max,
-    std::optional<std::string> tenant) const {
+result<store::run_scan> store::scan_runs(std::string_view before_id,
+                                         std::optional<run_status> status,
+                                         std::optional<std::string> flow,
+                                         std::size_t max, std::size_t scan_max,
+                                         std::optional<std::string> tenant,
+                                         std::size_t bytes_max) const {
   return guarded("scan runs", [&]() -> result<run_scan> {
     auto pinned = hold();
     if (!pinned) {
@@ -1109,6 +1111,7 @@ result<store::run_scan> store::scan_runs(
       }
     }
     std::size_t examined = 0;
+    std::size_t bytes = 0;
     std::string last_examined;
     for (; it->Valid(); it->Prev()) {
       ++examined;
@@ -1125,8 +1128,10 @@ result<store::run_scan> store::scan_runs(
           (!flow || decoded->flow == *flow) &&
           (!tenant || decoded->tenant == *tenant)) {
         scan.runs.push_back(std::move(*decoded));
+        bytes += it->value().size();
       }
-      if (scan.runs.size() >= max || examined >= scan_max) {
+      if (scan.runs.size() >= max || examined >= scan_max ||
+          bytes >= bytes_max) {
         it->Prev();
         break;
       }

@@ -155,8 +155,10 @@ class store {
   // Order is key order: by id length, then id bytes, which is creation
   // order for the fixed-length run ids durin makes. A run record that fails
   // decoding is skipped (and counts as examined) so that one bad record
-  // cannot break listing; get_run reports it. max == 0 or scan_max == 0 is
-  // invalid-argument.
+  // cannot break listing; get_run reports it. The scan also stops after the
+  // result whose stored records bring the results' bytes to `bytes_max` or
+  // more (at least one result), so a page of huge inputs stays bounded.
+  // max == 0 or scan_max == 0 is invalid-argument.
   struct run_scan {
     std::vector<run_record> runs;
     std::string next_before_id;
@@ -165,7 +167,8 @@ class store {
                              std::optional<run_status> status,
                              std::optional<std::string> flow, std::size_t max,
                              std::size_t scan_max = 100'000,
-                             std::optional<std::string> tenant = {}) const;
+                             std::optional<std::string> tenant = {},
+                             std::size_t bytes_max = SIZE_MAX) const;
 
   // Writes `batch` with sync=true, on the calling thread. The committer uses
   // this; others go through the committer. A batch with a refused put

@@ -224,6 +224,38 @@ runtime::runtime(std::unique_ptr<runtime_impl> impl) : impl_(std::move(impl)) {}
 
 runtime::~runtime() = default;
 
+namespace {
+
+// The limits of runtime_options not checked inline in open(); "" when fine.
+std::string options_problem(const runtime_options& options) {
+  const std::pair<const char*, std::chrono::milliseconds> durations[] = {
+      {"passivate_after", options.passivate_after},
+      {"retention_max", options.retention_max},
+      {"command_retention", options.command_retention},
+      {"task_lease", options.task_lease}};
+  for (const auto& [name, value] : durations) {
+    if (auto text = limits::duration_problem(name, value.count());
+        !text.empty()) {
+      return text;
+    }
+  }
+  if (options.task_lease.count() < 1 ||
+      options.task_lease.count() > 86'400'000) {
+    return "task_lease must be 1 ms to 1 day; got " +
+           std::to_string(options.task_lease.count()) + " ms";
+  }
+  if (options.history_events_max < 2) {
+    return "history_events_max must be at least 2";
+  }
+  if (options.history_bytes_max < 2 * actors::history_end_reserve_bytes) {
+    return "history_bytes_max must be at least " +
+           std::to_string(2 * actors::history_end_reserve_bytes);
+  }
+  return {};
+}
+
+}  // namespace
+
 result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
                                                registry flows) {
   // CAF's work-stealing workers poll their queue before blocking: 100 busy
@@ -263,6 +295,9 @@ result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
     return make_error(errc::invalid_argument,
                       "step_queue_max must be at least 1");
   }
+  if (auto problem = options_problem(options); !problem.empty()) {
+    return make_error(errc::invalid_argument, problem);
+  }
   auto impl = std::make_unique<runtime_impl>();
   auto& services = impl->services;
   impl->system = &system;
@@ -282,12 +317,15 @@ result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
   services.executor = std::make_unique<services::step_executor>(
       options.step_threads, options.step_queue_max);
   auto* node = &services;
+  services::task_service_options task_options;
+  task_options.default_lease_ms = options.task_lease.count();
   services.tasks = std::make_unique<services::task_service>(
       services.clock,
       [node](const std::string& run_id, actors::step_report report) {
         return node->runs->deliver(run_id, actors::step_done_atom::value,
                                    std::move(report));
-      });
+      },
+      task_options);
   services.runs = std::make_unique<services::directory>(
       [&system, node](const std::string& run_id) {
         return actors::spawn_run_actor(system, *node, run_id);
@@ -777,13 +815,18 @@ result<run_page> runtime::list(const run_filter& filter) const {
   if (filter.cursor.size() > run_id_bytes_max) {
     return make_error(errc::invalid_argument, "cursor is not valid");
   }
+  if (filter.page_bytes_max < 1024 || filter.page_bytes_max > (1U << 30)) {
+    return make_error(errc::invalid_argument,
+                      "page_bytes_max must be 1 KiB to 1 GiB; got " +
+                          std::to_string(filter.page_bytes_max));
+  }
   std::optional<run_status> stored_status = filter.status;
   if (stored_status == run_status::blocked) {
     stored_status.reset();  // not stored: filtered below
   }
-  auto scan = impl_->services.store->scan_runs(filter.cursor, stored_status,
-                                               filter.flow, filter.limit,
-                                               list_scan_max, filter.tenant);
+  auto scan = impl_->services.store->scan_runs(
+      filter.cursor, stored_status, filter.flow, filter.limit, list_scan_max,
+      filter.tenant, filter.page_bytes_max);
   if (!scan) {
     return scan.error();
   }

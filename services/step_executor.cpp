@@ -74,6 +74,15 @@ step_outcome run_step_body(
     outcome.result = step_outcome::kind::retryable;
     outcome.message = e.what();
     outcome.retry_after_ms = e.retry_after().count();
+    if (outcome.retry_after_ms > limits::duration_ms_max) {
+      // No timer that far: the step fails for good, saying why.
+      outcome.result = step_outcome::kind::fatal;
+      outcome.error_code = "invalid-argument";
+      outcome.message =
+          limits::duration_problem("retry_after", outcome.retry_after_ms) +
+          "; the attempt failed with: " + outcome.message;
+      outcome.retry_after_ms = -1;
+    }
   } catch (const json::exception& e) {
     // Arguments or a result that do not convert will not convert next time.
     outcome.result = step_outcome::kind::fatal;

@@ -141,11 +141,10 @@ std::string task_service::queue_key(const std::string& tenant,
 }
 
 void task_service::arm_lease_locked(attempt& entry) {
-  const auto& timeouts = entry.spec.timeouts;
   auto at = now();
   std::int64_t lease = 0;
-  if (timeouts.heartbeat.count() > 0) {
-    lease = at + timeouts.heartbeat.count();
+  if (entry.lease_ms > 0) {
+    lease = at + entry.lease_ms;
   }
   if (entry.close_deadline_ms > 0) {
     lease = lease == 0 ? entry.close_deadline_ms
@@ -199,6 +198,9 @@ void task_service::start_local(task_spec spec) {
     entry.step_deadline_ms =
         spec.step_scheduled_at_ms + spec.timeouts.schedule_to_close.count();
   }
+  // In the node nothing dies silently: no lease beyond the step's own
+  // heartbeat timeout.
+  entry.lease_ms = std::max<std::int64_t>(0, spec.timeouts.heartbeat.count());
   entry.spec = std::move(spec);
   by_run_[entry.spec.run_id] = entry.spec.attempt_id;
   auto id = entry.spec.attempt_id;
@@ -272,9 +274,13 @@ claimed_task task_service::claim_locked(attempt& entry,
   const auto& timeouts = entry.spec.timeouts;
   if (timeouts.start_to_close.count() > 0) {
     entry.close_deadline_ms = at + timeouts.start_to_close.count();
-  } else if (timeouts.heartbeat.count() == 0) {
-    // A remote worker may die silently: some lease is always needed.
-    entry.close_deadline_ms = at + options_.default_lease_ms;
+  }
+  if (timeouts.heartbeat.count() > 0) {
+    entry.lease_ms = timeouts.heartbeat.count();
+  } else if (timeouts.start_to_close.count() <= 0) {
+    // A remote worker may die silently: some lease is always needed, and
+    // like a heartbeat timeout each heartbeat renews it.
+    entry.lease_ms = options_.default_lease_ms;
   }
   arm_lease_locked(entry);
   if (!poll_id.empty()) {
@@ -510,6 +516,7 @@ report_verdict task_service::report(const std::string& tenant,
     }
     if (verdict != report_verdict::accepted) {
       ++refused_;
+      ++counters_[tenant].refused;
       refuse_locked(
           it != live_.end() ? it->second.spec.run_id : std::string(),
           refused_report{
@@ -527,6 +534,7 @@ report_verdict task_service::report(const std::string& tenant,
     report.call = it->second.spec.call;
     report.attempt_id = attempt_id;
     ++completed_;
+    ++counters_[tenant].completed;
     end_locked(it,
                outcome.result == step_outcome::kind::succeeded
                    ? attempt_state::completed
@@ -555,9 +563,15 @@ heartbeat_answer task_service::heartbeat(const std::string& tenant,
     answer.verdict = report_verdict::not_claimed;
   } else if (it->second.view.owner != owner) {
     answer.verdict = report_verdict::wrong_owner;
+  } else if (it->second.view.lease_expires_ms > 0 &&
+             now() >= it->second.view.lease_expires_ms) {
+    // Lapsed, not yet reaped: renewing it now would let a lease outlive
+    // its expiry by the reaper's interval. The reaper ends it next.
+    answer.verdict = report_verdict::stale_attempt;
   }
   if (answer.verdict != report_verdict::accepted) {
     ++refused_;
+    ++counters_[tenant].refused;
     refuse_locked(it != live_.end() ? it->second.spec.run_id : std::string(),
                   refused_report{.attempt_id = attempt_id,
                                  .owner = owner,
@@ -735,12 +749,17 @@ std::vector<task_service::expiry> task_service::collect_expired() {
     outcome.message =
         std::string("attempt ") + std::to_string(entry.spec.attempt) +
         " timed out (" + to_string(kind) + ")" +
+        (kind == timeout_kind::heartbeat
+             ? ": no heartbeat or outcome within its lease of " +
+                   std::to_string(entry.lease_ms) + " ms"
+             : std::string()) +
         (entry.view.owner.empty() ? std::string()
                                   : "; lease owner " + entry.view.owner);
     entry.view.timeout = to_string(kind);
     expiry lapse{entry.spec.run_id,
                  step_report{entry.spec.call, id, std::move(outcome), {}}};
     ++redeliveries_;
+    ++counters_[entry.spec.tenant].redeliveries;
     end_locked(it, attempt_state::expired, report_verdict::stale_attempt);
     out.push_back(std::move(lapse));
   }
@@ -803,9 +822,31 @@ run_transport task_service::transport_of(const std::string& run_id) const {
 
 task_stats task_service::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
+  auto out = live_stats_locked(nullptr);
+  out.redeliveries = redeliveries_;
+  out.refused_reports = refused_;
+  out.completed = completed_;
+  return out;
+}
+
+task_stats task_service::stats(const std::string& tenant) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto out = live_stats_locked(&tenant);
+  if (auto it = counters_.find(tenant); it != counters_.end()) {
+    out.redeliveries = it->second.redeliveries;
+    out.refused_reports = it->second.refused;
+    out.completed = it->second.completed;
+  }
+  return out;
+}
+
+task_stats task_service::live_stats_locked(const std::string* tenant) const {
   task_stats out;
   auto at = now();
   for (const auto& [id, entry] : live_) {
+    if (tenant != nullptr && entry.spec.tenant != *tenant) {
+      continue;
+    }
     if (entry.view.state == attempt_state::queued) {
       ++out.queued;
       auto queue =
@@ -826,9 +867,6 @@ task_stats task_service::stats() const {
       }
     }
   }
-  out.redeliveries = redeliveries_;
-  out.refused_reports = refused_;
-  out.completed = completed_;
   return out;
 }
 

@@ -2,8 +2,11 @@
 // lease. An attempt of an in-node step is leased at once to the node's step
 // executor ("node"); an attempt of a step registered to a task queue waits
 // on that queue until a worker claims it with a poll. Claiming gives a lease
-// (owner, expiry); heartbeats renew it; a lease that expires, and every
-// other timeout, ends the attempt and reports a timeout to the run, whose
+// (owner, expiry); each heartbeat renews it, moving the expiry to now plus
+// the step's heartbeat timeout, or plus default_lease_ms for a remote step
+// with neither a heartbeat nor a start-to-close timeout (never past the
+// start-to-close or schedule-to-close deadline); a lease that expires, and
+// every other timeout, ends the attempt and reports a timeout to the run, whose
 // engine records it and schedules a new attempt (a new attempt id).
 //
 // Fencing: an outcome or heartbeat is taken only from the lease owner of an
@@ -167,7 +170,7 @@ struct heartbeat_answer {
 
 struct task_service_options {
   // The lease of a remote attempt whose step has neither a heartbeat nor a
-  // start-to-close timeout.
+  // start-to-close timeout; each heartbeat renews it by this much.
   std::int64_t default_lease_ms = 30'000;
   // How often expiries are looked for: a lapsed lease is redelivered at most
   // this much after its expiry (plus the run's retry write).
@@ -280,7 +283,12 @@ class task_service {
                                  std::size_t max) const;
   // What the service remembers of the run's attempts and refusals.
   run_transport transport_of(const std::string& run_id) const;
+  // Node-wide: every tenant's attempts and counters (operators, /metrics).
   task_stats stats() const;
+  // Only `tenant`'s: its live attempts, and the redeliveries, refused
+  // reports and outcomes of its attempts (a refusal counts for the tenant
+  // that sent it).
+  task_stats stats(const std::string& tenant) const;
   // Names of queues polled or used, for the operator view.
   std::vector<std::string> queues(const std::string& tenant) const;
 
@@ -292,6 +300,9 @@ class task_service {
     std::int64_t start_deadline_ms = 0;  // schedule-to-start
     std::int64_t close_deadline_ms = 0;  // start-to-close
     std::int64_t step_deadline_ms = 0;   // schedule-to-close
+    // What a heartbeat renews the lease by (the heartbeat timeout, else the
+    // default lease of a remote attempt); 0: the lease is the deadlines'.
+    std::int64_t lease_ms = 0;
   };
   struct parked_poll {
     std::string tenant;
@@ -317,6 +328,11 @@ class task_service {
   struct expiry {
     std::string run_id;
     step_report report;
+  };
+  struct tenant_counters {
+    std::uint64_t redeliveries = 0;
+    std::uint64_t refused = 0;
+    std::uint64_t completed = 0;
   };
 
   std::int64_t now() const { return clock_->now_ms(); }
@@ -360,6 +376,9 @@ class task_service {
   void arm_lease_locked(attempt& entry);
   claimed_task claim_locked(attempt& entry, const std::string& worker,
                             const std::string& poll_id);
+  // REQUIRES: mutex_ held. Live attempts counted, of one tenant or (null)
+  // of all; the counters are left 0.
+  task_stats live_stats_locked(const std::string* tenant) const;
 
   std::shared_ptr<durin::clock> clock_;
   deliver_function deliver_;
@@ -381,6 +400,8 @@ class task_service {
   std::uint64_t redeliveries_ = 0;
   std::uint64_t refused_ = 0;
   std::uint64_t completed_ = 0;
+  // The same counters by tenant; one entry per tenant that had a task.
+  std::unordered_map<std::string, tenant_counters> counters_;
 
   // Parked polls: where each is, and by deadline.
   std::unordered_map<std::uint64_t, queue_state*> parked_where_;

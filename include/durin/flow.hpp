@@ -27,6 +27,7 @@
 #include "durin/detail/driver.hpp"
 #include "durin/hook.hpp"
 #include "durin/json.hpp"
+#include "durin/limits.hpp"
 #include "durin/step.hpp"
 
 namespace durin {
@@ -230,13 +231,29 @@ class context {
         *driver_, detail::step_call{std::move(options), {}, std::move(packed)});
   }
 
+  // A durable timer `duration` from now (a negative one fires at once).
+  // Throws invalid_argument_error beyond limits::duration_ms_max (36,500 days),
+  // recording nothing.
   sleep_awaitable sleep(std::chrono::milliseconds duration) {
+    if (duration.count() > limits::duration_ms_max) {
+      throw invalid_argument_error(
+          limits::duration_problem("ctx.sleep", duration.count()));
+    }
     return sleep_awaitable(*driver_, duration.count(), -1);
   }
+  // A durable timer at `when` (a past time fires at once). Throws
+  // invalid_argument_error for a time before the Unix epoch or after
+  // limits::time_ms_max (9999-12-31T23:59:59.999Z), recording nothing.
   sleep_awaitable sleep_until(std::chrono::system_clock::time_point when) {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                   when.time_since_epoch())
                   .count();
+    if (ms < 0 || ms > limits::time_ms_max) {
+      throw invalid_argument_error(
+          "ctx.sleep_until: a time of " + std::to_string(ms) +
+          " ms since the Unix epoch is outside 0 to " +
+          std::to_string(limits::time_ms_max) + " (9999-12-31T23:59:59.999Z)");
+    }
     return sleep_awaitable(*driver_, 0, ms);
   }
 
@@ -249,7 +266,7 @@ class context {
 
   // A hook on `options.token` (see durin/hook.hpp). With the run's own start
   // token it binds to the start hook (then metadata, min_retention and force
-  // must be unset: std::invalid_argument names the one that is not).
+  // must be unset: invalid_argument_error names the one that is not).
   template <class T = json>
   hook<T> create_hook(hook_options options) {
     return hook<T>(*driver_, driver_->hook_create(to_request(options)));

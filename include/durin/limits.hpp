@@ -2,9 +2,18 @@
 // names. A request beyond a limit is refused with invalid-argument naming
 // the limit; nothing is written. Where one limit must hold another, a
 // static_assert says so.
+//
+// Durations and times too, wherever they enter: a flow's sleeps, retry
+// policies and their delays, step timeouts, hook retention, the runtime's
+// options, worker reports. Beyond them a call is refused (invalid-argument,
+// or durin::invalid_argument_error in flow code) instead of computing a due
+// time that overflows: a sleep of INT64_MAX ms once armed a timer in the past.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
 
 namespace durin::limits {
 
@@ -35,5 +44,31 @@ static_assert(path_segment_bytes_max >= token_bytes_max &&
                   path_segment_bytes_max >= run_id_bytes_max &&
                   path_segment_bytes_max >= identity_bytes_max,
               "every id a route names must fit in one path segment");
+
+// The longest duration: 36,500 days (about 100 years), in milliseconds.
+inline constexpr std::int64_t duration_ms_max = 36'500LL * 86'400'000;
+// The latest absolute time (ctx.sleep_until, RFC 3339 retention times):
+// 9999-12-31T23:59:59.999Z, in milliseconds since the Unix epoch. Times
+// before the epoch are refused too.
+inline constexpr std::int64_t time_ms_max = 253'402'300'799'999;
+static_assert(time_ms_max + duration_ms_max < INT64_MAX / 2,
+              "a due time (a time plus a duration) must never overflow");
+// The most attempts a retry policy may ask for (retry_policy::max_attempts).
+inline constexpr std::uint32_t retry_attempts_max = 1000;
+
+// "" when 0 <= `ms` <= duration_ms_max; otherwise a message naming `what`
+// ("ctx.sleep", "retry_policy.initial_backoff", ...), the value and the
+// limit.
+inline std::string duration_problem(std::string_view what, std::int64_t ms) {
+  if (ms >= 0 && ms <= duration_ms_max) {
+    return {};
+  }
+  std::string text(what);
+  text += ms < 0 ? ": a duration of " + std::to_string(ms) + " ms is negative"
+                 : ": a duration of " + std::to_string(ms) +
+                       " ms is beyond the maximum of " +
+                       std::to_string(duration_ms_max) + " ms (36500 days)";
+  return text;
+}
 
 }  // namespace durin::limits

@@ -97,9 +97,17 @@ class registry {
   }
 
   // The same with a task queue (remote workers run it) and timeouts.
+  // Throws invalid_argument_error when the retry policy or a timeout is out
+  // of range (retry_policy::problem, step_timeouts::problem).
   template <class F>
   registry& step(std::string name, F fn, step_config config) {
     using traits = detail::callable_traits<detail::plain_t<F>>;
+    for (const auto& problem :
+         {config.retry.problem(), config.timeouts.problem()}) {
+      if (!problem.empty()) {
+        throw invalid_argument_error("step '" + name + "': " + problem);
+      }
+    }
     step_entry entry;
     entry.retry = config.retry;
     entry.task_queue = std::move(config.task_queue);

@@ -72,6 +72,10 @@ struct run_filter {
   std::optional<std::string> flow;
   std::size_t limit = 100;  // 1..1000
   std::string cursor;       // from a previous page's next_cursor
+  // A page ends early, with a next_cursor, after the run that brings its
+  // runs' stored records (input, output, error) to this many bytes; it
+  // holds at least one run. 1 KiB..1 GiB.
+  std::size_t page_bytes_max = 4 << 20;
 };
 
 struct run_page {

@@ -53,6 +53,23 @@ struct runtime_options {
   std::chrono::milliseconds retention_max{30LL * 24 * 3600 * 1000};
   // How long a plain start's command id is remembered after admission.
   std::chrono::milliseconds command_retention{24LL * 3600 * 1000};
+  // The limits of one run's history. A write that would take the history
+  // beyond either is not made: the run fails instead, with error code
+  // history-limit-exceeded and a message naming the limit, recorded as its
+  // last event. An event counts its payload, names and messages plus 64
+  // bytes. The run's end (completion, failure, cancellation) has room kept
+  // for it: 1 event and 4096 bytes. Temporal's limits are 51,200 events and
+  // 50 MB; durin's defaults are 50,000 events and 50 MiB. At least 2 events
+  // and 8192 bytes.
+  std::uint64_t history_events_max = 50'000;
+  std::uint64_t history_bytes_max = 50ULL << 20;
+  // The lease of a remote step's attempt when the step has neither a
+  // heartbeat nor a start-to-close timeout: each heartbeat moves its expiry
+  // to now + this; an attempt without a heartbeat or an outcome for this
+  // long is delivered again (timeout-heartbeat). 1 ms to 1 day.
+  std::chrono::milliseconds task_lease{30'000};
+  // Every duration above is 0..limits::duration_ms_max (durin/limits.hpp), else
+  // open() is invalid-argument.
   // Tests only: how the node's store is opened (persistence/store.hpp: a
   // fault-injecting file system, reopen backoff). Null: the defaults.
   std::shared_ptr<const persistence::store_options> store;

@@ -12,21 +12,38 @@
 #include <stdexcept>
 #include <string>
 
+#include "durin/limits.hpp"
+
 namespace durin {
 
+// Thrown where a durin call gets an argument out of its documented range (a
+// duration beyond limits::duration_ms_max, a retry policy of 0 attempts, ...).
+// Left uncaught in a flow, the run fails with error code "invalid-argument".
+// Deterministic: the same code with the same input throws again on replay.
+class invalid_argument_error : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
 // How a step retries. Defaults follow common practice: 4 attempts in all,
-// exponential backoff from 1 s doubling up to 60 s, +-20% jitter.
+// exponential backoff from 1 s doubling up to 60 s, +-20% jitter. The
+// attempts are capped: a policy asking for more than limits::retry_attempts_max
+// (1000), or with a delay beyond limits::duration_ms_max, is refused
+// (invalid_argument_error at ctx.step or at registry::step).
 struct retry_policy {
   std::uint32_t max_attempts = 4;  // 1..1000; 1 means no retry
-  std::chrono::milliseconds initial_backoff{1000};
-  double backoff_multiplier = 2.0;  // >= 1
-  std::chrono::milliseconds max_backoff{60'000};
+  std::chrono::milliseconds initial_backoff{
+      1000};                                      // 0..limits::duration_ms_max
+  double backoff_multiplier = 2.0;                // 1..1e6
+  std::chrono::milliseconds max_backoff{60'000};  // 0..limits::duration_ms_max
   double jitter = 0.2;  // 0..1, fraction of the delay added or removed
 
   // The delay before attempt `next_attempt` (2, 3, ...) given a uniform
   // random `unit` in [0, 1); deterministic for equal arguments.
   std::chrono::milliseconds backoff(std::uint32_t next_attempt,
                                     double unit) const;
+  // "" when every field is in range; else what is wrong, naming the field.
+  std::string problem() const;
 };
 
 // Per-step deadlines; zero means none. A timeout ends the attempt and is
@@ -36,19 +53,24 @@ struct retry_policy {
 struct step_timeouts {
   // From an attempt being queued to a worker claiming it (remote steps).
   std::chrono::milliseconds schedule_to_start{0};
-  // From an attempt being claimed to its outcome. A remote step without any
-  // timeout gets the task service's default lease (30 s) as this.
+  // From an attempt being claimed to its outcome: a hard deadline that
+  // heartbeats do not move.
   std::chrono::milliseconds start_to_close{0};
   // From the step's first attempt being scheduled to its final outcome,
   // across retries. Counted from the run's activation after a restart.
   std::chrono::milliseconds schedule_to_close{0};
-  // The longest gap between heartbeats; each heartbeat renews the lease.
+  // The longest gap between heartbeats: each heartbeat moves the lease's
+  // expiry to now + this (never past start-to-close). A remote step with
+  // neither this nor start-to-close gets the runtime's task_lease (30 s),
+  // renewed by heartbeats the same way.
   std::chrono::milliseconds heartbeat{0};
 
   bool any() const {
     return schedule_to_start.count() > 0 || start_to_close.count() > 0 ||
            schedule_to_close.count() > 0 || heartbeat.count() > 0;
   }
+  // "" when each is 0..limits::duration_ms_max; else which one is not.
+  std::string problem() const;
 };
 
 // Names a step call and its policy. Converts from a string so that
@@ -80,7 +102,8 @@ class fatal_error : public std::runtime_error {
 };
 
 // Thrown by a step body: retry (if attempts remain) after `retry_after`
-// instead of the policy's backoff.
+// instead of the policy's backoff. A retry_after beyond limits::duration_ms_max
+// fails the step for good with code "invalid-argument".
 class retryable_error : public std::runtime_error {
  public:
   explicit retryable_error(

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <future>
+#include <thread>
 
 #include "durin/durin.hpp"
 #include "services/task_service.hpp"
@@ -284,6 +285,165 @@ TEST_F(TaskTest, HeartbeatsRenewTheLeaseAndAStaleHeartbeatIsToldToStop) {
   auto lapsed = events_of(*rt, run->id, "step-attempt-failed");
   ASSERT_EQ(lapsed.size(), 1u);
   EXPECT_EQ(lapsed[0].detail["error"]["code"], "timeout-heartbeat");
+}
+
+// Seed 004: a task is delivered again only if its lease expires before the
+// worker reports progress. A remote step without timeouts gets the default
+// lease (30 s); heartbeats alone hold the attempt for many lease lengths,
+// each answer carrying the new expiry, and once they stop the attempt is
+// lost after exactly one lease.
+TEST_F(TaskTest, HeartbeatsRenewTheLeaseForSeveralLeaseLengths) {
+  constexpr std::int64_t lease_ms = 30'000;
+  auto rt = open(remote_flows({}));
+  auto run = rt->start("one-remote", json(1));
+  ASSERT_TRUE(run.ok());
+  auto task = poll(*rt, "w");
+  ASSERT_TRUE(task.has_value());
+  EXPECT_EQ(task->lease_expires_ms, clock_->now_ms() + lease_ms);
+  // Ten heartbeats 20 s apart: 200 s, more than six lease lengths.
+  for (int i = 0; i < 10; ++i) {
+    clock_->advance_ms(20'000);
+    auto beat = rt->tasks().heartbeat("default", task->spec.attempt_id, "w",
+                                      {"working", i, 10});
+    ASSERT_EQ(beat.verdict, report_verdict::accepted) << "heartbeat " << i;
+    ASSERT_TRUE(beat.go_on);
+    EXPECT_EQ(beat.lease_expires_ms, clock_->now_ms() + lease_ms);
+    // Nobody else gets it: it was never delivered again.
+    EXPECT_FALSE(rt->tasks().poll("default", "q", "w2", "", 0).has_value());
+  }
+  // Give the reaper time to look (it runs every 20 ms of real time).
+  std::this_thread::sleep_for(60ms);
+  EXPECT_EQ(rt->tasks().stats().redeliveries, 0u);
+  EXPECT_TRUE(events_of(*rt, run->id, "step-attempt-failed").empty());
+  // The worker goes silent: it keeps the attempt for one lease, no more.
+  clock_->advance_ms(lease_ms - 1);
+  std::this_thread::sleep_for(60ms);
+  EXPECT_EQ(rt->tasks().stats().redeliveries, 0u);
+  clock_->advance_ms(1);
+  auto next = poll(*rt, "w2");
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->spec.attempt, 2u);
+  EXPECT_NE(next->spec.attempt_id, task->spec.attempt_id);
+  auto late = rt->tasks().heartbeat("default", task->spec.attempt_id, "w", {});
+  EXPECT_EQ(late.verdict, report_verdict::stale_attempt);
+  EXPECT_FALSE(late.go_on);
+  auto lapsed = events_of(*rt, run->id, "step-attempt-failed");
+  ASSERT_EQ(lapsed.size(), 1u);
+  EXPECT_EQ(lapsed[0].detail["error"]["code"], "timeout-heartbeat");
+  EXPECT_NE(lapsed[0].detail["error"]["message"].get<std::string>().find(
+                "lease of 30000 ms"),
+            std::string::npos);
+  EXPECT_TRUE(
+      report(*rt, next->spec.attempt_id, "w2", succeeded(2)).second.recorded);
+  EXPECT_EQ(rt->wait(run->id, wait_max)->output, json(2));
+}
+
+// A heartbeat that arrives after the lease lapsed, before the reaper ended
+// the attempt, does not bring the lease back.
+TEST_F(TaskTest, AHeartbeatAfterTheLeaseLapsedIsStale) {
+  step_timeouts timeouts;
+  timeouts.heartbeat = 1000ms;
+  auto rt = open(remote_flows(timeouts));
+  ASSERT_TRUE(rt->start("one-remote", json(1)).ok());
+  auto task = poll(*rt, "w");
+  ASSERT_TRUE(task.has_value());
+  clock_->advance_ms(1000);
+  auto beat = rt->tasks().heartbeat("default", task->spec.attempt_id, "w", {});
+  EXPECT_EQ(beat.verdict, report_verdict::stale_attempt);
+  EXPECT_FALSE(beat.go_on);
+  auto next = poll(*rt, "w2");
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->spec.attempt, 2u);
+}
+
+// start-to-close is a deadline for the attempt: heartbeats renew the lease
+// up to it, never past it.
+TEST_F(TaskTest, HeartbeatsDoNotMoveTheStartToCloseDeadline) {
+  step_timeouts timeouts;
+  timeouts.heartbeat = 1000ms;
+  timeouts.start_to_close = 2500ms;
+  auto rt = open(remote_flows(timeouts));
+  auto run = rt->start("one-remote", json(1));
+  ASSERT_TRUE(run.ok());
+  auto task = poll(*rt, "w");
+  ASSERT_TRUE(task.has_value());
+  auto deadline = clock_->now_ms() + 2500;
+  clock_->advance_ms(800);
+  auto beat = rt->tasks().heartbeat("default", task->spec.attempt_id, "w", {});
+  EXPECT_EQ(beat.lease_expires_ms, clock_->now_ms() + 1000);
+  clock_->advance_ms(800);
+  beat = rt->tasks().heartbeat("default", task->spec.attempt_id, "w", {});
+  EXPECT_EQ(beat.lease_expires_ms, deadline);
+  clock_->advance_ms(900);
+  auto next = poll(*rt, "w2");
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->spec.attempt, 2u);
+  auto lapsed = events_of(*rt, run->id, "step-attempt-failed");
+  ASSERT_EQ(lapsed.size(), 1u);
+  EXPECT_EQ(lapsed[0].detail["error"]["code"], "timeout-start-to-close");
+}
+
+// The default lease is the runtime's task_lease: a node may choose it.
+TEST_F(TaskTest, TheDefaultLeaseIsTheRuntimesTaskLease) {
+  auto flows = remote_flows({});
+  runtime_options options;
+  options.data_dir = dir_.path();
+  options.clock = clock_;
+  options.task_lease = 5000ms;
+  auto opened = runtime::open(options, flows);
+  ASSERT_TRUE(opened.ok()) << opened.error().to_string();
+  auto& rt = **opened;
+  ASSERT_TRUE(rt.start("one-remote", json(1)).ok());
+  auto task = poll(rt, "w");
+  ASSERT_TRUE(task.has_value());
+  EXPECT_EQ(task->lease_expires_ms, clock_->now_ms() + 5000);
+  for (int i = 0; i < 4; ++i) {
+    clock_->advance_ms(4000);
+    EXPECT_EQ(rt.tasks()
+                  .heartbeat("default", task->spec.attempt_id, "w", {})
+                  .lease_expires_ms,
+              clock_->now_ms() + 5000);
+  }
+  options.task_lease = 0ms;
+  options.data_dir = dir_.path() + "/other";
+  auto refused = runtime::open(options, flows);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, errc::invalid_argument);
+}
+
+// Issue 12, item 14: one tenant's counters say nothing about another's.
+TEST_F(TaskTest, TaskCountsAreScopedToTheCallersTenant) {
+  auto rt = open(remote_flows({}));
+  start_options in_a;
+  in_a.tenant = "tenant-a";
+  auto run = rt->start("one-remote", json(1), in_a);
+  ASSERT_TRUE(run.ok()) << run.error().to_string();
+  auto task = rt->tasks().poll("tenant-a", "q", "w", "", 5000);
+  ASSERT_TRUE(task.has_value());
+  // A refused report of tenant b counts for tenant b only.
+  EXPECT_EQ(rt->tasks().report("tenant-b", task->spec.attempt_id, "w",
+                               succeeded(0), nullptr),
+            report_verdict::task_not_found);
+  auto a = rt->tasks().stats("tenant-a");
+  auto b = rt->tasks().stats("tenant-b");
+  EXPECT_EQ(a.running, 1u);
+  EXPECT_EQ(a.refused_reports, 0u);
+  EXPECT_EQ(b.running, 0u);
+  EXPECT_EQ(b.queued, 0u);
+  EXPECT_EQ(b.refused_reports, 1u);
+  auto answered = std::make_shared<std::promise<report_answer>>();
+  ASSERT_EQ(rt->tasks().report(
+                "tenant-a", task->spec.attempt_id, "w", succeeded(7),
+                [answered](report_answer got) { answered->set_value(got); }),
+            report_verdict::accepted);
+  ASSERT_TRUE(answered->get_future().get().recorded);
+  EXPECT_EQ(rt->tasks().stats("tenant-a").completed, 1u);
+  EXPECT_EQ(rt->tasks().stats("tenant-b").completed, 0u);
+  EXPECT_EQ(rt->tasks().stats("tenant-c").completed, 0u);
+  // The node-wide view, for operators, counts both.
+  auto node = rt->tasks().stats();
+  EXPECT_EQ(node.completed, 1u);
+  EXPECT_EQ(node.refused_reports, 1u);
 }
 
 TEST_F(TaskTest, ReportsAfterCancelAreRefusedRunCancelled) {
