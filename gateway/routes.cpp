@@ -470,6 +470,9 @@ void api::worker_route(const request_ptr& r, reply_fn reply) {
   worker_request work{
       r->caller.tenant,          r->http.method,   r->path, r->query, r->body,
       options_.tenant_polls_max, r->caller.admin()};
+  if (r->caller.role == key_role::worker) {
+    work.owner_prefix = r->caller.key_id + "/";
+  }
   if (r->http.method == "GET") {
     reply(handle_worker_route(node_, work));  // memory reads only
     return;

@@ -26,6 +26,17 @@ constexpr std::size_t poll_tasks_max = 256;
 constexpr std::size_t reports_max = 256;
 constexpr std::size_t attempt_id_bytes_max = 256;
 
+// The lease owner a request speaks for: its workerId, within the caller's
+// key when that is a worker key, so one worker key can neither report for
+// nor heartbeat a task another key claimed, whatever workerId it sends.
+std::optional<std::string> lease_owner(const worker_request& request,
+                                       std::optional<std::string> worker_id) {
+  if (!worker_id || request.owner_prefix.empty()) {
+    return worker_id;
+  }
+  return request.owner_prefix + *worker_id;
+}
+
 // The string field `name`, 1..max bytes; nullopt after filling `problem`.
 // `where` names the object in messages ("" for the body, "reports[2].").
 std::optional<std::string> text_field(const json& body, const char* name,
@@ -161,8 +172,9 @@ void poll(services::task_service& tasks, const worker_request& request,
     return reply(bad_request("a task queue name is 1 to 128 bytes"));
   }
   std::optional<http_response> problem;
-  auto worker =
-      text_field(request.body, "workerId", worker_id_bytes_max, true, problem);
+  auto worker = lease_owner(
+      request,
+      text_field(request.body, "workerId", worker_id_bytes_max, true, problem));
   auto poll_id = text_field(request.body, "pollRequestId", poll_id_bytes_max,
                             false, problem);
   auto wait_ms =
@@ -381,8 +393,9 @@ void report_one(services::task_service& tasks, const worker_request& request,
     return reply(std::move(*unknown));
   }
   std::optional<http_response> problem;
-  auto worker =
-      text_field(request.body, "workerId", worker_id_bytes_max, true, problem);
+  auto worker = lease_owner(
+      request,
+      text_field(request.body, "workerId", worker_id_bytes_max, true, problem));
   auto outcome = outcome_fields(request.body, completed, problem, "");
   if (problem) {
     return reply(std::move(*problem));
@@ -404,8 +417,9 @@ void report_many(services::task_service& tasks, const worker_request& request,
     return reply(std::move(*unknown));
   }
   std::optional<http_response> problem;
-  auto worker =
-      text_field(request.body, "workerId", worker_id_bytes_max, true, problem);
+  auto worker = lease_owner(
+      request,
+      text_field(request.body, "workerId", worker_id_bytes_max, true, problem));
   if (problem) {
     return reply(std::move(*problem));
   }
@@ -467,8 +481,9 @@ http_response heartbeat(services::task_service& tasks,
     return *problem;
   }
   std::optional<http_response> problem;
-  auto worker =
-      text_field(request.body, "workerId", worker_id_bytes_max, true, problem);
+  auto worker = lease_owner(
+      request,
+      text_field(request.body, "workerId", worker_id_bytes_max, true, problem));
   auto message =
       text_field(request.body, "message", message_bytes_max, false, problem);
   auto current = int_field(request.body, "current", 0, INT64_MAX, problem);

@@ -65,6 +65,9 @@ struct worker_request {
   // too-many-polls.
   std::size_t parked_polls_max = 256;
   bool admin = false;  // the caller's key is an admin key
+  // For a worker key: its id and '/', put before every workerId it sends,
+  // so its leases are its own (empty for other roles).
+  std::string owner_prefix;
 };
 
 // True for paths the worker routes own.

@@ -1358,5 +1358,35 @@ TEST_F(ServeTest, WebhookDeliveriesDropCredentialHeaders) {
   EXPECT_FALSE(headers.contains("x-api-key")) << headers.dump();
 }
 
+// Worker ids are self-declared, so a worker key's leases are bound to the
+// key: another worker key sending the same workerId is refused as another
+// worker (409 lease-conflict, wrong_owner), and the claimer's report stands.
+TEST_F(ServeTest, AWorkerKeyReportsOnlyForItself) {
+  auto client = admin();
+  auto first_key = client.post("/v1/api-keys", {{"role", "worker"}});
+  auto second_key = client.post("/v1/api-keys", {{"role", "worker"}});
+  ASSERT_EQ(first_key.status, 201u);
+  ASSERT_EQ(second_key.status, 201u);
+  auto first = as(first_key.value["secret"]);
+  auto second = as(second_key.value["secret"]);
+  auto run = client.post("/v1/runs", {{"flow", "acme.remote-echo"},
+                                      {"input", {{"text", "hi"}}},
+                                      {"wait", false}});
+  ASSERT_EQ(run.status, 202u) << run.body;
+  auto polled = first.post("/v1/task-queues/workers/poll",
+                           {{"workerId", "w"}, {"waitMs", 5000}});
+  ASSERT_EQ(polled.status, 200u) << polled.body;
+  ASSERT_TRUE(polled.value["task"].is_object()) << polled.body;
+  std::string attempt = polled.value["task"]["attemptId"];
+  auto spoofed = second.post("/v1/tasks/" + attempt + "/complete",
+                             {{"workerId", "w"}, {"result", "forged"}});
+  EXPECT_EQ(spoofed.status, 409u) << spoofed.body;
+  EXPECT_EQ(spoofed.code(), "lease-conflict");
+  auto honest = first.post("/v1/tasks/" + attempt + "/complete",
+                           {{"workerId", "w"}, {"result", "echo"}});
+  EXPECT_EQ(honest.status, 200u) << honest.body;
+  EXPECT_EQ(honest.value["recorded"], true);
+}
+
 }  // namespace
 }  // namespace durin::testing

@@ -245,7 +245,12 @@ TEST_F(StorageFaultTest, NothingAcknowledgedIsLostAcrossInjectedFaults) {
   const auto seed = testing::test_seed();
   std::mt19937_64 random(seed);
   constexpr int writers = 4;
-  constexpr int episodes = 90;
+  // At least this many episodes, and more until 200 faults were injected
+  // (how many a window injects depends on how often the store retried in
+  // it, so on the machine's load), within a bound.
+  constexpr int episodes_min = 90;
+  constexpr int episodes_max = 400;
+  int episodes = 0;
   std::atomic<bool> stop{false};
   std::mutex mutex;
   std::vector<std::string> acknowledged;
@@ -277,7 +282,9 @@ TEST_F(StorageFaultTest, NothingAcknowledgedIsLostAcrossInjectedFaults) {
       operation::write, operation::sync, operation::create};
   const std::array<fault, 3> kinds = {fault::no_space, fault::no_descriptors,
                                       fault::io_error};
-  for (int episode = 0; episode < episodes; ++episode) {
+  for (int episode = 0; episode < episodes_min ||
+                        (disk_->injected() < 200u && episode < episodes_max);
+       ++episode, ++episodes) {
     const auto which = operations[random() % operations.size()];
     const auto kind = kinds[random() % kinds.size()];
     disk_->fail(which, kind);
