@@ -260,8 +260,8 @@ bool api::authenticate(request& r, const route* matched,
                        const reply_fn& reply) {
   // Every /v1 path but webhooks needs a key, a path of no route too: an
   // unknown caller learns nothing about routes.
-  bool needed = r.path.size() >= 2 && r.path[0] == "v1" &&
-                r.path[1] != "webhooks";
+  bool needed =
+      r.path.size() >= 2 && r.path[0] == "v1" && r.path[1] != "webhooks";
   if (matched != nullptr) {
     needed = matched->who != access::open &&
              !(matched->who == access::metrics && options_.metrics_open);
