@@ -1000,7 +1000,8 @@ run_info describe_run(const persistence::run_record& record) {
   out.id = record.id;
   auto instance = instance_of_token(record.start_token);
   out.instance_id = instance.value_or(record.id);
-  if (!instance) {
+  // A caller's hook token only: a command id's token is internal.
+  if (!instance && !is_reserved_token(record.start_token)) {
     out.start_token = record.start_token;
   }
   out.flow = record.flow;

@@ -1184,6 +1184,20 @@ TEST_F(ServeTest, AnInstanceConflictNamesTheInstanceIdNotAnInternalToken) {
   EXPECT_EQ(conflict.body.find("\\u001f"), std::string::npos) << conflict.body;
 }
 
+// A run started with a command id shows no start token: that token is the
+// command id's internal form, not one the caller sent.
+TEST_F(ServeTest, ARunStartedWithACommandIdShowsNoInternalToken) {
+  auto client = admin();
+  json start = review("C-9");
+  start["commandId"] = "cmd-C-9";
+  auto run = client.post("/v1/runs", start);
+  ASSERT_EQ(run.status, 200u) << run.body;
+  EXPECT_FALSE(run.value.contains("startToken")) << run.body;
+  auto got = client.get("/v1/runs/" + run.value["id"].get<std::string>());
+  EXPECT_FALSE(got.value.contains("startToken")) << got.body;
+  EXPECT_EQ(got.body.find("\\u001f"), std::string::npos) << got.body;
+}
+
 // The id of the first key of `role` in the caller's tenant.
 std::string key_of_role(api_client& client, const std::string& role) {
   auto keys = client.get("/v1/api-keys");
