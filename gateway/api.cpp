@@ -60,6 +60,18 @@ bool matches(const std::vector<std::string_view>& pattern,
 
 }  // namespace
 
+const json& api::defaults_of(const route& chosen) {
+  // Parsed once per route, at first use (the table is static).
+  static const auto parsed = [] {
+    std::map<const route*, json> out;
+    for (const auto& candidate : routes()) {
+      out.emplace(&candidate, json::parse(candidate.defaults));
+    }
+    return out;
+  }();
+  return parsed.at(&chosen);
+}
+
 key_role api::needed_role(access who) {
   switch (who) {
     case access::open:
@@ -343,8 +355,7 @@ bool api::hold_key(const request_ptr& r, reply_fn& reply) {
     meaning = r->body.dump();
   } else {
     json filled = r->body;
-    const json defaults = json::parse(r->matched->defaults);
-    for (const auto& [name, value] : defaults.items()) {
+    for (const auto& [name, value] : defaults_of(*r->matched).items()) {
       if (!filled.contains(name)) {
         filled[name] = value;
       }

@@ -136,6 +136,7 @@ class api {
   };
   static const std::vector<route>& routes();
   static key_role needed_role(access who);
+  static const json& defaults_of(const route& chosen);
 
   // The pipeline's steps; each answers a problem itself and returns false.
   bool parse_target(request& r, const reply_fn& reply);

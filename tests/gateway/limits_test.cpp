@@ -18,30 +18,10 @@ namespace {
 
 using testing::api_client;
 using testing::serve_process;
+using testing::start_run;
+using testing::wait_run;
 
 constexpr auto wait_max = std::chrono::seconds(30);
-
-json start_run(api_client& client, const std::string& flow, json input) {
-  auto answer = client.post(
-      "/v1/runs",
-      {{"flow", flow}, {"input", std::move(input)}, {"wait", false}});
-  EXPECT_EQ(answer.status, 202u) << answer.body;
-  return answer.value;
-}
-
-json wait_run(api_client& client, const std::string& id) {
-  json last;
-  auto deadline = std::chrono::steady_clock::now() + wait_max;
-  while (std::chrono::steady_clock::now() < deadline) {
-    last = client.get("/v1/runs/" + id).value;
-    auto status = last.value("status", "");
-    if (status == "completed" || status == "failed" || status == "cancelled") {
-      return last;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return last;
-}
 
 TEST(LimitsProcessTest, DurationsBeyondTheMaximumAreRefused) {
   testing::temp_dir dir;

@@ -15,6 +15,8 @@ namespace {
 
 using testing::api_client;
 using testing::serve_process;
+using testing::start_run;
+using testing::wait_run;
 
 constexpr auto wait_max = std::chrono::seconds(60);
 const std::string poll_path = "/v1/task-queues/workers/poll";
@@ -53,18 +55,6 @@ json complete_item(const std::string& attempt_id, json result) {
   return {{"attemptId", attempt_id},
           {"outcome", "complete"},
           {"result", std::move(result)}};
-}
-
-json wait_run(api_client& client, const std::string& id) {
-  json last;
-  testing::eventually(
-      [&] {
-        last = client.get("/v1/runs/" + id).value;
-        return last.value("status", "") == "completed" ||
-               last.value("status", "") == "failed";
-      },
-      wait_max);
-  return last;
 }
 
 // The step outcomes the run's history records.

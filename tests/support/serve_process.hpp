@@ -3,6 +3,8 @@
 // helpers to talk to it. For the gateway's end-to-end tests.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <poll.h>
 #include <unistd.h>
 
@@ -18,6 +20,7 @@
 #include "client/http_client.hpp"
 #include "durin/json.hpp"
 #include "tests/support/child_process.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace durin::testing {
 
@@ -176,5 +179,32 @@ class api_client {
   client::http_connection connection_;
   std::string key_;
 };
+
+// Starts `flow` with `input` in the background ("wait": false), expecting
+// 202; the run as admitted.
+inline json start_run(api_client& client, const std::string& flow, json input) {
+  auto answer = client.post(
+      "/v1/runs",
+      {{"flow", flow}, {"input", std::move(input)}, {"wait", false}});
+  EXPECT_EQ(answer.status, 202u) << answer.body;
+  return answer.value;
+}
+
+// The run once it has ended (completed, failed or cancelled), or as it was
+// last seen when `timeout` passed.
+inline json wait_run(
+    api_client& client, const std::string& id,
+    std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  json last;
+  eventually(
+      [&] {
+        last = client.get("/v1/runs/" + id).value;
+        auto status = last.value("status", "");
+        return status == "completed" || status == "failed" ||
+               status == "cancelled";
+      },
+      timeout);
+  return last;
+}
 
 }  // namespace durin::testing
