@@ -1,48 +1,33 @@
-// The seam for node components embedded beside the runtime in one process
-// (the HTTP gateway): they share the node's store and committer instead of
-// opening their own, and may add records to a run's admission batch so that
-// those records are durable exactly when the run is (both or neither).
-//
-// services::services_of(runtime&) (declared in durin/runtime.hpp; the type in
-// actors/node.hpp) gives the node's services. Not for embedding
-// applications: these types are internal and may change.
+// A run's admission: the records that make a run exist, written in one atomic
+// batch by whichever site admits it (a plain start, the run's actor when the
+// admission rides in its first write, a token actor for a start with a
+// token). Data goes down: a start carries what its caller's Idempotency-Key
+// needs as plain values (start_answer); the site writes the key's record
+// into that same batch, so the run and its key are durable together or not
+// at all. Internal to the node; not for embedding applications.
 #pragma once
 
-#include <functional>
+#include <cstdint>
+#include <optional>
 
 #include "durin/run.hpp"
+#include "persistence/requests.hpp"
 #include "persistence/store.hpp"
 
-namespace durin::detail {
-
-// Set in start_options::admission. `add` is called once per admission
-// attempt, with the run as the start answers it (status pending, input and
-// createdAt as the caller will see them), while the admission batch is
-// built: on the caller's thread, or on the token actor's thread for a start
-// with a hook. A start without a hook that sets `settle` writes no
-// admission of its own: `add` is called on the run's actor, for the run's
-// first write, which carries the admission (and the run's first events,
-// its end too for a flow that ends at once). It must not block or write;
-// it only adds to `batch`. When the start is refused before writing
-// (flow-not-found, hook-conflict, bad input) it is not called, or its
-// records are dropped with the batch.
-struct admission_records {
-  std::function<void(const run_info& run, persistence::write_batch& batch)> add;
-  // Optional, for a caller that answers once the run waits or ends: called
-  // once, on the run's actor, while it builds the batch that first records
-  // the run waiting or ended (the run as that batch writes it), so those
-  // records are durable exactly when that status is. Then `settled(true)`
-  // once that batch is durable, `settled(false)` if it failed (indefinite).
-  // A run whose actor was reactivated from storage calls neither: the
-  // caller must not count on them.
-  std::function<void(const run_info& run, persistence::write_batch& batch)>
-      settle;
-  std::function<void(bool durable)> settled;
-};
-
-}  // namespace durin::detail
-
 namespace durin::actors {
+
+// How a start's caller is answered, and under which key the answer is kept.
+struct start_answer {
+  // The caller's Idempotency-Key; none: nothing is kept.
+  std::optional<persistence::start_key> key;
+  // The caller is answered once the run first waits or ends. Its admission
+  // then writes only a marker naming the run, and the batch that first
+  // records the run waiting or ended keeps the answer (the run as that batch
+  // writes it, HTTP 200): a waited no-op start costs one fsync. Otherwise the
+  // admission keeps the answer at once (the pending run, HTTP 202), or a
+  // marker when it is too large to keep.
+  bool when_settled = false;
+};
 
 // What a run's admission writes, for add_admission.
 struct admission {
@@ -51,17 +36,23 @@ struct admission {
   // The token record that keys the start (a start hook, an instance id, a
   // command id), written with the run: one owner or none, both or neither.
   const persistence::token_record* token = nullptr;
-  // Records a node component adds (a request key's record), or null.
-  const detail::admission_records* extra = nullptr;
+  const start_answer* answer = nullptr;  // may be null
+  std::int64_t now_ms = 0;
   // The batch writes a newer record of the run itself (the run's first
   // events and status): the admission then adds only the rest.
   bool run_in_batch = false;
 };
 
 // Adds a run's admission to `batch`: the run record, its active marker, the
-// token that keys it and the records `extra` adds. Every admission site (a
-// plain start, a run admitted in its first write, a start with a token)
-// builds its batch here, so a run is admitted the same way on every path.
+// token that keys it and its key's record. Every admission site builds its
+// batch here, so a run is admitted the same way on every path.
 void add_admission(persistence::write_batch& batch, const admission& what);
+
+// Adds the kept answer of a start answered once its run settles to the
+// batch that first records `run` waiting or ended. False when it is too
+// large to keep (the marker stays; the caller keeps the answer itself).
+bool add_settled_answer(persistence::write_batch& batch,
+                        const persistence::start_key& key, std::int64_t now_ms,
+                        const run_info& run);
 
 }  // namespace durin::actors

@@ -12,6 +12,7 @@
 #include <caf/atom.hpp>
 
 #include "actors/admission.hpp"
+#include "durin/caf.hpp"
 #include "durin/error.hpp"
 #include "durin/run.hpp"
 #include "persistence/records.hpp"
@@ -42,14 +43,14 @@ using owner_end_atom = caf::atom_constant<caf::atom("tkownerend")>;
 using claimed_atom = caf::atom_constant<caf::atom("hkclaimed")>;
 using payload_atom = caf::atom_constant<caf::atom("hkpayload")>;
 using lost_atom = caf::atom_constant<caf::atom("hklost")>;
-// To run actors: a run they watch ended; (run id, JSON state).
+// To run actors: a run they watch ended; (run_info as recorded).
 using watched_atom = caf::atom_constant<caf::atom("watched")>;
 
 // A run admitted just now: its record, and no history yet.
 struct fresh_run {
   persistence::run_record record;
-  // The admission's records (settle hooks) of the start that made it.
-  std::shared_ptr<const detail::admission_records> admission;
+  // How the start that made it is answered (plain data, see admission.hpp).
+  start_answer answer;
   // Set when the admission is not written yet (a start answered once its
   // run settles): it rides in the run's first write, and the actor calls
   // this once that write is durable (with `info`) or failed.
@@ -77,8 +78,7 @@ struct start_claim {
   persistence::run_record run;
   persistence::token_record token;  // owner, retention, metadata filled in
   std::function<void(result<run_info>)> reply;
-  // Records a node component adds to the admission batch (may be null).
-  std::shared_ptr<const detail::admission_records> admission;
+  start_answer answer;  // the caller's key, written in the admission batch
 };
 
 // A flow's create_hook: claim (or force-claim) the token for run_id.

@@ -32,16 +32,20 @@ struct run_actor_state {
   std::vector<std::string> ending_tokens;
   std::vector<std::string> releasing;
   std::vector<std::string> released;
-  // The start's settle hooks (detail::admission_records): waiting for the
-  // batch that first records the run waiting or ended, then for its outcome.
-  std::shared_ptr<const detail::admission_records> settle_hook;
-  std::shared_ptr<const detail::admission_records> settling;
+  // The key of a start answered once the run settles: its answer is kept
+  // in the batch that first records the run waiting or ended.
+  std::optional<persistence::start_key> settle_key;
+  // The run as the write in flight records it, when that write makes it wait
+  // or end: told to the run-event hub once durable (and whether that write
+  // kept the settled start's answer).
+  std::optional<persistence::run_record> settling;
+  bool settling_kept_answer = false;
   // A fresh run whose admission is not written yet: its first write
   // carries it, and what the engine asked for meanwhile is held until that
   // write is durable (nothing the run does may be seen before it exists).
   struct unwritten_admission {
     persistence::run_record record;
-    std::shared_ptr<const detail::admission_records> records;
+    start_answer answer;
     std::function<void(result<run_info>)> admitted;
     run_info info;
     bool submitted = false;
@@ -106,7 +110,8 @@ void submit_commit(self_pointer self, commit_plan plan) {
     auto& admitting = *st.admitting;
     add_admission(batch, {.run = admitting.record,
                           .info = admitting.info,
-                          .extra = admitting.records.get(),
+                          .answer = &admitting.answer,
+                          .now_ms = st.services->clock->now_ms(),
                           .run_in_batch = plan.run.has_value()});
   }
   for (auto& [sequence, event] : plan.events) {
@@ -121,11 +126,14 @@ void submit_commit(self_pointer self, commit_plan plan) {
   for (auto& timer : plan.timer_deletes) {
     batch.delete_timer(timer);
   }
-  if (st.settle_hook && plan.run &&
-      (plan.run->status == run_status::waiting ||
-       is_terminal(plan.run->status))) {
-    st.settle_hook->settle(describe_run(*plan.run), batch);
-    st.settling = std::move(st.settle_hook);
+  if (plan.run && (plan.run->status == run_status::waiting ||
+                   is_terminal(plan.run->status))) {
+    st.settling_kept_answer =
+        st.settle_key &&
+        add_settled_answer(batch, *st.settle_key, st.services->clock->now_ms(),
+                           describe_run(*plan.run));
+    st.settle_key.reset();
+    st.settling = std::move(plan.run);
   }
   if (plan.delete_active) {
     batch.delete_active(st.run_id);
@@ -241,14 +249,9 @@ void send_to_token(self_pointer self, token_message message) {
   }
 }
 
-json run_state(const node& services, const std::string& tenant,
-               const std::string& run_id) {
-  auto record = services.store->get_run(run_id);
-  if (!record || !*record || (*record)->tenant != tenant) {
-    return json{{"id", run_id}, {"status", "not-found"}};
-  }
-  auto info = describe_run(**record);
-  json out = {{"id", run_id},
+// A run's state as a flow's run handle sees it (recorded in its history).
+json run_state_of(const run_info& info) {
+  json out = {{"id", info.id},
               {"status", std::string(to_string(info.status))},
               {"output", info.output},
               {"error", nullptr}};
@@ -259,22 +262,31 @@ json run_state(const node& services, const std::string& tenant,
   return out;
 }
 
-// Reports the end of `run_id` to this run, at once if it has ended.
+json run_state(const node& services, const std::string& tenant,
+               const std::string& run_id) {
+  auto record = services.store->get_run(run_id);
+  if (!record || !*record || (*record)->tenant != tenant) {
+    return json{{"id", run_id}, {"status", "not-found"}};
+  }
+  return run_state_of(describe_run(**record));
+}
+
+// Reports the end of `run_id` to this run, at once if it has ended (told
+// by the run-event hub: subscribed before the state is read).
 void watch_run(self_pointer self, const std::string& run_id) {
   auto& st = self->state;
   auto* services = st.services;
   auto me = st.run_id;
-  auto tenant = st.tenant;
-  auto report = [services, me, tenant, run_id](const run_info&) {
-    services->runs->deliver(me, watched_atom::value, run_id,
-                            run_state(*services, tenant, run_id).dump());
-  };
-  services->finished.add(run_id, report);
-  auto state = run_state(*services, tenant, run_id);
-  auto status = state["status"].get<std::string>();
-  if (status == "completed" || status == "failed" || status == "cancelled" ||
-      status == "not-found") {
-    report(run_info{});
+  auto subscription = services->events.subscribe(
+      run_id, services::run_events::until::ended,
+      [services, me](const services::run_event& event) {
+        services->runs->deliver(me, watched_atom::value, event.run);
+      });
+  // The engine saw it unfinished; if it ended since, no event will come.
+  auto record = services->store->get_run(run_id);
+  if (record && *record && is_terminal((*record)->status)) {
+    services->events.unsubscribe(run_id, subscription);
+    self->send(self, watched_atom::value, describe_run(**record));
   }
 }
 
@@ -364,9 +376,20 @@ void carry_out(self_pointer self, engine_output& out) {
       st.services->runs->clear_blocked(st.run_id);
     }
   }
-  if (out.finished) {
-    st.services->finished.notify(st.engine->info());
+}
+
+// The write in flight is durable: a run that now waits or ended tells the
+// hub (only when someone listens: a later subscriber reads the store).
+void publish_settled(self_pointer self) {
+  auto& st = self->state;
+  auto record = std::move(st.settling);
+  st.settling.reset();
+  if (!record || !st.services->events.listening(record->id)) {
+    return;
   }
+  st.services->events.publish({.run = describe_run(*record),
+                               .ended = is_terminal(record->status),
+                               .answer_kept = st.settling_kept_answer});
 }
 
 void activate(self_pointer self, std::optional<persistence::run_record> fresh) {
@@ -391,6 +414,13 @@ void activate(self_pointer self, std::optional<persistence::run_record> fresh) {
     }
     record = std::move(**loaded);
     st.tenant = record.tenant;
+    // A write reported failed may have landed: what the store holds now is
+    // durable, and whoever waits for it must hear it from here.
+    if (record.status == run_status::waiting || is_terminal(record.status)) {
+      st.settling = record;
+      st.settling_kept_answer = false;
+      publish_settled(self);
+    }
     if (!is_terminal(record.status)) {
       auto events = st.services->store->load_history(st.run_id);
       if (!events) {
@@ -440,13 +470,12 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, node* services,
       },
       [self](activate_atom, const fresh_run& run) {
         if (!self->state.engine) {
-          if (run.admission && run.admission->settle &&
-              run.admission->settled) {
-            self->state.settle_hook = run.admission;
+          if (run.answer.when_settled && run.answer.key) {
+            self->state.settle_key = run.answer.key;
           }
           if (run.admitted) {
             self->state.admitting = run_actor_state::unwritten_admission{
-                run.record, run.admission, run.admitted, run.info};
+                run.record, run.answer, run.admitted, run.info};
           }
           activate(self, run.record);
         }
@@ -467,8 +496,10 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, node* services,
           }
         }
         settle_releases(self, outcome.ok());
-        if (auto settling = std::move(st.settling)) {
-          settling->settled(outcome.ok());  // at most one write in flight
+        if (outcome) {
+          publish_settled(self);  // at most one write in flight
+        } else {
+          st.settling.reset();
         }
         if (admission && outcome && st.engine) {
           carry_out(self, admission->held);  // as if it followed the write
@@ -528,10 +559,9 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, node* services,
         }
         drain(self);
       },
-      [self](watched_atom, const std::string& run_id,
-             const std::string& state) {
+      [self](watched_atom, const run_info& run) {
         if (self->state.engine) {
-          self->state.engine->on_watched_run(run_id, json::parse(state));
+          self->state.engine->on_watched_run(run.id, run_state_of(run));
         }
         drain(self);
       },

@@ -36,7 +36,7 @@ using run_actor = caf::typed_actor<
     caf::reacts_to<payload_atom, hook_delivery>,
     caf::reacts_to<lost_atom, hook_loss>,
     // A run this one watches ended.
-    caf::reacts_to<watched_atom, std::string, std::string>,
+    caf::reacts_to<watched_atom, run_info>,
     // Sent to itself: passivate if nothing happened since message `seen`.
     caf::reacts_to<linger_atom, std::uint64_t>>;
 

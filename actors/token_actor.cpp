@@ -362,7 +362,8 @@ void handle_start(self_pointer self, start_claim& claim) {
   add_admission(batch, {.run = claim.run,
                         .info = info,
                         .token = &claim.token,
-                        .extra = claim.admission.get()});
+                        .answer = &claim.answer,
+                        .now_ms = st.services->clock->now_ms()});
   st.record = claim.token;
   auto reply = std::move(claim.reply);
   write(self, std::move(batch), [self, reply, info](bool ok) {

@@ -40,10 +40,7 @@
 #include "gateway/metrics.hpp"
 #include "gateway/wire_format.hpp"
 #include "services/due_list.hpp"
-
-namespace durin::detail {
-struct admission_records;
-}
+#include "services/run_events.hpp"
 
 namespace durin::gateway {
 
@@ -174,32 +171,24 @@ class api {
 
   // The start's parts (gateway/start_route.cpp).
   struct start_request;
-  struct settle_answer;
   struct async_start;
   static std::optional<http_response> read_start(const json& body,
                                                  const std::string& tenant,
                                                  start_request& out);
-  // The records a start adds to its admission batch: with a key (`address`)
-  // the key's record; `kept` receives the kept answer when one is written
-  // (a start without wait). A waited start's answer rides in the run's
-  // settling batch instead (`settled`).
-  std::shared_ptr<detail::admission_records> admission_for(
-      const persistence::request_address* address,
-      const std::string& fingerprint, bool wait,
-      std::shared_ptr<std::optional<http_response>> kept,
-      std::shared_ptr<settle_answer> settled = nullptr);
-  // A waited start's answer once its run `run_id` is admitted: the answer
-  // its settling batch kept, once durable (then `stored` becomes answer);
-  // else the run as it first waits or ends, or as it is at `deadline`.
-  // Blocks up to the deadline (gateway workers only).
+  // The admission's outcome; then a waited start waits for its run's event.
+  void on_admitted(const std::shared_ptr<async_start>& start, bool wait,
+                   result<run_info> started);
+  // The run first waits or ends, durably (told by the run-event hub).
+  void on_settled(const std::shared_ptr<async_start>& start,
+                  const services::run_event& event);
+  void on_unsettled(std::shared_ptr<async_start> start);
+  // A waited start answered by a worker: the run as it first waits or ends,
+  // or as it is at `deadline`. Blocks up to the deadline.
   http_response answer_waited(const std::string& run_id,
-                              const std::string& tenant, settle_answer* settled,
-                              std::chrono::steady_clock::time_point deadline,
-                              idempotency::stored& stored);
+                              const std::string& tenant,
+                              std::chrono::steady_clock::time_point deadline);
   void answer(async_start& start, http_response response,
               idempotency::stored already);
-  void on_settled(async_start& start);
-  void on_unsettled(std::shared_ptr<async_start> start);
   void hand_over(std::shared_ptr<async_start> start);
 
   runtime& node_;

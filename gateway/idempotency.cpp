@@ -151,32 +151,14 @@ idempotency::decision idempotency::begin(
   return {outcome::proceed, {}, generation, std::move(recorded_run_id)};
 }
 
-request_record idempotency::admission_marker(const std::string& fingerprint,
-                                             const std::string& run_id) {
-  const auto now = now_ms_();
-  request_record marker;
-  marker.state = request_state::in_flight;
-  marker.fingerprint = fingerprint;
-  marker.instance_id = instance_id_;
-  marker.lease_until_ms = now + options_.lease_ms;
-  marker.expires_at_ms = now + options_.keep_ms;
-  marker.body = run_id;
-  return marker;
-}
-
-request_record idempotency::admission_answer(const std::string& fingerprint,
-                                             const http_response& response) {
-  const auto now = now_ms_();
-  request_record record;
-  record.state = request_state::kept;
-  record.fingerprint = fingerprint;
-  record.instance_id = instance_id_;
-  record.expires_at_ms = now + options_.keep_ms;
-  record.succeeded_at_ms = now;
-  record.http_status = static_cast<std::uint16_t>(response.status);
-  record.content_type = response.content_type;
-  record.body = response.body;
-  return record;
+persistence::start_key idempotency::start_key_of(
+    const persistence::request_address& address,
+    const std::string& fingerprint) const {
+  return {.address = address,
+          .fingerprint = fingerprint,
+          .instance_id = instance_id_,
+          .lease_ms = options_.lease_ms,
+          .keep_ms = options_.keep_ms};
 }
 
 http_response idempotency::finish(const persistence::request_address& address,

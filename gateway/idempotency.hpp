@@ -11,7 +11,7 @@
 // that is the truth, and a request holding a key for longer than `lease_ms`
 // loses it. Nothing durable is written before the request acts, so a crash
 // before it acts leaves the key free. A start writes its key's record in
-// the run's admission batch (admission_marker / admission_answer): the
+// the run's admission batch (persistence::in_flight_marker / kept_answer): the
 // in-flight marker naming the run, or for a start without wait the kept
 // answer itself, so a run and its key's record are durable together. A
 // marker of another instance is free at once (its process is gone), but a
@@ -88,21 +88,12 @@ class idempotency {
   std::optional<http_response> peek(const persistence::request_address& address,
                                     const std::string& fingerprint);
 
-  // The in-flight marker naming `run_id`, to write in the run's admission
-  // batch: a retry after a crash answers that run.
-  persistence::request_record admission_marker(const std::string& fingerprint,
-                                               const std::string& run_id);
-  // The kept answer `response`, to write in the run's admission batch when
-  // the request answers at once (a start without wait).
-  persistence::request_record admission_answer(const std::string& fingerprint,
-                                               const http_response& response);
-
-  // Adds `record` under `address` to `batch` (a run's admission).
-  status add_to(persistence::write_batch& batch,
-                const persistence::request_address& address,
-                const persistence::request_record& record) const {
-    return requests_.add_to(batch, address, record);
-  }
+  // The key as a start's admission carries it down (persistence::start_key):
+  // the actor that builds the run's admission batch writes the marker or the
+  // kept answer there (actors/admission.hpp).
+  persistence::start_key start_key_of(
+      const persistence::request_address& address,
+      const std::string& fingerprint) const;
 
   // Stores what `response` means for the key (unless `already` says it is
   // durable), then releases it. Answers the response to send.

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "base/json_text.hpp"
+
 namespace durin::gateway {
 
 namespace {
@@ -192,7 +194,7 @@ unsigned http_status_of(errc code) {
 http_response json_response(unsigned status, const json& body) {
   http_response response;
   response.status = status;
-  response.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  response.body = json_text(body);
   return response;
 }
 
@@ -215,8 +217,7 @@ http_response error_response(unsigned status, std::string_view code,
                              std::string_view message) {
   http_response response;
   response.status = status;
-  response.body = json{{"code", code}, {"message", message}}.dump(
-      -1, ' ', false, json::error_handler_t::replace);
+  response.body = json_text(json{{"code", code}, {"message", message}});
   return response;
 }
 

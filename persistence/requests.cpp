@@ -151,12 +151,15 @@ status request_store::write(write_batch batch) {
   return answer.get();
 }
 
-status request_store::add_to(write_batch& batch, const request_address& address,
-                             const request_record& record) const {
+static_assert(kept_body_bytes_max <= codec::field_bytes_max / 2,
+              "a kept body leaves room for the rest of its record");
+
+status add_request(write_batch& batch, const request_address& address,
+                   const request_record& record) {
   if (!address_fits(address)) {
     return make_error(errc::invalid_argument, "request key too long");
   }
-  if (record.body.size() > codec::field_bytes_max / 2) {
+  if (record.body.size() > kept_body_bytes_max) {
     return make_error(errc::invalid_argument, "response too large to keep");
   }
   batch.put_value(family::requests, key_of(address), encode(record));
@@ -166,10 +169,36 @@ status request_store::add_to(write_batch& batch, const request_address& address,
   return {};
 }
 
+request_record in_flight_marker(const start_key& key, std::int64_t now_ms,
+                                std::string run_id) {
+  request_record marker;
+  marker.state = request_state::in_flight;
+  marker.fingerprint = key.fingerprint;
+  marker.instance_id = key.instance_id;
+  marker.lease_until_ms = now_ms + key.lease_ms;
+  marker.expires_at_ms = now_ms + key.keep_ms;
+  marker.body = std::move(run_id);
+  return marker;
+}
+
+request_record kept_answer(const start_key& key, std::int64_t now_ms,
+                           std::uint16_t http_status, std::string body) {
+  request_record record;
+  record.state = request_state::kept;
+  record.fingerprint = key.fingerprint;
+  record.instance_id = key.instance_id;
+  record.expires_at_ms = now_ms + key.keep_ms;
+  record.succeeded_at_ms = now_ms;
+  record.http_status = http_status;
+  record.content_type = "application/json";
+  record.body = std::move(body);
+  return record;
+}
+
 status request_store::put(const request_address& address,
                           const request_record& record) {
   auto batch = store_.batch();
-  if (auto added = add_to(batch, address, record); !added) {
+  if (auto added = add_request(batch, address, record); !added) {
     return added;
   }
   return write(std::move(batch));

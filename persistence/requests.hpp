@@ -48,6 +48,36 @@ struct request_address {
   std::string key;     // the Idempotency-Key header, 1..255 bytes
 };
 
+// The longest response body a record keeps (a longer answer is not kept:
+// its request writes a marker, or nothing).
+inline constexpr std::size_t kept_body_bytes_max = 32u << 20;
+
+// The Idempotency-Key a start keeps its answer under, as plain data a run's
+// admission carries down to whichever actor builds the batch: the records
+// below are written there, durable exactly when the run (or its settling
+// status) is.
+struct start_key {
+  request_address address;
+  std::string fingerprint;
+  std::string instance_id;  // the process holding the key
+  std::int64_t lease_ms = 0;
+  std::int64_t keep_ms = 0;
+};
+
+// The in-flight marker naming `run_id`: a retry after a crash answers that
+// run instead of starting another.
+request_record in_flight_marker(const start_key& key, std::int64_t now_ms,
+                                std::string run_id);
+// The kept answer (status, JSON body) a retry replays byte for byte.
+request_record kept_answer(const start_key& key, std::int64_t now_ms,
+                           std::uint16_t http_status, std::string body);
+
+// Adds the put of `record` under `address` to `batch` (someone else's batch,
+// written with its other records: a run's admission). Refuses, and adds
+// nothing, a key or body too long to keep.
+status add_request(write_batch& batch, const request_address& address,
+                   const request_record& record);
+
 std::string encode(const request_record& record);
 result<request_record> decode_request(std::string_view bytes);
 
@@ -63,12 +93,6 @@ class request_store {
 
   // Stores `record` under `address` (sync); returns once durable.
   status put(const request_address& address, const request_record& record);
-
-  // Adds the put of `record` under `address` to `batch` (someone else's
-  // batch, written with its other records: a run's admission). Refuses, and
-  // adds nothing, what put would refuse.
-  status add_to(write_batch& batch, const request_address& address,
-                const request_record& record) const;
 
   // Removes the record (sync); returns once durable. Removing a missing
   // record succeeds.

@@ -669,11 +669,10 @@ status store::check_schema() {
   return {};
 }
 
-// What set_run_listener and runs_by_status keep. `mutex` orders writes
-// against the first count, so the counts see each write exactly once.
+// What runs_by_status keeps. `mutex` orders writes against the first
+// count, so the counts see each write exactly once.
 struct store::run_watch {
   std::mutex mutex;
-  run_listener listener;
   // Set once counted; the counts are then read without the lock (a scrape
   // must not wait for an fsync), and written under it.
   std::atomic<bool> counting{false};
@@ -777,11 +776,6 @@ void count_change(Counts& counts,
 
 }  // namespace
 
-void store::set_run_listener(run_listener listener) {
-  std::lock_guard lock(watch_->mutex);
-  watch_->listener = std::move(listener);
-}
-
 result<store::status_counts> store::runs_by_status() {
   auto read = [this] {
     status_counts out{};
@@ -827,17 +821,12 @@ result<store::status_counts> store::runs_by_status() {
 
 void store::observe_runs(const write_batch& batch) {
   auto& watch = *watch_;
-  if (!watch.listener && !watch.counting) {
+  if (!watch.counting) {
     return;
   }
   run_puts puts(handle(family::runs)->GetID(),
                 [&watch](std::string_view run_id, run_status status) {
-                  if (watch.counting) {
-                    count_change(watch.counts, watch.open_runs, run_id, status);
-                  }
-                  if (watch.listener) {
-                    watch.listener(run_id, status);
-                  }
+                  count_change(watch.counts, watch.open_runs, run_id, status);
                 });
   (void)batch.batch_->Iterate(&puts);
 }

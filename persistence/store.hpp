@@ -203,14 +203,6 @@ class store {
 
   write_batch batch();
 
-  // Called after each successful write() with the id and new status of
-  // every run record that write stored, on the writing thread (the
-  // committer's): it must be quick, and must neither block nor write. Null
-  // removes it. Costs nothing per write while unset.
-  using run_listener =
-      std::function<void(std::string_view run_id, run_status status)>;
-  void set_run_listener(run_listener listener);
-
   // Stored runs by status, indexed by the run_status value (pending = 1 ..
   // cancelled = 6; 0 and 7 stay 0). The first call counts the `runs` family
   // (one scan); from then on every write updates the counts under the lock
@@ -264,7 +256,7 @@ class store {
   // Shared by every use of db_ and the handles; exclusive while they are
   // replaced (close_database, open_database).
   mutable std::shared_mutex db_mutex_;
-  // After a durable write: tells the run listener, updates the counts.
+  // After a durable write: updates the runs-by-status counts.
   void observe_runs(const write_batch& batch);
 
   struct run_watch;

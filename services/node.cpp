@@ -2,45 +2,27 @@
 
 namespace durin::services {
 
-std::uint64_t finish_listeners::add(const std::string& run_id, listener fn) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto token = next_token_++;
-  listeners_[run_id].emplace_back(token, std::move(fn));
-  return token;
-}
-
-void finish_listeners::remove(const std::string& run_id, std::uint64_t token) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = listeners_.find(run_id);
-  if (it == listeners_.end()) {
-    return;
-  }
-  std::erase_if(it->second,
-                [token](auto& entry) { return entry.first == token; });
-  if (it->second.empty()) {
-    listeners_.erase(it);
-  }
-}
-
-void finish_listeners::notify(const run_info& info) {
-  std::vector<std::pair<std::uint64_t, listener>> ready;
+std::string node::new_run_id() {
+  static constexpr char digits[] = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+  auto ms = static_cast<std::uint64_t>(clock->now_ms());
+  std::uint64_t high;
+  std::uint64_t low;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = listeners_.find(info.id);
-    if (it == listeners_.end()) {
-      return;
-    }
-    ready = std::move(it->second);
-    listeners_.erase(it);
+    std::lock_guard<std::mutex> lock(ids_mutex_);
+    high = ids_();
+    low = ids_();
   }
-  for (auto& entry : ready) {
-    entry.second(info);
+  std::string id = "run_";
+  for (int i = 9; i >= 0; --i) {
+    id += digits[(ms >> (i * 5)) & 31];
   }
-}
-
-void finish_listeners::clear() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  listeners_.clear();
+  for (int i = 0; i < 12; ++i) {
+    id += digits[(high >> (i * 5)) & 31];
+  }
+  for (int i = 0; i < 4; ++i) {
+    id += digits[(low >> (i * 5)) & 31];
+  }
+  return id;
 }
 
 }  // namespace durin::services

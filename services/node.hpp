@@ -3,9 +3,11 @@
 // directory, which waits for all run actors, before tearing down the rest).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -18,32 +20,12 @@
 #include "services/directory.hpp"
 #include "services/held_tokens.hpp"
 #include "services/linger_list.hpp"
+#include "services/run_events.hpp"
 #include "services/step_executor.hpp"
 #include "services/task_service.hpp"
 #include "services/timer_service.hpp"
 
 namespace durin::services {
-
-// Who is waiting for which run to end. A run actor calls notify() once the
-// run's end is durable.
-class finish_listeners {
- public:
-  using listener = std::function<void(const run_info&)>;
-
-  std::uint64_t add(const std::string& run_id, listener fn);
-  void remove(const std::string& run_id, std::uint64_t token);
-  void notify(const run_info& info);
-  // Tells every listener the node is closing (an info with no status change
-  // is not sent: listeners get nothing more and their waits time out).
-  void clear();
-
- private:
-  std::mutex mutex_;
-  std::uint64_t next_token_ = 1;
-  std::unordered_map<std::string,
-                     std::vector<std::pair<std::uint64_t, listener>>>
-      listeners_;
-};
 
 struct node {
   runtime_options options;
@@ -56,13 +38,19 @@ struct node {
   std::unique_ptr<timer_service> timers;
   std::unique_ptr<directory> runs;
   std::unique_ptr<directory> tokens;  // key: keys::token(tenant, token)
-  finish_listeners finished;
-  held_tokens held;  // written by token actors, read by starts
+  run_events events;  // runs settling and ending, after durability
+  std::atomic<bool> closing{false};  // set first when the runtime closes
+  held_tokens held;                  // written by token actors, read by starts
   std::unique_ptr<linger_list> lingering;  // idle token actors
-  // Who waits for a run to end or to wait for something: told by the
-  // store's run listener once such a status is durable (runtime.cpp installs
-  // it with the first wait_settled). The info carries only id and status.
-  finish_listeners settled;
+
+  // "run_" + 10 characters of milliseconds + 16 of randomness (Crockford
+  // base32), so ids sort by creation time. Drawn before a start when its
+  // caller subscribes to the run's events first.
+  std::string new_run_id();
+
+ private:
+  std::mutex ids_mutex_;
+  std::mt19937_64 ids_{std::random_device{}()};
 };
 
 }  // namespace durin::services

@@ -22,83 +22,21 @@
 #include "durin/caf.hpp"
 #include "persistence/keys.hpp"
 #include "services/node.hpp"
+#include "services/runtime_access.hpp"
+#include "services/start.hpp"
 
 namespace durin {
 
 namespace {
 
-using limits::flow_name_bytes_max;
 using limits::identity_bytes_max;
-using limits::metadata_bytes_max;
 using limits::run_id_bytes_max;
-using limits::tenant_bytes_max;
 constexpr std::size_t input_bytes_max = limits::payload_bytes_max;
 constexpr std::size_t hook_token_bytes_max = limits::token_bytes_max;
 constexpr auto cancel_answer_timeout = std::chrono::seconds(30);
 
-// The token that keys a start: the caller's hook, else the instance id's,
-// else the command id's (held for command_retention); none for a plain start.
-result<std::optional<start_hook>> start_token_of(const start_options& options,
-                                                 const runtime_options& node) {
-  for (const auto* id : {&options.instance_id, &options.command_id}) {
-    if (id->size() > identity_bytes_max) {
-      return make_error(errc::invalid_argument,
-                        std::string(id == &options.instance_id ? "instance_id"
-                                                               : "command_id") +
-                            " is at most 200 bytes; got " +
-                            std::to_string(id->size()));
-    }
-  }
-  if (options.hook) {
-    if (!options.instance_id.empty()) {
-      return make_error(errc::invalid_argument,
-                        "instance_id and hook cannot both be set: the hook's "
-                        "token already keys the start");
-    }
-    if (actors::is_reserved_token(options.hook->token)) {
-      return make_error(errc::invalid_argument,
-                        "hook.token may not begin with byte 0x1F (reserved "
-                        "for instance and command ids)");
-    }
-    return std::optional<start_hook>(options.hook);
-  }
-  if (!options.instance_id.empty()) {
-    return std::optional<start_hook>(start_hook{
-        actors::instance_token(options.instance_id), nullptr, nullptr});
-  }
-  if (!options.command_id.empty()) {
-    auto keep = std::min(node.command_retention, node.retention_max);
-    return std::optional<start_hook>(
-        start_hook{actors::command_token(options.command_id),
-                   json(keep.count()), nullptr});
-  }
-  return std::optional<start_hook>();
-}
-
-// duplicate_policy::return_existing_active: a start refused by an active
-// holder of its instance id answers that run instead.
-result<run_info> existing_active_or(const runtime& rt, result<run_info> outcome,
-                                    const std::string& tenant) {
-  if (outcome || outcome.error().code != errc::hook_conflict) {
-    return outcome;
-  }
-  auto holder = rt.get(outcome.error().run_id, tenant);
-  if (holder && !is_terminal(holder->status)) {
-    return holder;
-  }
-  return outcome;
-}
 // Records a list examines at most per page (filters may skip many).
 constexpr std::size_t list_scan_max = 100'000;
-
-status check_run_id(std::string_view run_id) {
-  if (run_id.empty() || run_id.size() > run_id_bytes_max) {
-    return make_error(
-        errc::invalid_argument,
-        "a run id is 1 to 128 bytes; got " + std::to_string(run_id.size()));
-  }
-  return {};
-}
 
 }  // namespace
 
@@ -109,9 +47,6 @@ class runtime_impl {
   std::unique_ptr<caf::actor_system> own_system;
   caf::actor_system* system = nullptr;
   std::atomic<bool> closing{false};
-  std::mutex ids_mutex;
-  std::mt19937_64 ids{std::random_device{}()};
-  std::once_flag settled_listener;
   // Activates the runs again after the store reopened (see open()).
   std::thread reactivator;
 
@@ -121,6 +56,7 @@ class runtime_impl {
     if (closing.exchange(true)) {
       return;
     }
+    services.closing = true;
     if (services.store) {
       // Waits for a listener call that may be running.
       services.store->set_health_listener(nullptr);
@@ -149,34 +85,8 @@ class runtime_impl {
     if (services.committer) {
       services.committer->stop();
     }
-    services.finished.clear();
-    services.settled.clear();
+    services.events.clear();
     own_system.reset();
-  }
-
-  // "run_" + 10 characters of milliseconds + 16 of randomness (Crockford
-  // base32), so ids sort by creation time.
-  std::string new_run_id() {
-    static constexpr char digits[] = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
-    auto ms = static_cast<std::uint64_t>(services.clock->now_ms());
-    std::uint64_t high;
-    std::uint64_t low;
-    {
-      std::lock_guard<std::mutex> lock(ids_mutex);
-      high = ids();
-      low = ids();
-    }
-    std::string id = "run_";
-    for (int i = 9; i >= 0; --i) {
-      id += digits[(ms >> (i * 5)) & 31];
-    }
-    for (int i = 0; i < 12; ++i) {
-      id += digits[(high >> (i * 5)) & 31];
-    }
-    for (int i = 0; i < 4; ++i) {
-      id += digits[(low >> (i * 5)) & 31];
-    }
-    return id;
   }
 
   status recover() {
@@ -197,26 +107,7 @@ class runtime_impl {
   }
 
   result<run_info> get(std::string_view run_id, std::string_view tenant) const {
-    if (auto checked = check_run_id(run_id); !checked) {
-      return checked.error();
-    }
-    auto record = services.store->get_run(run_id);
-    if (!record) {
-      return record.error();
-    }
-    // Another tenant's run is indistinguishable from no run at all.
-    if (!*record || (*record)->tenant != tenant) {
-      return make_error(errc::run_not_found,
-                        "no run with id '" + std::string(run_id) + "'");
-    }
-    auto info = actors::describe_run(**record);
-    if (!is_terminal(info.status)) {
-      if (auto reason = services.runs->blocked(info.id)) {
-        info.status = run_status::blocked;
-        info.blocked_reason = *reason;
-      }
-    }
-    return info;
+    return services::get_run(services, run_id, tenant);
   }
 };
 
@@ -258,6 +149,17 @@ std::string options_problem(const runtime_options& options) {
 
 result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
                                                registry flows) {
+  return runtime_access::open(std::move(options), std::move(flows), {});
+}
+
+result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
+                                               registry flows,
+                                               caf::actor_system& system) {
+  return runtime_access::open(std::move(options), std::move(flows), system, {});
+}
+
+result<std::unique_ptr<runtime>> runtime_access::open(
+    runtime_options options, registry flows, persistence::store_options store) {
   // CAF's work-stealing workers poll their queue before blocking: 100 busy
   // attempts, then 500 more with a 50 µs sleep each. A node's actors mostly
   // wait for fsyncs, so on a small machine those sleeps are a stream of
@@ -272,7 +174,8 @@ result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
     config->set("scheduler.max-threads", options.actor_threads);
   }
   auto system = std::make_unique<caf::actor_system>(*config);
-  auto opened = open(std::move(options), std::move(flows), *system);
+  auto opened =
+      open(std::move(options), std::move(flows), *system, std::move(store));
   if (!opened) {
     return opened.error();
   }
@@ -282,9 +185,9 @@ result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
   return opened;
 }
 
-result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
-                                               registry flows,
-                                               caf::actor_system& system) {
+result<std::unique_ptr<runtime>> runtime_access::open(
+    runtime_options options, registry flows, caf::actor_system& system,
+    persistence::store_options store_options) {
   if (options.data_dir.empty()) {
     return make_error(errc::invalid_argument, "data_dir must not be empty");
   }
@@ -305,9 +208,7 @@ result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
       options.clock ? options.clock : std::make_shared<durin::system_clock>();
   services.options = options;
   services.flows = std::move(flows);
-  auto store = persistence::store::open(
-      options.data_dir,
-      options.store ? *options.store : persistence::store_options{});
+  auto store = persistence::store::open(options.data_dir, store_options);
   if (!store) {
     return store.error();
   }
@@ -379,225 +280,14 @@ result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
   return std::unique_ptr<runtime>(new runtime(std::move(impl)));
 }
 
-namespace {
-
-// A start's answer that is given exactly once: by a call, or as
-// shutting-down when the last holder drops it uncalled (an actor system
-// stopping with the message that carried it).
-class answer_once {
- public:
-  explicit answer_once(std::function<void(result<run_info>)> done)
-      : done_(std::move(done)) {}
-  answer_once(const answer_once&) = delete;
-  answer_once& operator=(const answer_once&) = delete;
-  ~answer_once() {
-    if (done_) {
-      done_(make_error(errc::shutting_down,
-                       "the runtime closed before the start was admitted"));
-    }
-  }
-  void operator()(result<run_info> outcome) {
-    auto done = std::move(done_);
-    done_ = nullptr;
-    if (done) {
-      done(std::move(outcome));
-    }
-  }
-
- private:
-  std::function<void(result<run_info>)> done_;
-};
-
-}  // namespace
-
 void runtime::start_async(std::string_view flow, json input,
                           const start_options& options,
                           std::function<void(result<run_info>)> done) {
-  auto& services = impl_->services;
-  if (impl_->closing) {
-    done(make_error(errc::shutting_down, "the runtime is closing"));
-    return;
-  }
-  if (options.tenant.empty() || options.tenant.size() > tenant_bytes_max) {
-    done(make_error(
-        errc::invalid_argument,
-        "a tenant is 1 to " + std::to_string(tenant_bytes_max) + " bytes"));
-    return;
-  }
-  if (flow.empty() || flow.size() > flow_name_bytes_max) {
-    done(make_error(
-        errc::invalid_argument,
-        "a flow name is 1 to 128 bytes; got " + std::to_string(flow.size())));
-    return;
-  }
-  const auto* entry = services.flows.find_flow(flow);
-  if (entry == nullptr) {
-    done(make_error(errc::flow_not_found,
-                    "no flow registered under '" + std::string(flow) + "'"));
-    return;
-  }
-  try {
-    entry->check_input(input);
-  } catch (const json::exception& e) {
-    done(
-        make_error(errc::invalid_input, "input for flow '" + std::string(flow) +
-                                            "' does not convert: " + e.what()));
-    return;
-  }
-  auto keyed = start_token_of(options, services.options);
-  if (!keyed) {
-    done(keyed.error());
-    return;
-  }
-  if (*keyed && !options.instance_id.empty() &&
-      options.on_duplicate == duplicate_policy::return_existing_active) {
-    done = [this, tenant = options.tenant,
-            done = std::move(done)](result<run_info> outcome) {
-      done(existing_active_or(*this, std::move(outcome), tenant));
-    };
-  }
-  if (*keyed && options.command_id.empty()) {
-    // A held token refuses the start before a run id is even drawn (a
-    // command's repeat needs the token's actor: it compares command ids).
-    auto& token = (*keyed)->token;
-    if (!token.empty() && token.size() <= hook_token_bytes_max) {
-      auto owner =
-          services.held.holder(persistence::keys::token(options.tenant, token),
-                               services.clock->now_ms());
-      if (owner) {
-        done(actors::token_held_error(token, *owner));
-        return;
-      }
-    }
-  }
-  persistence::run_record record;
-  record.id = impl_->new_run_id();
-  record.flow = std::string(flow);
-  record.status = run_status::pending;
-  record.input = actors::encode_payload(input);
-  if (record.input.size() > input_bytes_max) {
-    done(make_error(errc::invalid_argument,
-                    "input is " + std::to_string(record.input.size()) +
-                        " bytes encoded; the limit is " +
-                        std::to_string(input_bytes_max)));
-    return;
-  }
-  record.created_at_ms = services.clock->now_ms();
-  record.tenant = options.tenant;
-  if (services.options.spec_version != 0) {
-    record.spec_version = services.options.spec_version;
-  }
-  if (*keyed) {
-    record.start_token = (*keyed)->token;
-  }
-  auto info = actors::describe_run(record);
-  info.input = std::move(input);
-  auto* node = &services;
-  if (*keyed) {
-    start_with_hook(std::move(record), **keyed, std::move(info),
-                    options.command_id, options.admission, std::move(done));
-    return;
-  }
-  if (options.admission && options.admission->settle) {
-    // A start answered once its run settles: the admission rides in the
-    // run's first write (the run's first steps, or its end), one fsync in
-    // series fewer. Nothing the run does is seen before that write lands.
-    auto answer = std::make_shared<answer_once>(std::move(done));
-    if (!node->runs->activate_fresh({std::move(record), options.admission,
-                                     [answer](result<run_info> admitted) {
-                                       (*answer)(std::move(admitted));
-                                     },
-                                     std::move(info)})) {
-      (*answer)(make_error(errc::shutting_down, "the runtime is closing"));
-    }
-    return;
-  }
-  auto batch = services.store->batch();
-  actors::add_admission(
-      batch, {.run = record, .info = info, .extra = options.admission.get()});
-  services.committer->submit(
-      std::move(batch),
-      [node, record = std::move(record), info = std::move(info),
-       admission = options.admission,
-       done = std::move(done)](const status& outcome) mutable {
-        if (!outcome) {
-          done(make_error(
-              errc::storage_error,
-              "the admission of run " + record.id +
-                  " may or may not be durable: " + outcome.error().message));
-          return;
-        }
-        node->runs->activate_fresh({std::move(record), std::move(admission)});
-        done(std::move(info));
-      });
-}
-
-void runtime::start_with_hook(
-    persistence::run_record record, const start_hook& hook, run_info info,
-    std::string command_id,
-    std::shared_ptr<const detail::admission_records> extra,
-    std::function<void(result<run_info>)> done) {
-  auto& services = impl_->services;
-  if (hook.token.empty() || hook.token.size() > hook_token_bytes_max) {
-    done(make_error(errc::invalid_argument,
-                    "hook.token must be 1 to 256 bytes; got " +
-                        std::to_string(hook.token.size())));
-    return;
-  }
-  auto until = actors::retain_until(hook.min_retention, record.created_at_ms,
-                                    services.options.retention_max.count());
-  if (!until) {
-    done(until.error());
-    return;
-  }
-  auto metadata = actors::encode_payload(hook.metadata);
-  if (metadata.size() > metadata_bytes_max) {
-    done(make_error(errc::invalid_argument,
-                    "hook.metadata is " + std::to_string(metadata.size()) +
-                        " bytes encoded; the limit is " +
-                        std::to_string(metadata_bytes_max)));
-    return;
-  }
-  record.start_token = hook.token;
-  persistence::token_record token;
-  token.tenant = record.tenant;
-  token.token = hook.token;
-  token.owner_run = record.id;
-  token.start_hook = true;
-  token.created_at_ms = record.created_at_ms;
-  token.retain_until_ms = *until;
-  token.metadata = std::move(metadata);
-  token.owner_spec_version = record.spec_version;
-  token.owner_command = std::move(command_id);
-  auto* node = &services;
-  auto address = persistence::keys::token(record.tenant, hook.token);
-  auto answer =
-      std::make_shared<std::function<void(result<run_info>)>>(std::move(done));
-  actors::start_claim claim{
-      record, std::move(token),
-      [node, record, info = std::move(info), answer,
-       admission = extra](result<run_info> admitted) mutable {
-        if (admitted && admitted->id != record.id) {
-          (*answer)(std::move(admitted));  // a repeated command's first run
-          return;
-        }
-        if (admitted) {
-          node->runs->activate_fresh({std::move(record), std::move(admission)});
-          (*answer)(std::move(info));
-          return;
-        }
-        // If the admission did land, the run must not
-        // wait for a restart: activation finds out.
-        if (admitted.error().code == errc::start_outcome_unknown) {
-          node->runs->activate(record.id);
-        }
-        (*answer)(std::move(admitted));
-      }};
-  claim.admission = std::move(extra);
-  if (!services.tokens->deliver(address, actors::start_claim_atom::value,
-                                std::move(claim))) {
-    (*answer)(make_error(errc::shutting_down, "the runtime is closing"));
-  }
+  services::start_run(impl_->services,
+                      {.flow = std::string(flow),
+                       .input = std::move(input),
+                       .options = options},
+                      std::move(done));
 }
 
 void runtime::resume_hook_async(std::string_view token, json payload,
@@ -721,90 +411,68 @@ result<run_info> runtime::get(std::string_view run_id,
   return impl_->get(run_id, tenant);
 }
 
-result<run_info> runtime::wait(std::string_view run_id,
-                               std::chrono::milliseconds timeout,
-                               std::string_view tenant) const {
+namespace {
+
+// Waits for the run-event hub to tell `what` of the run, or answers at once
+// when the run is already there (subscribed first, so nothing is missed
+// between the read and the wait).
+result<run_info> await_run(services::node& node, std::string_view run_id,
+                           std::string_view tenant,
+                           services::run_events::until what,
+                           std::chrono::milliseconds timeout) {
   struct waiter {
     std::mutex mutex;
     std::condition_variable done;
-    std::optional<run_info> info;
+    std::optional<run_info> run;
   };
   auto state = std::make_shared<waiter>();
   std::string id(run_id);
-  auto& listeners = impl_->services.finished;
-  auto token = listeners.add(id, [state](const run_info& info) {
-    std::lock_guard<std::mutex> lock(state->mutex);
-    state->info = info;
-    state->done.notify_all();
-  });
-  auto now = get(run_id, tenant);
-  if (!now || is_terminal(now->status)) {
-    listeners.remove(id, token);
+  auto& events = node.events;
+  auto subscription =
+      events.subscribe(id, what, [state](const services::run_event& event) {
+        std::lock_guard<std::mutex> lock(state->mutex);
+        state->run = event.run;
+        state->done.notify_all();
+      });
+  auto now = services::get_run(node, run_id, tenant);
+  bool there = now && (is_terminal(now->status) ||
+                       (what == services::run_events::until::settled &&
+                        (now->status == run_status::waiting ||
+                         now->status == run_status::blocked)));
+  if (!now || there) {
+    events.unsubscribe(id, subscription);
     return now;
   }
   std::unique_lock<std::mutex> lock(state->mutex);
-  bool ended = state->done.wait_for(lock, timeout,
-                                    [&] { return state->info.has_value(); });
+  bool told = state->done.wait_for(lock, timeout,
+                                   [&] { return state->run.has_value(); });
   lock.unlock();
-  listeners.remove(id, token);
-  if (ended) {
-    return *state->info;
+  events.unsubscribe(id, subscription);
+  if (told) {
+    return std::move(*state->run);
   }
-  return make_error(errc::timeout, "run " + id + " did not end within " +
-                                       std::to_string(timeout.count()) +
-                                       " ms; it goes on");
+  return make_error(errc::timeout,
+                    "run " + id +
+                        (what == services::run_events::until::ended
+                             ? " did not end within "
+                             : " neither ended nor waited within ") +
+                        std::to_string(timeout.count()) + " ms; it goes on");
+}
+
+}  // namespace
+
+result<run_info> runtime::wait(std::string_view run_id,
+                               std::chrono::milliseconds timeout,
+                               std::string_view tenant) const {
+  return await_run(impl_->services, run_id, tenant,
+                   services::run_events::until::ended, timeout);
 }
 
 result<run_info> runtime::wait_settled(std::string_view run_id,
                                        std::chrono::milliseconds timeout,
                                        std::string_view tenant) const {
-  auto& services = impl_->services;
-  // Installed on first use, so nodes that never wait this way pay nothing
-  // per write.
-  std::call_once(impl_->settled_listener, [&services] {
-    auto* node = &services;
-    services.store->set_run_listener(
-        [node](std::string_view id, run_status status) {
-          if (status == run_status::waiting || is_terminal(status)) {
-            run_info info;
-            info.id = std::string(id);
-            info.status = status;
-            node->settled.notify(info);
-          }
-        });
-  });
-  struct waiter {
-    std::mutex mutex;
-    std::condition_variable done;
-    bool settled = false;
-  };
-  auto state = std::make_shared<waiter>();
-  std::string id(run_id);
-  auto token = services.settled.add(id, [state](const run_info&) {
-    std::lock_guard<std::mutex> lock(state->mutex);
-    state->settled = true;
-    state->done.notify_all();
-  });
-  auto settled = [](const run_info& info) {
-    return info.status == run_status::waiting || is_terminal(info.status) ||
-           info.status == run_status::blocked;
-  };
-  auto now = get(run_id, tenant);
-  if (!now || settled(*now)) {
-    services.settled.remove(id, token);
-    return now;
-  }
-  std::unique_lock<std::mutex> lock(state->mutex);
-  bool woke =
-      state->done.wait_for(lock, timeout, [&] { return state->settled; });
-  lock.unlock();
-  services.settled.remove(id, token);
-  if (!woke) {
-    return make_error(errc::timeout,
-                      "run " + id + " neither ended nor waited within " +
-                          std::to_string(timeout.count()) + " ms; it goes on");
-  }
-  return get(run_id, tenant);
+  return await_run(impl_->services, run_id, tenant,
+                   services::run_events::until::settled, timeout);
 }
 
 result<run_page> runtime::list(const run_filter& filter) const {
@@ -936,10 +604,13 @@ void runtime::notify_on_finish(std::string_view run_id,
     }
   };
   std::string id(run_id);
-  auto token = impl_->services.finished.add(id, send_once);
+  auto& events = impl_->services.events;
+  auto subscription = events.subscribe(
+      id, services::run_events::until::ended,
+      [send_once](const services::run_event& event) { send_once(event.run); });
   auto now = get(run_id);
   if (now && is_terminal(now->status)) {
-    impl_->services.finished.remove(id, token);
+    events.unsubscribe(id, subscription);
     send_once(*now);
   }
 }

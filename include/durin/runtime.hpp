@@ -29,10 +29,6 @@
 
 namespace durin {
 
-namespace persistence {
-struct store_options;  // persistence/store.hpp
-}
-
 struct runtime_options {
   std::string data_dir;  // created when missing
   // Threads running step bodies; bounds how many steps run at once.
@@ -70,9 +66,6 @@ struct runtime_options {
   std::chrono::milliseconds task_lease{30'000};
   // Every duration above is 0..limits::duration_ms_max (durin/limits.hpp), else
   // open() is invalid-argument.
-  // Tests only: how the node's store is opened (persistence/store.hpp: a
-  // fault-injecting file system, reopen backoff). Null: the defaults.
-  std::shared_ptr<const persistence::store_options> store;
 };
 
 // Runs belong to a tenant; another tenant's run answers as run-not-found.
@@ -95,10 +88,6 @@ enum class duplicate_policy : std::uint8_t {
   reject_duplicate,        // hook-conflict naming the active run (default)
   return_existing_active,  // answer the active run; nothing new is started
 };
-namespace detail {
-struct admission_records;  // actors/admission.hpp
-}
-
 struct start_options {
   std::string tenant = std::string(default_tenant);
   std::optional<start_hook> hook;
@@ -111,9 +100,6 @@ struct start_options {
   // first one admitted and starts nothing. Kept for command_retention after
   // a plain start; with a hook or instance id, as long as that token is held.
   std::string command_id;
-  // Node components only (actors/admission.hpp): records written in the
-  // run's admission batch, durable exactly when the run is admitted.
-  std::shared_ptr<const detail::admission_records> admission;
 };
 
 struct resume_options {
@@ -146,9 +132,6 @@ struct hook_info {
 
 class runtime_impl;
 class runtime;
-namespace persistence {
-struct run_record;
-}
 namespace services {
 struct node;
 // The node's services, for components embedded beside the runtime in one
@@ -254,13 +237,10 @@ class runtime {
 
  private:
   friend services::node& services::services_of(runtime& rt);
+  friend class runtime_access;  // services/runtime_access.hpp
   explicit runtime(std::unique_ptr<runtime_impl> impl);
   result<run_info> cancel_once(std::string_view run_id,
                                const cancel_options& options);
-  void start_with_hook(persistence::run_record record, const start_hook& hook,
-                       run_info info, std::string command_id,
-                       std::shared_ptr<const detail::admission_records> extra,
-                       std::function<void(result<run_info>)> done);
   std::unique_ptr<runtime_impl> impl_;
 };
 

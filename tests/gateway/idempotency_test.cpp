@@ -60,7 +60,10 @@ TEST_F(IdempotencyTest, Rule3_KeysOfAnotherProcessAreFreeAtOnce) {
   auto old_process = make("old");
   ASSERT_EQ(old_process->begin(key_, "fp").kind, idempotency::outcome::proceed);
   ASSERT_TRUE(
-      requests_->put(key_, old_process->admission_marker("fp", "")).ok());
+      requests_
+          ->put(key_, persistence::in_flight_marker(
+                          old_process->start_key_of(key_, "fp"), now_ms_, ""))
+          .ok());
   auto new_process = make("new");
   EXPECT_EQ(new_process->begin(key_, "fp").kind, idempotency::outcome::proceed);
 }
@@ -86,7 +89,11 @@ TEST_F(IdempotencyTest, BeginWritesNothingAndAFailedAnswerKeepsNothing) {
 TEST_F(IdempotencyTest, AFailedAnswerAfterAnAdmissionLeavesItsMarker) {
   auto keys = make("one");
   auto held = keys->begin(key_, "fp");
-  ASSERT_TRUE(requests_->put(key_, keys->admission_marker("fp", "run_9")).ok());
+  ASSERT_TRUE(
+      requests_
+          ->put(key_, persistence::in_flight_marker(
+                          keys->start_key_of(key_, "fp"), now_ms_, "run_9"))
+          .ok());
   http_response unknown;
   unknown.status = 503;
   (void)keys->finish(key_, "fp", held.generation, unknown, false,
@@ -105,7 +112,11 @@ TEST_F(IdempotencyTest, AnAnswerKeptByTheAdmissionIsNotWrittenAgain) {
   auto held = keys->begin(key_, "fp");
   auto answer = ok("{\"id\":\"run_1\"}");
   answer.status = 202;
-  ASSERT_TRUE(requests_->put(key_, keys->admission_answer("fp", answer)).ok());
+  ASSERT_TRUE(
+      requests_
+          ->put(key_, persistence::kept_answer(keys->start_key_of(key_, "fp"),
+                                               now_ms_, 202, answer.body))
+          .ok());
   auto before = writer_->statistics().group_writes;
   auto sent = keys->finish(key_, "fp", held.generation, answer, false,
                            idempotency::stored::answer);
@@ -119,8 +130,11 @@ TEST_F(IdempotencyTest, AnAnswerKeptByTheAdmissionIsNotWrittenAgain) {
 TEST_F(IdempotencyTest, Rule3_ARunRecordedByACrashedHolderIsAnsweredAgain) {
   auto old_process = make("old");
   ASSERT_EQ(old_process->begin(key_, "fp").kind, idempotency::outcome::proceed);
-  ASSERT_TRUE(
-      requests_->put(key_, old_process->admission_marker("fp", "run_1")).ok());
+  ASSERT_TRUE(requests_
+                  ->put(key_, persistence::in_flight_marker(
+                                  old_process->start_key_of(key_, "fp"),
+                                  now_ms_, "run_1"))
+                  .ok());
   auto new_process = make("new");
   auto retry = new_process->begin(key_, "fp");
   EXPECT_EQ(retry.kind, idempotency::outcome::proceed);

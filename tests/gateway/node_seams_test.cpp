@@ -1,5 +1,6 @@
 // The runtime seams the gateway relies on, on a real store and real actors:
-// records added to a run's admission batch (with and without a start hook),
+// a start's key kept in its run's admission batch (with and without a start
+// hook), the run-event hub's settled events,
 // the event-driven wait that also answers when a run waits, and the store's
 // runs-by-status counts (counted at the first call, then kept by writes, and
 // counted again after a restart).
@@ -21,6 +22,7 @@
 #include "persistence/auth_store.hpp"
 #include "persistence/requests.hpp"
 #include "services/node.hpp"
+#include "services/start.hpp"
 #include "tests/support/storage_faults.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -91,42 +93,25 @@ class NodeSeamsTest : public ::testing::Test {
     auto& services = services::services_of(*node_);
     return {*services.store, *services.committer};
   }
-  // Options whose admission also writes a kept request record naming the
-  // run under `key`.
-  start_options with_record(const std::string& key) {
-    start_options options;
-    auto records = std::make_shared<detail::admission_records>();
-    auto& services = services::services_of(*node_);
-    auto* target = services.store.get();
-    auto* writer = services.committer.get();
-    records->add = [target, writer, key](const run_info& run,
-                                         persistence::write_batch& batch) {
-      persistence::request_store store(*target, *writer);
-      persistence::request_record record;
-      record.state = persistence::request_state::kept;
-      record.fingerprint = "fp";
-      record.expires_at_ms = 1LL << 50;
-      record.http_status = 202;
-      record.body = run.id;
-      ASSERT_TRUE(store.add_to(batch, {"default", "caller", key}, record).ok());
-    };
-    options.admission = std::move(records);
-    return options;
+  // A start's key as the gateway hands it down (plain data), under `key`.
+  static persistence::start_key key_named(const std::string& key) {
+    return {.address = {"default", "caller", key},
+            .fingerprint = "fp",
+            .instance_id = "test",
+            .lease_ms = 30'000,
+            .keep_ms = 3'600'000};
   }
-  // with_record(key), for a caller answered once the run settles: what
-  // the run told its settle hooks lands in `told`.
-  struct settle_log {
+  // Starts through the node's one start, as the gateway does; `told` gets
+  // the run-event hub's first settled event of the run, if any.
+  struct told_events {
     std::mutex mutex;
-    std::vector<run_status> settled_as;  // the status each settle call saw
-    std::vector<bool> outcomes;          // each settled() call
-    // The settled() calls once there is one (they come on the run's actor,
-    // after the store already shows the write): empty after 5 s without.
-    std::vector<bool> outcomes_when_told() {
+    std::vector<services::run_event> events;
+    std::vector<services::run_event> when_told() {
       for (int i = 0; i < 500; ++i) {
         {
           std::lock_guard lock(mutex);
-          if (!outcomes.empty()) {
-            return outcomes;
+          if (!events.empty()) {
+            return events;
           }
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -134,21 +119,47 @@ class NodeSeamsTest : public ::testing::Test {
       return {};
     }
   };
-  start_options settling(const std::string& key,
-                         std::shared_ptr<settle_log> told) {
-    auto options = with_record(key);
-    auto records =
-        std::make_shared<detail::admission_records>(*options.admission);
-    records->settle = [told](const run_info& run, persistence::write_batch&) {
-      std::lock_guard lock(told->mutex);
-      told->settled_as.push_back(run.status);
-    };
-    records->settled = [told](bool durable) {
-      std::lock_guard lock(told->mutex);
-      told->outcomes.push_back(durable);
-    };
-    options.admission = std::move(records);
-    return options;
+  result<run_info> start(const std::string& flow, json input,
+                         start_options options, actors::start_answer answer,
+                         std::shared_ptr<told_events> told = nullptr) {
+    auto& node = services::services_of(*node_);
+    services::start_request request{.flow = flow,
+                                    .input = std::move(input),
+                                    .options = std::move(options),
+                                    .answer = std::move(answer),
+                                    .run_id = node.new_run_id()};
+    if (told) {
+      node.events.subscribe(request.run_id,
+                            services::run_events::until::settled,
+                            [told](const services::run_event& event) {
+                              std::lock_guard lock(told->mutex);
+                              told->events.push_back(event);
+                            });
+    }
+    std::promise<result<run_info>> answered;
+    auto future = answered.get_future();
+    services::start_run(node, std::move(request),
+                        [&answered](result<run_info> outcome) {
+                          answered.set_value(std::move(outcome));
+                        });
+    return future.get();
+  }
+  result<run_info> start_keyed(const std::string& flow, json input,
+                               const std::string& key,
+                               start_options options = {}) {
+    return start(flow, std::move(input), std::move(options),
+                 {.key = key_named(key)});
+  }
+  result<run_info> start_settling(const std::string& flow, json input,
+                                  const std::string& key,
+                                  std::shared_ptr<told_events> told) {
+    return start(flow, std::move(input), {},
+                 {.key = key_named(key), .when_settled = true},
+                 std::move(told));
+  }
+  // The id a kept answer's JSON names.
+  static std::string answered_id(const persistence::request_record& record) {
+    return json::parse(record.body).value("id", std::string());
   }
   // Counts the node's group writes from now on; the n-th gets `fault`
   // (tests/support/storage_faults.hpp).
@@ -172,36 +183,36 @@ class NodeSeamsTest : public ::testing::Test {
   std::unique_ptr<runtime> node_;
 };
 
-TEST_F(NodeSeamsTest, AdmissionRecordsAreWrittenWithTheRun) {
-  auto run = node_->start("quick", json{{"a", 1}}, with_record("plain"));
+TEST_F(NodeSeamsTest, AStartsKeyIsKeptWithTheRunsAdmission) {
+  auto run = start_keyed("quick", json{{"a", 1}}, "plain");
   ASSERT_TRUE(run.ok()) << run.error().to_string();
   auto record = record_of("plain");
   ASSERT_TRUE(record.has_value());
-  EXPECT_EQ(record->body, run->id);
+  EXPECT_EQ(record->state, persistence::request_state::kept);
+  EXPECT_EQ(record->http_status, 202);
+  EXPECT_EQ(answered_id(*record), run->id);
+  EXPECT_EQ(json::parse(record->body).value("status", ""), "pending");
 }
 
-TEST_F(NodeSeamsTest, AdmissionRecordsRideInTheTokenActorsBatch) {
-  auto options = with_record("hooked");
+TEST_F(NodeSeamsTest, AStartsKeyRidesInTheTokenActorsBatch) {
+  start_options options;
   options.hook = start_hook{"tok:1", nullptr, nullptr};
-  auto run = node_->start("quick", json::object(), options);
+  auto run = start_keyed("quick", json::object(), "hooked", options);
   ASSERT_TRUE(run.ok()) << run.error().to_string();
   auto record = record_of("hooked");
   ASSERT_TRUE(record.has_value());
-  EXPECT_EQ(record->body, run->id);
+  EXPECT_EQ(answered_id(*record), run->id);
 }
 
-TEST_F(NodeSeamsTest, ARefusedStartWritesNoAdmissionRecords) {
-  auto missing =
-      node_->start("no-such-flow", json::object(), with_record("refused-flow"));
+TEST_F(NodeSeamsTest, ARefusedStartKeepsNothingForItsKey) {
+  auto missing = start_keyed("no-such-flow", json::object(), "refused-flow");
   EXPECT_EQ(missing.error().code, errc::flow_not_found);
   EXPECT_FALSE(record_of("refused-flow").has_value());
-  auto options = with_record("owner");
+  start_options options;
   options.hook = start_hook{"tok:held", nullptr, nullptr};
-  auto owner = node_->start("nap", json::object(), options);
+  auto owner = start_keyed("nap", json::object(), "owner", options);
   ASSERT_TRUE(owner.ok());
-  auto duplicate = with_record("duplicate");
-  duplicate.hook = start_hook{"tok:held", nullptr, nullptr};
-  auto refused = node_->start("nap", json::object(), duplicate);
+  auto refused = start_keyed("nap", json::object(), "duplicate", options);
   EXPECT_EQ(refused.error().code, errc::hook_conflict);
   EXPECT_FALSE(record_of("duplicate").has_value());
 }
@@ -211,9 +222,9 @@ TEST_F(NodeSeamsTest, ARefusedStartWritesNoAdmissionRecords) {
 // flow that ends at once costs one fsync'd write in all.
 TEST_F(NodeSeamsTest,
        AStartAnsweredWhenItSettlesIsAdmittedInTheRunsFirstWrite) {
-  auto told = std::make_shared<settle_log>();
+  auto told = std::make_shared<told_events>();
   auto writes = count_writes();
-  auto run = node_->start("quick", json{{"a", 1}}, settling("one", told));
+  auto run = start_settling("quick", json{{"a", 1}}, "one", told);
   ASSERT_TRUE(run.ok()) << run.error().to_string();
   EXPECT_EQ(run->status, run_status::pending);
   auto ended = node_->wait(run->id, long_wait);
@@ -221,16 +232,22 @@ TEST_F(NodeSeamsTest,
   EXPECT_EQ(ended->status, run_status::completed);
   EXPECT_EQ(ended->output, json({{"a", 1}}));
   EXPECT_EQ(writes->load(), 1);
-  ASSERT_TRUE(record_of("one").has_value());
-  EXPECT_EQ(record_of("one")->body, run->id);
-  EXPECT_EQ(told->outcomes_when_told(), std::vector<bool>{true});
-  {
-    std::lock_guard lock(told->mutex);
-    EXPECT_EQ(told->settled_as, std::vector<run_status>{run_status::completed});
-  }
-  // The same start without settle hooks writes its admission first.
+  // That one write kept the settled answer, and the hub said so.
+  auto record = record_of("one");
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->state, persistence::request_state::kept);
+  EXPECT_EQ(record->http_status, 200);
+  EXPECT_EQ(answered_id(*record), run->id);
+  EXPECT_EQ(json::parse(record->body).value("status", ""), "completed");
+  auto events = told->when_told();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_TRUE(events[0].ended);
+  EXPECT_TRUE(events[0].answer_kept);
+  EXPECT_EQ(events[0].run.status, run_status::completed);
+  EXPECT_EQ(json::parse(record->body), events[0].run.to_json());
+  // The same start answered at once writes its admission first.
   auto plain = count_writes();
-  auto other = node_->start("quick", json::object(), with_record("two"));
+  auto other = start_keyed("quick", json::object(), "two");
   ASSERT_TRUE(other.ok());
   ASSERT_TRUE(node_->wait(other->id, long_wait).ok());
   EXPECT_EQ(plain->load(), 2);
@@ -248,8 +265,8 @@ TEST_F(NodeSeamsTest, AStepOfARunAdmittedInItsFirstWriteRunsOnceItIsDurable) {
     return testing::storage_fault::none;
   });
   looked_in = &store();
-  auto told = std::make_shared<settle_log>();
-  auto run = node_->start("looks", json::object(), settling("stepped", told));
+  auto told = std::make_shared<told_events>();
+  auto run = start_settling("looks", json::object(), "stepped", told);
   ASSERT_TRUE(run.ok()) << run.error().to_string();
   auto ended = node_->wait(run->id, long_wait);
   ASSERT_TRUE(ended.ok());
@@ -267,13 +284,12 @@ TEST_F(NodeSeamsTest, AFailedFirstWriteOfARunAdmittedInItLeavesOneTruth) {
        {storage_fault::fail_before_write, storage_fault::fail_after_write}) {
     SCOPED_TRACE(static_cast<int>(mode));
     open();
-    auto told = std::make_shared<settle_log>();
+    auto told = std::make_shared<told_events>();
     count_writes(1, mode);
     std::string key = "failed-" + std::to_string(static_cast<int>(mode));
-    auto run = node_->start("quick", json::object(), settling(key, told));
+    auto run = start_settling("quick", json::object(), key, told);
     ASSERT_FALSE(run.ok());
     EXPECT_EQ(run.error().code, errc::storage_error);
-    EXPECT_EQ(told->outcomes_when_told(), std::vector<bool>{false});
     testing::inject_storage_faults(*node_, nullptr);
     auto runs = node_->list(run_filter{});
     ASSERT_TRUE(runs.ok());
@@ -287,6 +303,11 @@ TEST_F(NodeSeamsTest, AFailedFirstWriteOfARunAdmittedInItLeavesOneTruth) {
     auto ended = node_->wait(runs->runs[0].id, long_wait);
     ASSERT_TRUE(ended.ok());
     EXPECT_EQ(ended->status, run_status::completed);
+    // The write that failed may have kept the answer, but no one was told
+    // so: the reloaded run's events never claim an answer kept.
+    for (const auto& event : told->when_told()) {
+      EXPECT_FALSE(event.answer_kept);
+    }
   }
 }
 

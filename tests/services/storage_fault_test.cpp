@@ -26,6 +26,7 @@
 #include "durin/durin.hpp"
 #include "persistence/store.hpp"
 #include "services/node.hpp"
+#include "services/runtime_access.hpp"
 #include "tests/support/faulty_file_system.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -58,14 +59,13 @@ class StorageFaultRuntimeTest : public ::testing::Test {
     runtime_options options;
     options.data_dir = dir_.path();
     options.step_threads = 4;
+    persistence::store_options store;
     if (disk) {
-      auto store = std::make_shared<persistence::store_options>();
-      store->file_system = std::move(disk);
-      store->reopen_backoff_ms_min = 20;
-      store->reopen_backoff_ms_max = 200;
-      options.store = std::move(store);
+      store.file_system = std::move(disk);
+      store.reopen_backoff_ms_min = 20;
+      store.reopen_backoff_ms_max = 200;
     }
-    auto opened = runtime::open(options, flows);
+    auto opened = runtime_access::open(options, flows, std::move(store));
     EXPECT_TRUE(opened.ok()) << (opened ? "" : opened.error().to_string());
     return opened ? std::move(*opened) : nullptr;
   }

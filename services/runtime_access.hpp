@@ -1,0 +1,25 @@
+// Ways into a runtime that embedders do not get: opening one whose store is
+// opened with chosen options (tests inject storage faults through a
+// fault-injecting file system and shorten the reopen backoff). Internal; not
+// installed.
+#pragma once
+
+#include <memory>
+
+#include "durin/runtime.hpp"
+#include "persistence/store.hpp"
+
+namespace durin {
+
+class runtime_access {
+ public:
+  // runtime::open, with the store opened with `store`.
+  static result<std::unique_ptr<runtime>> open(
+      runtime_options options, registry flows,
+      persistence::store_options store);
+  static result<std::unique_ptr<runtime>> open(
+      runtime_options options, registry flows, caf::actor_system& system,
+      persistence::store_options store);
+};
+
+}  // namespace durin

@@ -1,0 +1,352 @@
+#include "services/start.hpp"
+
+// GCC 12 reports the error side of a result<run_info> moved through a
+// std::function's call as maybe uninitialized (a known false positive with
+// std::variant when the call is inlined); the code reads it only when set.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include "actors/identity.hpp"
+#include "actors/run_engine.hpp"
+#include "actors/token_actor.hpp"
+#include "durin/limits.hpp"
+#include "persistence/keys.hpp"
+#include "services/node.hpp"
+
+namespace durin::services {
+
+namespace {
+
+using limits::flow_name_bytes_max;
+using limits::identity_bytes_max;
+using limits::metadata_bytes_max;
+using limits::run_id_bytes_max;
+using limits::tenant_bytes_max;
+constexpr std::size_t input_bytes_max = limits::payload_bytes_max;
+constexpr std::size_t hook_token_bytes_max = limits::token_bytes_max;
+using done_fn = std::function<void(result<run_info>)>;
+
+// The token that keys a start: the caller's hook, else the instance id's,
+// else the command id's (held for command_retention); none for a plain start.
+result<std::optional<start_hook>> start_token_of(
+    const start_options& options, const runtime_options& configured) {
+  for (const auto* id : {&options.instance_id, &options.command_id}) {
+    if (id->size() > identity_bytes_max) {
+      return make_error(errc::invalid_argument,
+                        std::string(id == &options.instance_id ? "instance_id"
+                                                               : "command_id") +
+                            " is at most 200 bytes; got " +
+                            std::to_string(id->size()));
+    }
+  }
+  if (options.hook) {
+    if (!options.instance_id.empty()) {
+      return make_error(errc::invalid_argument,
+                        "instance_id and hook cannot both be set: the hook's "
+                        "token already keys the start");
+    }
+    if (actors::is_reserved_token(options.hook->token)) {
+      return make_error(errc::invalid_argument,
+                        "hook.token may not begin with byte 0x1F (reserved "
+                        "for instance and command ids)");
+    }
+    return std::optional<start_hook>(options.hook);
+  }
+  if (!options.instance_id.empty()) {
+    return std::optional<start_hook>(start_hook{
+        actors::instance_token(options.instance_id), nullptr, nullptr});
+  }
+  if (!options.command_id.empty()) {
+    auto keep =
+        std::min(configured.command_retention, configured.retention_max);
+    return std::optional<start_hook>(
+        start_hook{actors::command_token(options.command_id),
+                   json(keep.count()), nullptr});
+  }
+  return std::optional<start_hook>();
+}
+
+// duplicate_policy::return_existing_active: a start refused by an active
+// holder of its instance id (hook-conflict naming it) answers that run.
+void answer_existing_or(const node& node, const std::string& tenant,
+                        const done_fn& done, result<run_info>&& outcome) {
+  if (!outcome.ok() && outcome.error().code == errc::hook_conflict) {
+    auto holder = get_run(node, outcome.error().run_id, tenant);
+    if (holder && !is_terminal(holder->status)) {
+      done(std::move(holder));
+      return;
+    }
+  }
+  done(std::move(outcome));
+}
+// A start's answer that is given exactly once: by a call, or as
+// shutting-down when the last holder drops it uncalled (an actor system
+// stopping with the message that carried it).
+class answer_once {
+ public:
+  explicit answer_once(std::function<void(result<run_info>)> done)
+      : done_(std::move(done)) {}
+  answer_once(const answer_once&) = delete;
+  answer_once& operator=(const answer_once&) = delete;
+  ~answer_once() {
+    if (done_) {
+      done_(make_error(errc::shutting_down,
+                       "the runtime closed before the start was admitted"));
+    }
+  }
+  void operator()(result<run_info> outcome) {
+    auto done = std::move(done_);
+    done_ = nullptr;
+    if (done) {
+      done(std::move(outcome));
+    }
+  }
+
+ private:
+  std::function<void(result<run_info>)> done_;
+};
+
+// What refuses a start before anything is drawn or written: a closing
+// node, bad names, an unknown flow, input the flow cannot take.
+status check_start(const node& node, const start_request& start) {
+  if (node.closing) {
+    return make_error(errc::shutting_down, "the runtime is closing");
+  }
+  const auto& tenant = start.options.tenant;
+  if (tenant.empty() || tenant.size() > tenant_bytes_max) {
+    return make_error(
+        errc::invalid_argument,
+        "a tenant is 1 to " + std::to_string(tenant_bytes_max) + " bytes");
+  }
+  const auto& flow = start.flow;
+  if (flow.empty() || flow.size() > flow_name_bytes_max) {
+    return make_error(
+        errc::invalid_argument,
+        "a flow name is 1 to 128 bytes; got " + std::to_string(flow.size()));
+  }
+  const auto* entry = node.flows.find_flow(flow);
+  if (entry == nullptr) {
+    return make_error(errc::flow_not_found,
+                      "no flow registered under '" + flow + "'");
+  }
+  try {
+    entry->check_input(start.input);
+  } catch (const json::exception& e) {
+    return make_error(
+        errc::invalid_input,
+        "input for flow '" + flow + "' does not convert: " + e.what());
+  }
+  return {};
+}
+
+result<persistence::run_record> new_record(
+    node& node, const start_request& start,
+    const std::optional<start_hook>& keyed) {
+  persistence::run_record record;
+  record.id = start.run_id.empty() ? node.new_run_id() : start.run_id;
+  record.flow = start.flow;
+  record.status = run_status::pending;
+  record.input = actors::encode_payload(start.input);
+  if (record.input.size() > input_bytes_max) {
+    return make_error(errc::invalid_argument,
+                      "input is " + std::to_string(record.input.size()) +
+                          " bytes encoded; the limit is " +
+                          std::to_string(input_bytes_max));
+  }
+  record.created_at_ms = node.clock->now_ms();
+  record.tenant = start.options.tenant;
+  if (node.options.spec_version != 0) {
+    record.spec_version = node.options.spec_version;
+  }
+  if (keyed) {
+    record.start_token = keyed->token;
+  }
+  return record;
+}
+
+// A start keyed by a token: the token's actor admits the run with the
+// token's record in one write, or refuses it (held, a repeated command).
+void start_with_token(node& node, persistence::run_record record,
+                      const start_hook& hook, run_info info,
+                      const start_request& start, done_fn done) {
+  if (hook.token.empty() || hook.token.size() > hook_token_bytes_max) {
+    done(make_error(errc::invalid_argument,
+                    "hook.token must be 1 to 256 bytes; got " +
+                        std::to_string(hook.token.size())));
+    return;
+  }
+  auto until = actors::retain_until(hook.min_retention, record.created_at_ms,
+                                    node.options.retention_max.count());
+  if (!until) {
+    done(until.error());
+    return;
+  }
+  auto metadata = actors::encode_payload(hook.metadata);
+  if (metadata.size() > metadata_bytes_max) {
+    done(make_error(errc::invalid_argument,
+                    "hook.metadata is " + std::to_string(metadata.size()) +
+                        " bytes encoded; the limit is " +
+                        std::to_string(metadata_bytes_max)));
+    return;
+  }
+  persistence::token_record token;
+  token.tenant = record.tenant;
+  token.token = hook.token;
+  token.owner_run = record.id;
+  token.start_hook = true;
+  token.created_at_ms = record.created_at_ms;
+  token.retain_until_ms = *until;
+  token.metadata = std::move(metadata);
+  token.owner_spec_version = record.spec_version;
+  token.owner_command = start.options.command_id;
+  auto* at = &node;
+  auto address = persistence::keys::token(record.tenant, hook.token);
+  auto answer = std::make_shared<done_fn>(std::move(done));
+  actors::start_claim claim{
+      record, std::move(token),
+      [at, record, info = std::move(info), answer,
+       settle = start.answer](result<run_info> admitted) mutable {
+        if (admitted && admitted->id != record.id) {
+          (*answer)(std::move(admitted));  // a repeated command's first run
+          return;
+        }
+        if (admitted) {
+          at->runs->activate_fresh({std::move(record), std::move(settle)});
+          (*answer)(std::move(info));
+          return;
+        }
+        // If the admission did land, the run must not wait for a restart:
+        // activation finds out.
+        if (admitted.error().code == errc::start_outcome_unknown) {
+          at->runs->activate(record.id);
+        }
+        (*answer)(std::move(admitted));
+      }};
+  claim.answer = start.answer;
+  if (!node.tokens->deliver(address, actors::start_claim_atom::value,
+                            std::move(claim))) {
+    (*answer)(make_error(errc::shutting_down, "the runtime is closing"));
+  }
+}
+
+// A plain start answered once its run settles: the admission rides in the
+// run's first write (its first steps, or its end), one fsync in series
+// fewer. Nothing the run does is seen before that write lands.
+void start_in_first_write(node& node, persistence::run_record record,
+                          run_info info, actors::start_answer settle,
+                          done_fn done) {
+  auto answer = std::make_shared<answer_once>(std::move(done));
+  if (!node.runs->activate_fresh({std::move(record), std::move(settle),
+                                  [answer](result<run_info> admitted) {
+                                    (*answer)(std::move(admitted));
+                                  },
+                                  std::move(info)})) {
+    (*answer)(make_error(errc::shutting_down, "the runtime is closing"));
+  }
+}
+
+void start_plain(node& node, persistence::run_record record, run_info info,
+                 const actors::start_answer& answer, done_fn done) {
+  auto batch = node.store->batch();
+  actors::add_admission(batch, {.run = record,
+                                .info = info,
+                                .answer = &answer,
+                                .now_ms = node.clock->now_ms()});
+  auto* at = &node;
+  node.committer->submit(
+      std::move(batch),
+      [at, record = std::move(record), info = std::move(info),
+       done = std::move(done)](const status& outcome) mutable {
+        if (!outcome) {
+          done(make_error(
+              errc::storage_error,
+              "the admission of run " + record.id +
+                  " may or may not be durable: " + outcome.error().message));
+          return;
+        }
+        at->runs->activate_fresh({std::move(record), {}});
+        done(std::move(info));
+      });
+}
+
+}  // namespace
+
+void start_run(node& node, start_request start, done_fn done) {
+  if (auto checked = check_start(node, start); !checked) {
+    done(checked.error());
+    return;
+  }
+  const auto& options = start.options;
+  auto keyed = start_token_of(options, node.options);
+  if (!keyed) {
+    done(keyed.error());
+    return;
+  }
+  if (*keyed && !options.instance_id.empty() &&
+      options.on_duplicate == duplicate_policy::return_existing_active) {
+    done = [at = &node, tenant = options.tenant,
+            done = std::move(done)](result<run_info> outcome) {
+      answer_existing_or(*at, tenant, done, std::move(outcome));
+    };
+  }
+  if (*keyed && options.command_id.empty()) {
+    // A held token refuses the start before a run id is even drawn (a
+    // command's repeat needs the token's actor: it compares command ids).
+    auto& token = (*keyed)->token;
+    if (!token.empty() && token.size() <= hook_token_bytes_max) {
+      auto owner =
+          node.held.holder(persistence::keys::token(options.tenant, token),
+                           node.clock->now_ms());
+      if (owner) {
+        done(actors::token_held_error(token, *owner));
+        return;
+      }
+    }
+  }
+  auto record = new_record(node, start, *keyed);
+  if (!record) {
+    done(record.error());
+    return;
+  }
+  auto info = actors::describe_run(*record);
+  info.input = std::move(start.input);
+  if (*keyed) {
+    start_with_token(node, std::move(*record), **keyed, std::move(info), start,
+                     std::move(done));
+  } else if (start.answer.when_settled) {
+    start_in_first_write(node, std::move(*record), std::move(info),
+                         std::move(start.answer), std::move(done));
+  } else {
+    start_plain(node, std::move(*record), std::move(info), start.answer,
+                std::move(done));
+  }
+}
+
+result<run_info> get_run(const node& node, std::string_view run_id,
+                         std::string_view tenant) {
+  if (run_id.empty() || run_id.size() > run_id_bytes_max) {
+    return make_error(
+        errc::invalid_argument,
+        "a run id is 1 to 128 bytes; got " + std::to_string(run_id.size()));
+  }
+  auto record = node.store->get_run(run_id);
+  if (!record) {
+    return record.error();
+  }
+  // Another tenant's run is indistinguishable from no run at all.
+  if (!*record || (*record)->tenant != tenant) {
+    return make_error(errc::run_not_found,
+                      "no run with id '" + std::string(run_id) + "'");
+  }
+  auto info = actors::describe_run(**record);
+  if (!is_terminal(info.status)) {
+    if (auto reason = node.runs->blocked(info.id)) {
+      info.status = run_status::blocked;
+      info.blocked_reason = *reason;
+    }
+  }
+  return info;
+}
+
+}  // namespace durin::services
