@@ -16,6 +16,7 @@ namespace {
 
 struct run_actor_state {
   node* services = nullptr;
+  shard* home = nullptr;  // the shard the run lives in
   std::string run_id;
   std::unique_ptr<run_engine> engine;
   bool reloading = false;
@@ -77,7 +78,7 @@ void maybe_leave(self_pointer self, bool lingered = false) {
     return;
   }
   auto* actor = self;
-  if (st.services->runs->try_passivate(st.run_id, self->address(), [actor] {
+  if (st.home->runs->try_passivate(st.run_id, self->address(), [actor] {
         return actor->mailbox().empty();
       })) {
     self->quit();
@@ -92,7 +93,7 @@ void settle_releases(self_pointer self, bool ok) {
   for (auto& token : st.releasing) {
     auto address = persistence::keys::token(st.tenant, token);
     if (st.services->held.settle_release(address, ok)) {
-      st.services->tokens->deliver(address, reload_atom::value);
+      st.services->tokens_of(address).deliver(address, reload_atom::value);
     }
     if (ok) {
       st.released.push_back(token);
@@ -105,7 +106,7 @@ void settle_releases(self_pointer self, bool ok) {
 // not written yet (then `plan` may be empty).
 void submit_commit(self_pointer self, commit_plan plan) {
   auto& st = self->state;
-  auto batch = st.services->store->batch();
+  auto batch = st.home->store->batch();
   if (st.admitting) {
     auto& admitting = *st.admitting;
     add_admission(batch, {.run = admitting.record,
@@ -139,19 +140,21 @@ void submit_commit(self_pointer self, commit_plan plan) {
     batch.delete_active(st.run_id);
     // The write that records the end: it also frees the tokens whose actors
     // offered that.
+    // Only tokens of the run's own shard: another shard's token is freed by
+    // its actor on the owner-end message (a write of that shard).
     for (auto& token : st.ending_tokens) {
-      if (st.services->held.take_release(
-              persistence::keys::token(st.tenant, token), st.run_id)) {
+      auto address = persistence::keys::token(st.tenant, token);
+      if (&st.services->shard_of_token(address) == st.home &&
+          st.services->held.take_release(address, st.run_id)) {
         batch.delete_token(st.tenant, token);
         st.releasing.push_back(token);
       }
     }
   }
   auto handle = caf::actor_cast<caf::actor>(self);
-  st.services->committer->submit(
-      std::move(batch), [handle](const status& outcome) {
-        caf::anon_send(handle, committed_atom::value, outcome);
-      });
+  st.home->committer->submit(std::move(batch), [handle](const status& outcome) {
+    caf::anon_send(handle, committed_atom::value, outcome);
+  });
 }
 
 // Every attempt is a task of the node's task service: a remote one waits on
@@ -227,7 +230,7 @@ void dispatch_step(self_pointer self, step_dispatch dispatch) {
 void send_to_token(self_pointer self, token_message message) {
   auto& st = self->state;
   auto address = persistence::keys::token(st.tenant, message.token);
-  auto& tokens = *st.services->tokens;
+  auto& tokens = st.services->tokens_of(address);
   switch (message.what) {
     case token_message::kind::claim:
       tokens.deliver(address, claim_atom::value, std::move(message.claim));
@@ -264,7 +267,7 @@ json run_state_of(const run_info& info) {
 
 json run_state(const node& services, const std::string& tenant,
                const std::string& run_id) {
-  auto record = services.store->get_run(run_id);
+  auto record = services.shard_of_run(run_id).store->get_run(run_id);
   if (!record || !*record || (*record)->tenant != tenant) {
     return json{{"id", run_id}, {"status", "not-found"}};
   }
@@ -280,10 +283,10 @@ void watch_run(self_pointer self, const std::string& run_id) {
   auto subscription = services->events.subscribe(
       run_id, services::run_events::until::ended,
       [services, me](const services::run_event& event) {
-        services->runs->deliver(me, watched_atom::value, event.run);
+        services->runs_of(me).deliver(me, watched_atom::value, event.run);
       });
   // The engine saw it unfinished; if it ended since, no event will come.
-  auto record = services->store->get_run(run_id);
+  auto record = services->shard_of_run(run_id).store->get_run(run_id);
   if (record && *record && is_terminal((*record)->status)) {
     services->events.unsubscribe(run_id, subscription);
     self->send(self, watched_atom::value, describe_run(**record));
@@ -358,7 +361,7 @@ void carry_out(self_pointer self, engine_output& out) {
     dispatch_step(self, std::move(dispatch));
   }
   for (auto& timer : out.timers) {
-    st.services->timers->schedule(timer);
+    st.home->timers->schedule(timer);
   }
   for (auto& message : out.token_messages) {
     send_to_token(self, std::move(message));
@@ -371,9 +374,9 @@ void carry_out(self_pointer self, engine_output& out) {
     if (st.blocked_reported) {
       std::fprintf(stderr, "durin: run %s is blocked: %s\n", st.run_id.c_str(),
                    st.engine->blocked_reason().c_str());
-      st.services->runs->set_blocked(st.run_id, st.engine->blocked_reason());
+      st.home->runs->set_blocked(st.run_id, st.engine->blocked_reason());
     } else {
-      st.services->runs->clear_blocked(st.run_id);
+      st.home->runs->clear_blocked(st.run_id);
     }
   }
 }
@@ -401,7 +404,7 @@ void activate(self_pointer self, std::optional<persistence::run_record> fresh) {
     record = std::move(*fresh);
     st.tenant = record.tenant;
   } else {
-    auto loaded = st.services->store->get_run(st.run_id);
+    auto loaded = st.home->store->get_run(st.run_id);
     if (!loaded) {
       std::fprintf(stderr, "durin: run %s cannot be activated: %s\n",
                    st.run_id.c_str(), loaded.error().to_string().c_str());
@@ -422,7 +425,7 @@ void activate(self_pointer self, std::optional<persistence::run_record> fresh) {
       publish_settled(self);
     }
     if (!is_terminal(record.status)) {
-      auto events = st.services->store->load_history(st.run_id);
+      auto events = st.home->store->load_history(st.run_id);
       if (!events) {
         std::fprintf(stderr, "durin: run %s cannot be replayed: %s\n",
                      st.run_id.c_str(), events.error().to_string().c_str());
@@ -450,14 +453,15 @@ void activate(self_pointer self, std::optional<persistence::run_record> fresh) {
   // A timer that fired while no engine listened would be lost otherwise;
   // firing twice is harmless.
   if (auto timer = st.engine->waiting_timer()) {
-    st.services->timers->schedule(*timer);
+    st.home->timers->schedule(*timer);
   }
   drain(self);
 }
 
-run_actor::behavior_type run_actor_behavior(self_pointer self, node* services,
+run_actor::behavior_type run_actor_behavior(self_pointer self, shard* home,
                                             std::string run_id) {
-  self->state.services = services;
+  self->state.services = home->owner;
+  self->state.home = home;
   self->state.run_id = std::move(run_id);
   return {
       // Activation happens once per actor: a second activate (a recovery
@@ -580,10 +584,10 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, node* services,
 
 }  // namespace
 
-caf::actor spawn_run_actor(caf::actor_system& system, node& services,
+caf::actor spawn_run_actor(caf::actor_system& system, shard& home,
                            const std::string& run_id) {
   return caf::actor_cast<caf::actor>(
-      system.spawn(run_actor_behavior, &services, run_id));
+      system.spawn(run_actor_behavior, &home, run_id));
 }
 
 }  // namespace durin::actors

@@ -15,6 +15,7 @@
 namespace durin::actors {
 
 using services::node;
+using services::shard;
 
 using run_actor = caf::typed_actor<
     // Loads the run and its history from storage and replays it.
@@ -41,7 +42,7 @@ using run_actor = caf::typed_actor<
     caf::reacts_to<linger_atom, std::uint64_t>>;
 
 // Spawns the actor of `run_id` on `system`. `services` must outlive it.
-caf::actor spawn_run_actor(caf::actor_system& system, node& services,
+caf::actor spawn_run_actor(caf::actor_system& system, shard& home,
                            const std::string& run_id);
 
 }  // namespace durin::actors

@@ -26,6 +26,7 @@ constexpr std::size_t subscription_batch_max = 1000;
 
 struct token_actor_state {
   node* services = nullptr;
+  shard* home = nullptr;  // the shard the token lives in
   std::string address;
   std::string tenant;
   std::string token;
@@ -103,7 +104,7 @@ void write(self_pointer self, persistence::write_batch batch,
         }
         then(ok);
       });
-  st.services->committer->submit(
+  st.home->committer->submit(
       std::move(batch), [handle, done](const status& outcome) {
         caf::anon_send(handle, committed_atom::value,
                        outcome.ok() ? status{} : outcome,
@@ -133,14 +134,14 @@ void release(persistence::write_batch& batch, const token_record& record) {
 
 void deliver_to_run(self_pointer self, const std::string& run_id,
                     auto&&... xs) {
-  self->state.services->runs->deliver(run_id, xs...);
+  self->state.services->runs_of(run_id).deliver(run_id, xs...);
 }
 
 // The owner ended at `at_ms`: keep the token for its retention, or free it.
 void apply_owner_end(self_pointer self, std::int64_t at_ms) {
   auto& st = self->state;
   auto record = *st.record;
-  auto batch = st.services->store->batch();
+  auto batch = st.home->store->batch();
   if (record.retain_until_ms > at_ms && record.retain_until_ms > now_ms(self)) {
     record.state = token_state::retained;
     batch.put_token(record);
@@ -154,7 +155,7 @@ void apply_owner_end(self_pointer self, std::int64_t at_ms) {
     st.record = record;
     write(self, std::move(batch), [self, timer](bool ok) {
       if (ok) {
-        self->state.services->timers->schedule(timer);
+        self->state.home->timers->schedule(timer);
       }
     });
   } else {
@@ -171,7 +172,7 @@ bool ensure_loaded(self_pointer self) {
   if (st.loaded) {
     return true;
   }
-  auto loaded = st.services->store->get_token(st.tenant, st.token);
+  auto loaded = st.home->store->get_token(st.tenant, st.token);
   if (!loaded) {
     std::fprintf(stderr, "durin: token %s: %s\n", st.token.c_str(),
                  loaded.error().to_string().c_str());
@@ -180,7 +181,8 @@ bool ensure_loaded(self_pointer self) {
   st.loaded = true;
   st.record = std::move(*loaded);
   if (st.record && st.record->state == token_state::active) {
-    auto owner = st.services->store->get_run(st.record->owner_run);
+    auto owner = st.services->shard_of_run(st.record->owner_run)
+                     .store->get_run(st.record->owner_run);
     if (owner && (!*owner || is_terminal((*owner)->status))) {
       apply_owner_end(self, *owner ? (*owner)->completed_at_ms : 0);
       return false;  // the request waits for that write
@@ -248,7 +250,7 @@ void maybe_leave(self_pointer self,
   // The entry goes with the actor, under the directory's lock, before a new
   // actor for the token can exist and publish its own. An owner's release
   // in flight keeps the actor (and its entry) until it is settled.
-  if (st.services->tokens->try_passivate(st.address, self->address(), [actor] {
+  if (st.home->tokens->try_passivate(st.address, self->address(), [actor] {
         return actor->mailbox().empty() &&
                actor->state.services->held.erase_unless_releasing(
                    actor->state.address);
@@ -307,7 +309,8 @@ bool settle_ended_owner(self_pointer self) {
       !st.services->held.is_ending(st.address, record->owner_run)) {
     return false;
   }
-  auto owner = st.services->store->get_run(record->owner_run);
+  auto owner = st.services->shard_of_run(record->owner_run)
+                   .store->get_run(record->owner_run);
   if (!owner || (*owner && !is_terminal((*owner)->status))) {
     return false;  // not ended yet (or unreadable): the owner still holds
   }
@@ -345,7 +348,8 @@ void handle_start(self_pointer self, start_claim& claim) {
     const auto& command = claim.token.owner_command;
     if (!command.empty() && command == st.record->owner_command) {
       // A repeat of the start that admitted the owner: its outcome again.
-      auto owner = st.services->store->get_run(st.record->owner_run);
+      auto owner = st.services->shard_of_run(st.record->owner_run)
+                       .store->get_run(st.record->owner_run);
       if (owner && *owner) {
         claim.reply(describe_run(**owner));
         return;
@@ -354,7 +358,7 @@ void handle_start(self_pointer self, start_claim& claim) {
     claim.reply(token_held_error(st.token, st.record->owner_run));
     return;
   }
-  auto batch = st.services->store->batch();
+  auto batch = st.home->store->batch();
   if (st.record) {
     release(batch, *st.record);  // a retention that has passed
   }
@@ -395,7 +399,7 @@ void handle_claim(self_pointer self, const hook_claim& claim) {
     // and a longer retention extends the one held, never shortens it.
     if (claim.retain_until_ms > record->retain_until_ms) {
       record->retain_until_ms = claim.retain_until_ms;
-      auto batch = st.services->store->batch();
+      auto batch = st.home->store->batch();
       batch.put_token(*record);
       write(self, std::move(batch),
             [answer](bool ok) { answer(ok, ok ? "" : "unknown"); });
@@ -427,7 +431,7 @@ void handle_claim(self_pointer self, const hook_claim& claim) {
   next.retain_until_ms = claim.retain_until_ms;
   next.metadata = claim.metadata;
   next.owner_spec_version = claim.spec_version;
-  auto batch = st.services->store->batch();
+  auto batch = st.home->store->batch();
   std::optional<hook_loss> loss;
   if (take_over) {
     next.next_payload = record->next_payload;
@@ -462,7 +466,7 @@ void handle_resume(self_pointer self, resume_request& request) {
   auto& st = self->state;
   if (!request.resume_id.empty()) {
     auto seen =
-        st.services->store->get_resume(st.tenant, st.token, request.resume_id);
+        st.home->store->get_resume(st.tenant, st.token, request.resume_id);
     if (!seen) {
       request.reply(seen.error());
       return;
@@ -485,7 +489,7 @@ void handle_resume(self_pointer self, resume_request& request) {
                                       std::move(request.payload),
                                       request.resume_id, now_ms(self)};
   record->next_payload += 1;
-  auto batch = st.services->store->batch();
+  auto batch = st.home->store->batch();
   batch.put_payload(st.tenant, st.token, payload);
   batch.put_token(*record);
   if (!request.resume_id.empty()) {
@@ -510,7 +514,7 @@ void handle_resume(self_pointer self, resume_request& request) {
 
 void handle_subscribe(self_pointer self, const subscription& request) {
   auto& st = self->state;
-  auto payloads = st.services->store->load_payloads(
+  auto payloads = st.home->store->load_payloads(
       st.tenant, st.token, request.from_sequence, subscription_batch_max);
   if (!payloads) {
     std::fprintf(stderr, "durin: token %s: %s\n", st.token.c_str(),
@@ -538,7 +542,7 @@ void handle_dispose(self_pointer self, const owner_notice& notice) {
       st.record->owner_run != notice.run_id) {
     return;  // not (or no longer) its token
   }
-  auto batch = st.services->store->batch();
+  auto batch = st.home->store->batch();
   release(batch, *st.record);
   st.record.reset();
   write(self, std::move(batch), [](bool) {});
@@ -562,17 +566,18 @@ void handle_retention(self_pointer self) {
   auto& st = self->state;
   if (st.record && st.record->state == token_state::retained &&
       st.record->retain_until_ms <= now_ms(self)) {
-    auto batch = st.services->store->batch();
+    auto batch = st.home->store->batch();
     release(batch, *st.record);
     st.record.reset();
     write(self, std::move(batch), [](bool) {});
   }
 }
 
-caf::behavior token_actor_behavior(self_pointer self, node* services,
+caf::behavior token_actor_behavior(self_pointer self, shard* home,
                                    std::string address) {
   auto& st = self->state;
-  st.services = services;
+  st.services = home->owner;
+  st.home = home;
   st.address = address;
   auto decoded = persistence::keys::decode_token(address);
   if (decoded) {
@@ -638,14 +643,15 @@ error token_held_error(std::string_view token, const std::string& owner_run) {
   return conflict;
 }
 
-caf::actor spawn_token_actor(caf::actor_system& system, node& services,
+caf::actor spawn_token_actor(caf::actor_system& system, shard& home,
                              const std::string& address) {
-  return system.spawn(token_actor_behavior, &services, address);
+  return system.spawn(token_actor_behavior, &home, address);
 }
 
 result<hook_info> read_hook(const node& services, std::string_view tenant,
                             std::string_view token) {
-  auto record = services.store->get_token(tenant, token);
+  auto record = services.shard_of_token(persistence::keys::token(tenant, token))
+                    .store->get_token(tenant, token);
   if (!record) {
     return record.error();
   }
@@ -662,7 +668,8 @@ result<hook_info> read_hook(const node& services, std::string_view tenant,
   if (found.state == token_state::active) {
     // An owner that ended without telling the token no longer holds it
     // unless its retention does.
-    auto owner = services.store->get_run(found.owner_run);
+    auto owner =
+        services.shard_of_run(found.owner_run).store->get_run(found.owner_run);
     if (owner && (!*owner || is_terminal((*owner)->status))) {
       if (found.retain_until_ms <= services.clock->now_ms()) {
         return missing;

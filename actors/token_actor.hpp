@@ -20,6 +20,7 @@
 namespace durin::actors {
 
 using services::node;
+using services::shard;
 
 // How long an idle token actor stays before it passivates (node::lingering
 // tells it): a start is usually followed within milliseconds by its run's
@@ -28,7 +29,7 @@ using services::node;
 constexpr auto token_linger = std::chrono::milliseconds(250);
 
 // Spawns the actor of the token at `address` (keys::token(tenant, token)).
-caf::actor spawn_token_actor(caf::actor_system& system, node& services,
+caf::actor spawn_token_actor(caf::actor_system& system, shard& home,
                              const std::string& address);
 
 // The hook-conflict a start on a held token gets, naming the owner.

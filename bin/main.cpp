@@ -14,6 +14,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -209,6 +210,7 @@ struct serve_limits {
   std::size_t tenant_polls_max = 256;
   bool metrics_open = false;
   std::vector<std::string> webhook_kept_headers;
+  std::uint32_t shards = 1;
 };
 
 // `durin admin reset-key`: offline, with no node running on the data dir
@@ -216,7 +218,10 @@ struct serve_limits {
 // `default`, written to DATA_DIR/admin.key. The way back when every admin
 // key is lost; keys already there stay valid.
 int reset_key_command(const std::string& data_dir) {
-  auto store = durin::persistence::store::open(data_dir);
+  // API keys live in the first shard (the data dir itself for one shard).
+  const bool sharded = std::filesystem::exists(data_dir + "/shards/count");
+  auto store = durin::persistence::store::open(
+      sharded ? data_dir + "/shards/000" : data_dir);
   if (!store) {
     std::cerr << "durin admin reset-key: cannot open the node's store (stop "
                  "the node that runs on this data dir first): "
@@ -245,6 +250,7 @@ int serve_command(const std::string& data_dir, const std::string& listen,
                   const serve_limits& limits, bool bench_flows) {
   durin::gateway::serve_options options;
   options.data_dir = data_dir;
+  options.shards = limits.shards;
   auto colon = listen.rfind(':');
   if (colon == std::string::npos) {
     std::cerr << "invalid-argument: --listen is HOST:PORT\n";
@@ -525,6 +531,11 @@ void add_local_commands(CLI::App& app, cli& c) {
                     "hand this credential-like header (dropped by default: "
                     "authorization, proxy-authorization, cookie, x-api-key, "
                     "x-auth-token) to webhook runs; repeatable");
+  serve
+      ->add_option("--shards", c.limits.shards,
+                   "shards of the node's data, 1 to 1024 (fixed when the "
+                   "data dir is made)")
+      ->capture_default_str();
   serve->add_flag("--bench-flows", c.bench_flows,
                   "also register bench.noop and bench.ten-steps");
   on_chosen(serve, c, [](cli& c) {

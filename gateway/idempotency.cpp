@@ -15,7 +15,14 @@ idempotency::idempotency(persistence::request_store& requests,
                          std::string instance_id,
                          std::function<std::int64_t()> now_ms,
                          idempotency_options options)
-    : requests_(requests),
+    : idempotency([&requests](const persistence::request_address&)
+                      -> persistence::request_store& { return requests; },
+                  std::move(instance_id), std::move(now_ms), options) {}
+
+idempotency::idempotency(store_router requests, std::string instance_id,
+                         std::function<std::int64_t()> now_ms,
+                         idempotency_options options)
+    : requests_(std::move(requests)),
       instance_id_(std::move(instance_id)),
       now_ms_(std::move(now_ms)),
       options_(options) {}
@@ -70,7 +77,7 @@ http_response replay_response(const request_record& record) {
 std::optional<http_response> idempotency::peek(
     const persistence::request_address& address,
     const std::string& fingerprint) {
-  auto early = requests_.get(address);
+  auto early = requests_(address).get(address);
   if (!early || !*early || (*early)->expires_at_ms <= now_ms_() ||
       (*early)->state == request_state::in_flight) {
     return std::nullopt;
@@ -112,7 +119,7 @@ idempotency::decision idempotency::begin(
     return decision{outcome::answered, std::move(response)};
   };
   std::string recorded_run_id;
-  auto found = requests_.get(address);
+  auto found = requests_(address).get(address);
   if (!found) {
     return answered(error_response(
         503, "storage-error",
@@ -187,7 +194,7 @@ http_response idempotency::finish(const persistence::request_address& address,
       record.content_type = response.content_type;
       record.body = response.body;
     }
-    kept = requests_.put(address, record);
+    kept = requests_(address).put(address, record);
   }
   release(key, generation);
   if (!kept && response.status >= 200 && response.status < 300 &&

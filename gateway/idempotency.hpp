@@ -74,8 +74,16 @@ class idempotency {
     std::string recorded_run_id;
   };
 
+  // Where a key's records are kept: the request store of the key's shard.
+  using store_router = std::function<persistence::request_store&(
+      const persistence::request_address&)>;
+
   // REQUIRES: `requests` outlives this; `now_ms` is thread-safe.
   idempotency(persistence::request_store& requests, std::string instance_id,
+              std::function<std::int64_t()> now_ms,
+              idempotency_options options = {});
+  // REQUIRES: every store the router answers outlives this.
+  idempotency(store_router requests, std::string instance_id,
               std::function<std::int64_t()> now_ms,
               idempotency_options options = {});
 
@@ -114,7 +122,7 @@ class idempotency {
   static std::string map_key(const persistence::request_address& address);
   void release(const std::string& key, std::uint64_t generation);
 
-  persistence::request_store& requests_;
+  store_router requests_;
   std::string instance_id_;
   std::function<std::int64_t()> now_ms_;
   idempotency_options options_;

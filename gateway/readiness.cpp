@@ -8,7 +8,7 @@
 namespace durin::gateway {
 
 wire::http_response readiness_response(runtime& node) {
-  const auto health = services::services_of(node).store->health();
+  const auto health = services::services_of(node).health();
   wire::http_response response;
   nlohmann::json body;
   if (health.ready) {
@@ -27,7 +27,7 @@ wire::http_response readiness_response(runtime& node) {
 }
 
 std::string storage_metrics(runtime& node) {
-  const auto health = services::services_of(node).store->health();
+  const auto health = services::services_of(node).health();
   std::string text;
   text +=
       "# HELP durin_storage_ready 1 while the node's store takes writes, 0 "

@@ -315,7 +315,14 @@ http_response api::webhook(request& ctx) {
                   {"body", std::move(body)}};
   // The webhook index names the token's tenant (written with the
   // webhook's claim, removed with its release).
-  auto tenant = services::services_of(node_).store->get_webhook_tenant(token);
+  // Its tenant is not known yet, so neither is its shard: each is asked.
+  result<std::optional<std::string>> tenant = std::optional<std::string>();
+  for (auto& shard : services::services_of(node_).shards) {
+    tenant = shard->store->get_webhook_tenant(token);
+    if (!tenant || *tenant) {
+      break;
+    }
+  }
   if (!tenant) {
     return error_response(tenant.error());
   }

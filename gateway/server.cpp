@@ -55,22 +55,42 @@ int serve(serve_options options, registry flows, std::ostream& out,
   std::filesystem::create_directories(options.data_dir, fs_error);
   // The runtime's own actor system: its workers block after a short spin
   // (see runtime::open) instead of sleeping in a polling loop.
-  auto node = runtime::open({.data_dir = options.data_dir}, std::move(flows));
+  auto node =
+      runtime::open({.data_dir = options.data_dir, .shards = options.shards},
+                    std::move(flows));
   if (!node) {
     return fail(err, node.error());
   }
-  // One store for the node: request records ride in the admission batches
-  // of the runs they start (one fsync, no window between the two).
+  // Request records live in their key's shard, where they ride in the
+  // admission batches of the runs they start (one fsync, no window between
+  // the two); API keys and tenants, node-wide, in the first shard.
   auto& services = services::services_of(**node);
-  auto& writer = *services.committer;
-  persistence::request_store requests(*services.store, writer);
-  persistence::auth_store key_store(*services.store, writer);
+  std::vector<std::unique_ptr<persistence::request_store>> shard_requests;
+  for (auto& shard : services.shards) {
+    shard_requests.push_back(std::make_unique<persistence::request_store>(
+        *shard->store, *shard->committer));
+  }
+  auto requests_of = [&shard_requests,
+                      &services](const persistence::request_address& address)
+      -> persistence::request_store& {
+    return *shard_requests[services.map.of_key(address)];
+  };
+  auto sweep_requests = [&shard_requests]() -> status {
+    for (auto& requests : shard_requests) {
+      if (auto swept = requests->sweep(wall_ms(), ""); !swept) {
+        return swept.error();
+      }
+    }
+    return {};
+  };
+  auto& first = services.first();
+  persistence::auth_store key_store(*first.store, *first.committer);
   auth keys(key_store, wall_ms);
   const std::string admin_key_path = options.data_dir + "/admin.key";
   // On a store not ready at start (a full disk), the admin key is set up by
   // the sweeper once it is; the node serves /healthz and /readyz meanwhile.
   auto created = keys.bootstrap(admin_key_path);
-  const bool bootstrap_pending = !created && !services.store->ready();
+  const bool bootstrap_pending = !created && !first.store->ready();
   if (!created && !bootstrap_pending) {
     return fail(err, created.error());
   }
@@ -78,23 +98,27 @@ int serve(serve_options options, registry flows, std::ostream& out,
   // Keys held by requests of an earlier process are free at once: begin()
   // treats markers of other instances as free, and keeps the run they
   // record. Here only expired records go.
-  if (auto swept = requests.sweep(wall_ms(), "");
-      !swept && services.store->ready()) {
+  if (auto swept = sweep_requests(); !swept && services.health().ready) {
     return fail(err, swept.error());
   }
-  idempotency held(requests, instance_id, wall_ms, options.idempotency);
+  idempotency held(requests_of, instance_id, wall_ms, options.idempotency);
   metrics counters;
   // Counted from the store now, then kept by every write (a true gauge,
   // right across restarts).
-  auto* node_store = services.store.get();
-  if (auto counted = node_store->runs_by_status();
-      !counted && node_store->ready()) {
+  if (auto counted = services.runs_by_status();
+      !counted && services.health().ready) {
     return fail(err, counted.error());
   }
-  auto commit_metrics = [&writer, node_store, &node] {
-    auto stats = writer.statistics();
+  auto commit_metrics = [&services, &node] {
+    persistence::committer::stats stats;
+    for (auto& shard : services.shards) {
+      auto one = shard->committer->statistics();
+      stats.group_writes += one.group_writes;
+      stats.batches += one.batches;
+      stats.operations += one.operations;
+    }
     std::string text = task_metrics(**node) + storage_metrics(**node);
-    if (auto counts = node_store->runs_by_status()) {
+    if (auto counts = services.runs_by_status()) {
       text +=
           "# HELP durin_runs Runs stored on this node, by status.\n"
           "# TYPE durin_runs gauge\n";
@@ -155,18 +179,18 @@ int serve(serve_options options, registry flows, std::ostream& out,
         lock, pending ? std::chrono::milliseconds(200) : interval,
         [&] { return stopping; })) {
       lock.unlock();
-      if (pending && services.store->ready()) {
+      if (pending && first.store->ready()) {
         if (auto made = keys.bootstrap(admin_key_path)) {
           pending = false;
           report_bootstrap(*made);
         }
       }
-      (void)requests.sweep(wall_ms(), "");
+      (void)sweep_requests();
       lock.lock();
     }
   });
   if (bootstrap_pending) {
-    out << "storage not ready (" << services.store->health().fault
+    out << "storage not ready (" << services.health().fault
         << "); the admin API key is set up once it is" << std::endl;
   } else {
     report_bootstrap(*created);

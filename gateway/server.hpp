@@ -23,6 +23,7 @@ namespace durin::gateway {
 
 struct serve_options {
   std::string data_dir = "./durin-data";
+  std::uint32_t shards = 1;  // runtime_options::shards
   http_server_options http;
   api_options api;
   idempotency_options idempotency;

@@ -32,6 +32,9 @@ struct api::async_start : std::enable_shared_from_this<async_start> {
   // events before the run exists.
   std::string run_id;
   std::uint64_t subscription = 0;
+  // The key's record rides in the run's admission (one shard holds both);
+  // else the answer is kept by a write of its own.
+  bool key_in_admission = false;
   // Who answers a waited start: the first to set it (the hub's event, or
   // the hand-over to a worker).
   std::atomic<bool> claimed{false};
@@ -115,35 +118,43 @@ void api::start_run(const request_ptr& r, reply_fn reply) {
     start->reply(std::move(*problem));
     return;
   }
-  if (!r->recorded_run_id.empty()) {
-    // A run an earlier process admitted for this key: answer that run, on a
-    // worker (a waited one waits for it; the answer is kept by a write).
-    r->offload([this, start, wait = s->wait] {
-      const auto& r = *start->r;
-      auto run = node_.get(r.recorded_run_id, r.caller.tenant);
-      if (!run) {
-        start->reply(error_response(run.error()));
-      } else if (!wait) {
-        start->reply(run_response(202, *run));
-      } else {
-        start->reply(answer_waited(
-            run->id, r.caller.tenant,
-            r.began + std::chrono::milliseconds(options_.wait_ms_max)));
-      }
-    });
-    return;
-  }
   auto& node = services::services_of(node_);
-  start->run_id = node.new_run_id();
+  if (!r->recorded_run_id.empty()) {
+    auto run = node_.get(r->recorded_run_id, r->caller.tenant);
+    if (run || run.error().code != errc::run_not_found) {
+      // A run an earlier holder of this key admitted: answer that run, on a
+      // worker (a waited one waits for it; the answer is kept by a write).
+      r->offload([this, start, wait = s->wait, run = std::move(run)] {
+        const auto& r = *start->r;
+        if (!run) {
+          start->reply(error_response(run.error()));
+        } else if (!wait) {
+          start->reply(run_response(202, *run));
+        } else {
+          start->reply(answer_waited(
+              run->id, r.caller.tenant,
+              r.began + std::chrono::milliseconds(options_.wait_ms_max)));
+        }
+      });
+      return;
+    }
+    // Its marker names a run never admitted (a crash between a key written
+    // in its own shard and the run's admission): start that very run.
+    start->run_id = r->recorded_run_id;
+  }
   services::start_request request;
   request.flow = std::move(s->flow);
   request.input = std::move(s->input);
   request.options = std::move(s->options);
   request.answer.when_settled = s->wait;
-  request.run_id = start->run_id;
   if (r->key) {
     request.answer.key = requests_.start_key_of(*r->key, r->fingerprint);
   }
+  if (start->run_id.empty()) {
+    start->run_id = services::draw_run_id(node, request);
+  }
+  request.run_id = start->run_id;
+  start->key_in_admission = services::key_kept_with_admission(node, request);
   if (s->wait) {
     start->subscription = node.events.subscribe(
         start->run_id, services::run_events::until::settled,

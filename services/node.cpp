@@ -1,8 +1,49 @@
 #include "services/node.hpp"
 
+#include <algorithm>
+
 namespace durin::services {
 
-std::string node::new_run_id() {
+persistence::storage_health node::health() const {
+  persistence::storage_health out;
+  for (const auto& shard : shards) {
+    auto one = shard->store->health();
+    if (!one.ready && out.ready) {
+      out.ready = false;
+      out.fault = shards.size() == 1 ? one.fault
+                                     : "shard " + std::to_string(shard->index) +
+                                           ": " + one.fault;
+    }
+    out.faults += one.faults;
+    out.reopens += one.reopens;
+    out.not_ready_ms = std::max(out.not_ready_ms, one.not_ready_ms);
+  }
+  return out;
+}
+
+result<persistence::store::status_counts> node::runs_by_status() const {
+  persistence::store::status_counts total{};
+  for (const auto& shard : shards) {
+    auto counts = shard->store->runs_by_status();
+    if (!counts) {
+      return counts.error();
+    }
+    for (std::size_t i = 0; i < total.size(); ++i) {
+      total[i] += (*counts)[i];
+    }
+  }
+  return total;
+}
+
+std::uint32_t node::any_shard() {
+  if (shards.size() == 1) {
+    return 0;
+  }
+  std::lock_guard<std::mutex> lock(ids_mutex_);
+  return static_cast<std::uint32_t>(ids_() % shards.size());
+}
+
+std::string node::new_run_id(std::uint32_t shard) {
   static constexpr char digits[] = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
   auto ms = static_cast<std::uint64_t>(clock->now_ms());
   std::uint64_t high;
@@ -19,10 +60,10 @@ std::string node::new_run_id() {
   for (int i = 0; i < 12; ++i) {
     id += digits[(high >> (i * 5)) & 31];
   }
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 2; ++i) {
     id += digits[(low >> (i * 5)) & 31];
   }
-  return id;
+  return id + shard_map::run_id_suffix(shard);
 }
 
 }  // namespace durin::services

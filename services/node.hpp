@@ -1,6 +1,7 @@
-// The services of one durin node, shared by its run actors. Owned by the
-// runtime; every member outlives every run actor (the runtime closes the
-// directory, which waits for all run actors, before tearing down the rest).
+// The services of one durin node, shared by its run actors, and its shards.
+// Owned by the runtime; every member outlives every actor (the runtime
+// closes the directories, which wait for all actors, before tearing down
+// the rest).
 #pragma once
 
 #include <atomic>
@@ -21,32 +22,84 @@
 #include "services/held_tokens.hpp"
 #include "services/linger_list.hpp"
 #include "services/run_events.hpp"
+#include "services/shard_map.hpp"
 #include "services/step_executor.hpp"
 #include "services/task_service.hpp"
 #include "services/timer_service.hpp"
 
 namespace durin::services {
 
+struct node;
+
+// One shard of a node: the unit the cluster will move. It owns its store
+// (one RocksDB, in the data directory for a node of one shard, else in
+// `shards/NNN/`), the committer that writes it, its timers, and the
+// directories of the actors of its runs and tokens. Every member outlives
+// every actor of the shard.
+struct shard {
+  node* owner = nullptr;
+  std::uint32_t index = 0;
+  std::unique_ptr<persistence::store> store;
+  std::unique_ptr<persistence::committer> committer;
+  std::unique_ptr<timer_service> timers;
+  std::unique_ptr<directory> runs;
+  std::unique_ptr<directory> tokens;  // key: keys::token(tenant, token)
+};
+
 struct node {
   runtime_options options;
   registry flows;
   std::shared_ptr<durin::clock> clock;
-  std::unique_ptr<persistence::store> store;
-  std::unique_ptr<persistence::committer> committer;
   std::unique_ptr<step_executor> executor;
-  std::unique_ptr<task_service> tasks;  // every step attempt and its lease
-  std::unique_ptr<timer_service> timers;
-  std::unique_ptr<directory> runs;
-  std::unique_ptr<directory> tokens;  // key: keys::token(tenant, token)
+  // Every step attempt and its lease, for all shards (memory only: a shard
+  // that moves re-dispatches its attempts when its runs activate).
+  std::unique_ptr<task_service> tasks;
+  std::vector<std::unique_ptr<shard>> shards;  // one, unless --shards N
+  shard_map map;
   run_events events;  // runs settling and ending, after durability
   std::atomic<bool> closing{false};  // set first when the runtime closes
-  held_tokens held;                  // written by token actors, read by starts
+  held_tokens held;  // written by token actors, read by starts (all shards)
   std::unique_ptr<linger_list> lingering;  // idle token actors
 
-  // "run_" + 10 characters of milliseconds + 16 of randomness (Crockford
-  // base32), so ids sort by creation time. Drawn before a start when its
-  // caller subscribes to the run's events first.
-  std::string new_run_id();
+  shard& shard_of_run(std::string_view run_id) {
+    return *shards[map.of_run(run_id)];
+  }
+  const shard& shard_of_run(std::string_view run_id) const {
+    return *shards[map.of_run(run_id)];
+  }
+  // `address` is keys::token(tenant, token).
+  shard& shard_of_token(std::string_view address) {
+    return *shards[map.of_token(address)];
+  }
+  const shard& shard_of_token(std::string_view address) const {
+    return *shards[map.of_token(address)];
+  }
+  shard& shard_of_key(const persistence::request_address& key) {
+    return *shards[map.of_key(key)];
+  }
+  directory& runs_of(std::string_view run_id) {
+    return *shard_of_run(run_id).runs;
+  }
+  directory& tokens_of(std::string_view address) {
+    return *shard_of_token(address).tokens;
+  }
+  // The node's storage health: ready while every shard's store takes
+  // writes; the first fault found, counters summed.
+  persistence::storage_health health() const;
+  // Runs stored on the node by status, summed over the shards.
+  result<persistence::store::status_counts> runs_by_status() const;
+
+  // Node-wide records (API keys, tenants) live in the first shard.
+  shard& first() { return *shards.front(); }
+  const shard& first() const { return *shards.front(); }
+
+  // "run_" + 10 characters of milliseconds + 14 of randomness + 2 naming
+  // `shard` (Crockford base32), so ids sort by creation time and carry their
+  // shard. Drawn before a start when its caller subscribes to the run's
+  // events first.
+  std::string new_run_id(std::uint32_t shard);
+  // A plain start's run goes to any shard (spread evenly).
+  std::uint32_t any_shard();
 
  private:
   std::mutex ids_mutex_;

@@ -7,9 +7,13 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/send.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <random>
 #include <thread>
@@ -47,8 +51,8 @@ class runtime_impl {
   std::unique_ptr<caf::actor_system> own_system;
   caf::actor_system* system = nullptr;
   std::atomic<bool> closing{false};
-  // Activates the runs again after the store reopened (see open()).
-  std::thread reactivator;
+  // Activate a shard's runs again after its store reopened (see open()).
+  std::vector<std::thread> reactivators;
 
   ~runtime_impl() { close(); }
 
@@ -57,15 +61,17 @@ class runtime_impl {
       return;
     }
     services.closing = true;
-    if (services.store) {
+    for (auto& shard : services.shards) {
       // Waits for a listener call that may be running.
-      services.store->set_health_listener(nullptr);
+      shard->store->set_health_listener(nullptr);
     }
-    if (reactivator.joinable()) {
-      reactivator.join();
+    for (auto& thread : reactivators) {
+      if (thread.joinable()) {
+        thread.join();
+      }
     }
-    if (services.timers) {
-      services.timers->stop();
+    for (auto& shard : services.shards) {
+      shard->timers->stop();
     }
     if (services.tasks) {
       services.tasks->stop();
@@ -73,38 +79,39 @@ class runtime_impl {
     if (services.lingering) {
       services.lingering->stop();
     }
-    if (services.runs) {
-      services.runs->close();
-    }
-    if (services.tokens) {
-      services.tokens->close();
+    for (auto& shard : services.shards) {
+      shard->runs->close();
+      shard->tokens->close();
     }
     if (services.executor) {
       services.executor->stop();
     }
-    if (services.committer) {
-      services.committer->stop();
+    for (auto& shard : services.shards) {
+      shard->committer->stop();
     }
     services.events.clear();
     own_system.reset();
   }
 
-  status recover() {
-    auto active = services.store->active_runs();
+  status recover(services::shard& shard) {
+    auto active = shard.store->active_runs();
     if (!active) {
       return active.error();
     }
     for (auto& run_id : *active) {
-      auto record = services.store->get_run(run_id);
+      auto record = shard.store->get_run(run_id);
       // A run waiting on a timer is activated by the timer; the others
       // (and any whose record is unreadable, to report it) start now.
       if (record && *record && (*record)->status == run_status::waiting) {
         continue;
       }
-      services.runs->activate(run_id);
+      shard.runs->activate(run_id);
     }
     return {};
   }
+
+  status open_shards(caf::actor_system& system,
+                     const persistence::store_options& store_options);
 
   result<run_info> get(std::string_view run_id, std::string_view tenant) const {
     return services::get_run(services, run_id, tenant);
@@ -134,6 +141,10 @@ std::string options_problem(const runtime_options& options) {
       options.task_lease.count() > 86'400'000) {
     return "task_lease must be 1 ms to 1 day; got " +
            std::to_string(options.task_lease.count()) + " ms";
+  }
+  if (options.shards < 1 || options.shards > services::shards_max) {
+    return "shards must be 1 to " + std::to_string(services::shards_max) +
+           "; got " + std::to_string(options.shards);
   }
   if (options.history_events_max < 2) {
     return "history_events_max must be at least 2";
@@ -185,6 +196,116 @@ result<std::unique_ptr<runtime>> runtime_access::open(
   return opened;
 }
 
+namespace {
+
+// Where shard `index` of `count` keeps its RocksDB: the data directory
+// itself for a node of one shard (as before shards), else shards/NNN. The
+// count is fixed when the directory is made: ids resolve to shards by it.
+result<std::string> shard_dir(const std::string& data_dir, std::uint32_t count,
+                              std::uint32_t index) {
+  namespace fs = std::filesystem;
+  std::error_code ignored;
+  const fs::path root(data_dir);
+  const bool single = fs::exists(root / "CURRENT", ignored);
+  const auto count_file = root / "shards" / "count";
+  std::uint32_t found = single ? 1 : 0;
+  if (!single && fs::exists(count_file, ignored)) {
+    std::ifstream in(count_file);
+    in >> found;
+  }
+  if (found != 0 && found != count) {
+    return make_error(
+        errc::invalid_argument,
+        "the data directory holds " + std::to_string(found) +
+            " shard(s); it was opened with shards = " + std::to_string(count) +
+            " (the count is fixed when the directory is made)");
+  }
+  if (count == 1) {
+    return data_dir;
+  }
+  if (found == 0 && index == 0) {
+    fs::create_directories(root / "shards", ignored);
+    std::ofstream out(count_file);
+    out << count << "\n";
+    out.flush();
+    if (!out) {
+      return make_error(errc::storage_error,
+                        "cannot record the shard count in the data directory");
+    }
+  }
+  char name[8];
+  std::snprintf(name, sizeof name, "%03u", index);
+  return (root / "shards" / name).string();
+}
+
+}  // namespace
+
+status runtime_impl::open_shards(
+    caf::actor_system& system,
+    const persistence::store_options& store_options) {
+  const auto count = services.options.shards;
+  services.map = services::shard_map(count);
+  reactivators.resize(count);
+  for (std::uint32_t index = 0; index < count; ++index) {
+    auto dir = shard_dir(services.options.data_dir, count, index);
+    if (!dir) {
+      return dir.error();
+    }
+    auto shard = std::make_unique<services::shard>();
+    shard->owner = &services;
+    shard->index = index;
+    auto store = persistence::store::open(*dir, store_options);
+    if (!store) {
+      return store.error();
+    }
+    shard->store = std::move(*store);
+    shard->committer = std::make_unique<persistence::committer>(*shard->store);
+    auto* home = shard.get();
+    shard->runs = std::make_unique<services::directory>(
+        [&system, home](const std::string& run_id) {
+          return actors::spawn_run_actor(system, *home, run_id);
+        });
+    shard->tokens = std::make_unique<services::directory>(
+        [&system, home](const std::string& address) {
+          return actors::spawn_token_actor(system, *home, address);
+        });
+    shard->timers = std::make_unique<services::timer_service>(
+        *shard->store, *services.clock,
+        [home](const persistence::timer_record& timer) {
+          // A retention timer names a token; the others name a run.
+          auto& target = timer.kind == persistence::timer_kind::token_retention
+                             ? *home->tokens
+                             : *home->runs;
+          target.deliver(timer.run_id, actors::timer_atom::value, timer);
+        });
+    // A store that comes up not ready (a full disk at start) or reopens
+    // after a storage fault: its runs are activated again once it is ready.
+    // Run actors whose writes failed reload by themselves, but one that
+    // tried while the store refused reads has stopped; activating a live
+    // one changes nothing. On a thread of the runtime's own, joined before
+    // the actor system goes: a thread that spawns actors holds CAF's logger
+    // until it ends, and the store's thread outlives the actor system.
+    shard->store->set_health_listener(
+        [this, home](const persistence::storage_health& health) {
+          if (!health.ready || closing) {
+            return;
+          }
+          auto& thread = reactivators[home->index];
+          if (thread.joinable()) {
+            thread.join();
+          }
+          thread = std::thread([this, home] {
+            if (auto recovered = recover(*home); !recovered) {
+              std::fprintf(stderr, "durin: runs not reactivated: %s\n",
+                           recovered.error().to_string().c_str());
+            }
+          });
+        });
+    services.shards.push_back(std::move(shard));
+  }
+  return {};
+}
+
 result<std::unique_ptr<runtime>> runtime_access::open(
     runtime_options options, registry flows, caf::actor_system& system,
     persistence::store_options store_options) {
@@ -198,6 +319,14 @@ result<std::unique_ptr<runtime>> runtime_access::open(
     return make_error(errc::invalid_argument,
                       "step_queue_max must be at least 1");
   }
+#ifdef DURIN_TEST_POINTS
+  // Test builds run the whole suite again with several shards per node
+  // (scripts/test): every rule must hold with 1 and with 8.
+  if (const char* shards = std::getenv("DURIN_TEST_SHARDS");
+      shards != nullptr && options.shards == 1) {
+    options.shards = static_cast<std::uint32_t>(std::atoi(shards));
+  }
+#endif
   if (auto problem = options_problem(options); !problem.empty()) {
     return make_error(errc::invalid_argument, problem);
   }
@@ -208,13 +337,6 @@ result<std::unique_ptr<runtime>> runtime_access::open(
       options.clock ? options.clock : std::make_shared<durin::system_clock>();
   services.options = options;
   services.flows = std::move(flows);
-  auto store = persistence::store::open(options.data_dir, store_options);
-  if (!store) {
-    return store.error();
-  }
-  services.store = std::move(*store);
-  services.committer =
-      std::make_unique<persistence::committer>(*services.store);
   services.executor = std::make_unique<services::step_executor>(
       options.step_threads, options.step_queue_max);
   auto* node = &services;
@@ -223,59 +345,25 @@ result<std::unique_ptr<runtime>> runtime_access::open(
   services.tasks = std::make_unique<services::task_service>(
       services.clock,
       [node](const std::string& run_id, actors::step_report report) {
-        return node->runs->deliver(run_id, actors::step_done_atom::value,
-                                   std::move(report));
+        return node->runs_of(run_id).deliver(
+            run_id, actors::step_done_atom::value, std::move(report));
       },
       task_options);
-  services.runs = std::make_unique<services::directory>(
-      [&system, node](const std::string& run_id) {
-        return actors::spawn_run_actor(system, *node, run_id);
-      });
   services.lingering =
       std::make_unique<services::linger_list>(actors::token_linger / 2);
-  services.tokens = std::make_unique<services::directory>(
-      [&system, node](const std::string& address) {
-        return actors::spawn_token_actor(system, *node, address);
-      });
-  services.timers = std::make_unique<services::timer_service>(
-      *services.store, *services.clock,
-      [node](const persistence::timer_record& timer) {
-        // A retention timer names a token; the others name a run.
-        auto& target = timer.kind == persistence::timer_kind::token_retention
-                           ? *node->tokens
-                           : *node->runs;
-        target.deliver(timer.run_id, actors::timer_atom::value, timer);
-      });
-  // A store that comes up not ready (a full disk at start) or reopens after
-  // a storage fault: the runs are activated again once it is ready. Run
-  // actors whose writes failed reload by themselves, but one that tried
-  // while the store refused reads has stopped; activating a live one
-  // changes nothing.
-  // On a thread of the runtime's own, joined before the actor system goes:
-  // a thread that spawns actors holds CAF's logger until it ends, and the
-  // store's thread outlives the actor system.
-  auto* owner = impl.get();
-  services.store->set_health_listener(
-      [owner](const persistence::storage_health& health) {
-        if (!health.ready || owner->closing) {
-          return;
-        }
-        if (owner->reactivator.joinable()) {
-          owner->reactivator.join();
-        }
-        owner->reactivator = std::thread([owner] {
-          if (auto recovered = owner->recover(); !recovered) {
-            std::fprintf(stderr, "durin: runs not reactivated: %s\n",
-                         recovered.error().to_string().c_str());
-          }
-        });
-      });
-  if (services.store->ready()) {
-    if (auto recovered = impl->recover(); !recovered) {
-      return recovered.error();
+  if (auto opened = impl->open_shards(system, store_options); !opened) {
+    return opened.error();
+  }
+  for (auto& shard : services.shards) {
+    if (shard->store->ready()) {
+      if (auto recovered = impl->recover(*shard); !recovered) {
+        return recovered.error();
+      }
     }
   }
-  services.timers->start();
+  for (auto& shard : services.shards) {
+    shard->timers->start();
+  }
   services.tasks->start();
   return std::unique_ptr<runtime>(new runtime(std::move(impl)));
 }
@@ -337,8 +425,8 @@ void runtime::resume_hook_async(std::string_view token, json payload,
       options.resume_id.empty() ? options.command_id : options.resume_id,
       [answer](result<std::string> outcome) { (*answer)(std::move(outcome)); }};
   auto address = persistence::keys::token(options.tenant, token);
-  if (!impl_->services.tokens->deliver(address, actors::resume_atom::value,
-                                       std::move(request))) {
+  if (!impl_->services.tokens_of(address).deliver(
+          address, actors::resume_atom::value, std::move(request))) {
     (*answer)(make_error(errc::shutting_down, "the runtime is closing"));
   }
 }
@@ -492,17 +580,42 @@ result<run_page> runtime::list(const run_filter& filter) const {
   if (stored_status == run_status::blocked) {
     stored_status.reset();  // not stored: filtered below
   }
-  auto scan = impl_->services.store->scan_runs(
-      filter.cursor, stored_status, filter.flow, filter.limit, list_scan_max,
-      filter.tenant, filter.page_bytes_max);
-  if (!scan) {
-    return scan.error();
+  // Each shard is scanned from the same cursor (ids sort by creation time
+  // across shards), then the pages are merged newest first. A shard that
+  // stopped early (its page full, or its scan or byte budget spent) has
+  // unseen runs only below its own cursor: nothing at or below the highest
+  // such cursor is given, so the next page starts there without a gap.
+  auto& node = impl_->services;
+  std::vector<persistence::run_record> merged;
+  std::string floor;  // the highest cursor of a shard that stopped early
+  for (auto& shard : node.shards) {
+    auto scan = shard->store->scan_runs(
+        filter.cursor, stored_status, filter.flow, filter.limit, list_scan_max,
+        filter.tenant, filter.page_bytes_max / node.shards.size());
+    if (!scan) {
+      return scan.error();
+    }
+    if (!scan->next_before_id.empty() && scan->next_before_id > floor) {
+      floor = scan->next_before_id;
+    }
+    std::move(scan->runs.begin(), scan->runs.end(), std::back_inserter(merged));
   }
+  std::sort(merged.begin(), merged.end(),
+            [](const auto& a, const auto& b) { return a.id > b.id; });
   run_page page;
-  for (auto& record : scan->runs) {
+  std::size_t taken = 0;
+  for (auto& record : merged) {
+    if (!floor.empty() && record.id < floor) {
+      break;  // that shard's own runs below its cursor are unseen
+    }
+    if (taken == filter.limit) {
+      break;
+    }
+    ++taken;
+    page.next_cursor = record.id;
     auto info = actors::describe_run(record);
     if (!is_terminal(info.status)) {
-      if (auto reason = impl_->services.runs->blocked(info.id)) {
+      if (auto reason = node.runs_of(info.id).blocked(info.id)) {
         info.status = run_status::blocked;
         info.blocked_reason = *reason;
       }
@@ -513,7 +626,15 @@ result<run_page> runtime::list(const run_filter& filter) const {
     }
     page.runs.push_back(std::move(info));
   }
-  page.next_cursor = scan->next_before_id;
+  if (taken < merged.size() || !floor.empty()) {
+    // More below the last run given; with none given, go on below the
+    // floor (it is below the cursor of this page: each page moves on).
+    if (taken == 0) {
+      page.next_cursor = floor;
+    }
+  } else {
+    page.next_cursor.clear();  // every shard is done
+  }
   return page;
 }
 
@@ -523,7 +644,8 @@ result<std::vector<history_event>> runtime::history(
   if (!info) {
     return info.error();
   }
-  auto events = impl_->services.store->load_history(run_id);
+  auto events =
+      impl_->services.shard_of_run(run_id).store->load_history(run_id);
   if (!events) {
     return events.error();
   }
@@ -583,8 +705,8 @@ result<run_info> runtime::cancel_once(std::string_view run_id,
                                  [answer](result<run_info> outcome) {
                                    answer->set_value(std::move(outcome));
                                  }};
-  if (!impl_->services.runs->deliver(now->id, actors::cancel_atom::value,
-                                     std::move(request))) {
+  if (!impl_->services.runs_of(now->id).deliver(
+          now->id, actors::cancel_atom::value, std::move(request))) {
     return make_error(errc::shutting_down, "the runtime is closing");
   }
   if (future.wait_for(cancel_answer_timeout) != std::future_status::ready) {
@@ -628,7 +750,11 @@ services::task_service& runtime::tasks() {
 }
 
 std::size_t runtime::active_run_actors() const {
-  return impl_->services.runs->active();
+  std::size_t active = 0;
+  for (const auto& shard : impl_->services.shards) {
+    active += shard->runs->active();
+  }
+  return active;
 }
 
 caf::actor_system& runtime::system() {

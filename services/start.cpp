@@ -144,7 +144,7 @@ result<persistence::run_record> new_record(
     node& node, const start_request& start,
     const std::optional<start_hook>& keyed) {
   persistence::run_record record;
-  record.id = start.run_id.empty() ? node.new_run_id() : start.run_id;
+  record.id = start.run_id;
   record.flow = start.flow;
   record.status = run_status::pending;
   record.input = actors::encode_payload(start.input);
@@ -212,20 +212,21 @@ void start_with_token(node& node, persistence::run_record record,
           return;
         }
         if (admitted) {
-          at->runs->activate_fresh({std::move(record), std::move(settle)});
+          at->runs_of(record.id).activate_fresh(
+              {std::move(record), std::move(settle)});
           (*answer)(std::move(info));
           return;
         }
         // If the admission did land, the run must not wait for a restart:
         // activation finds out.
         if (admitted.error().code == errc::start_outcome_unknown) {
-          at->runs->activate(record.id);
+          at->runs_of(record.id).activate(record.id);
         }
         (*answer)(std::move(admitted));
       }};
   claim.answer = start.answer;
-  if (!node.tokens->deliver(address, actors::start_claim_atom::value,
-                            std::move(claim))) {
+  if (!node.tokens_of(address).deliver(address, actors::start_claim_atom::value,
+                                       std::move(claim))) {
     (*answer)(make_error(errc::shutting_down, "the runtime is closing"));
   }
 }
@@ -237,24 +238,26 @@ void start_in_first_write(node& node, persistence::run_record record,
                           run_info info, actors::start_answer settle,
                           done_fn done) {
   auto answer = std::make_shared<answer_once>(std::move(done));
-  if (!node.runs->activate_fresh({std::move(record), std::move(settle),
-                                  [answer](result<run_info> admitted) {
-                                    (*answer)(std::move(admitted));
-                                  },
-                                  std::move(info)})) {
+  if (!node.runs_of(record.id).activate_fresh(
+          {std::move(record), std::move(settle),
+           [answer](result<run_info> admitted) {
+             (*answer)(std::move(admitted));
+           },
+           std::move(info)})) {
     (*answer)(make_error(errc::shutting_down, "the runtime is closing"));
   }
 }
 
 void start_plain(node& node, persistence::run_record record, run_info info,
                  const actors::start_answer& answer, done_fn done) {
-  auto batch = node.store->batch();
+  auto& home = node.shard_of_run(record.id);
+  auto batch = home.store->batch();
   actors::add_admission(batch, {.run = record,
                                 .info = info,
                                 .answer = &answer,
                                 .now_ms = node.clock->now_ms()});
   auto* at = &node;
-  node.committer->submit(
+  home.committer->submit(
       std::move(batch),
       [at, record = std::move(record), info = std::move(info),
        done = std::move(done)](const status& outcome) mutable {
@@ -265,12 +268,67 @@ void start_plain(node& node, persistence::run_record record, run_info info,
                   " may or may not be durable: " + outcome.error().message));
           return;
         }
-        at->runs->activate_fresh({std::move(record), {}});
+        at->runs_of(record.id).activate_fresh({std::move(record), {}});
         done(std::move(info));
       });
 }
 
+// The start's key lives in another shard than its run (a start token and
+// a key that hash apart): the key's marker naming the run is made durable
+// there first, then the run is admitted in its own shard without it; the
+// answer is kept by the gateway afterwards, in the key's shard. A crash in
+// between leaves a marker naming a run that does not exist: the retry
+// starts that very run id (gateway/start_route.cpp). On one node a write
+// of another shard; between nodes, the message a later issue sends.
+void start_after_remote_key(node& node, start_request start, done_fn done) {
+  auto key = std::move(*start.answer.key);
+  start.answer.key.reset();
+  auto& key_home = node.shard_of_key(key.address);
+  auto batch = key_home.store->batch();
+  (void)persistence::add_request(
+      batch, key.address,
+      persistence::in_flight_marker(key, node.clock->now_ms(), start.run_id));
+  auto* at = &node;
+  auto pending = std::make_shared<start_request>(std::move(start));
+  key_home.committer->submit(
+      std::move(batch),
+      [at, pending, done = std::move(done)](const status& written) mutable {
+        if (!written) {
+          done(make_error(errc::storage_error,
+                          "the request key of a start could not be written: " +
+                              written.error().message));
+          return;
+        }
+        start_run(*at, std::move(*pending), std::move(done));
+      });
+}
+
 }  // namespace
+
+std::uint32_t start_shard(const node& node, const start_options& options) {
+  auto keyed = start_token_of(options, node.options);
+  if (keyed && *keyed && (*keyed)->token.size() <= hook_token_bytes_max) {
+    return node.map.of_token(
+        persistence::keys::token(options.tenant, (*keyed)->token));
+  }
+  return static_cast<std::uint32_t>(-1);  // any
+}
+
+std::string draw_run_id(node& node, const start_request& start) {
+  auto shard = start_shard(node, start.options);
+  if (shard == static_cast<std::uint32_t>(-1)) {
+    // A plain start: in its key's shard when it has one, so the key's
+    // record rides in the admission; else anywhere.
+    shard = start.answer.key ? node.map.of_key(start.answer.key->address)
+                             : node.any_shard();
+  }
+  return node.new_run_id(shard);
+}
+
+bool key_kept_with_admission(const node& node, const start_request& start) {
+  return start.answer.key && node.map.of_key(start.answer.key->address) ==
+                                 node.map.of_run(start.run_id);
+}
 
 void start_run(node& node, start_request start, done_fn done) {
   if (auto checked = check_start(node, start); !checked) {
@@ -281,6 +339,13 @@ void start_run(node& node, start_request start, done_fn done) {
   auto keyed = start_token_of(options, node.options);
   if (!keyed) {
     done(keyed.error());
+    return;
+  }
+  if (start.run_id.empty()) {
+    start.run_id = draw_run_id(node, start);
+  }
+  if (start.answer.key && !key_kept_with_admission(node, start)) {
+    start_after_remote_key(node, std::move(start), std::move(done));
     return;
   }
   if (*keyed && !options.instance_id.empty() &&
@@ -330,7 +395,7 @@ result<run_info> get_run(const node& node, std::string_view run_id,
         errc::invalid_argument,
         "a run id is 1 to 128 bytes; got " + std::to_string(run_id.size()));
   }
-  auto record = node.store->get_run(run_id);
+  auto record = node.shard_of_run(run_id).store->get_run(run_id);
   if (!record) {
     return record.error();
   }
@@ -341,7 +406,7 @@ result<run_info> get_run(const node& node, std::string_view run_id,
   }
   auto info = actors::describe_run(**record);
   if (!is_terminal(info.status)) {
-    if (auto reason = node.runs->blocked(info.id)) {
+    if (auto reason = node.shard_of_run(info.id).runs->blocked(info.id)) {
       info.status = run_status::blocked;
       info.blocked_reason = *reason;
     }

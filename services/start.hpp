@@ -22,8 +22,8 @@ struct start_request {
   json input;
   start_options options;
   actors::start_answer answer;  // the caller's key, and when it is answered
-  // Drawn beforehand (node::new_run_id) by a caller that subscribes to the
-  // run's events before the run exists; empty: drawn here.
+  // Drawn beforehand (draw_run_id) by a caller that subscribes to the run's
+  // events before the run exists; empty: drawn here.
   std::string run_id;
 };
 
@@ -33,6 +33,16 @@ struct start_request {
 // repeated command answers the first command's run.
 void start_run(node& node, start_request request,
                std::function<void(result<run_info>)> done);
+
+// The run id a start gets: in its start token's shard (a hook, an instance
+// id, a command id), else in its key's shard, else in any. Drawn by a caller
+// that subscribes to the run's events before starting it.
+std::string draw_run_id(node& node, const start_request& start);
+// The shard of a start's run when it has a start token; -1 otherwise.
+std::uint32_t start_shard(const node& node, const start_options& options);
+// Whether the start's key record is written in its run's admission batch
+// (the key and the run in one shard); else the caller keeps the answer.
+bool key_kept_with_admission(const node& node, const start_request& start);
 
 // The run now: the durable record, or `blocked` while held for replay.
 // Another tenant's run is run-not-found.

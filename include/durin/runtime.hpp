@@ -64,6 +64,11 @@ struct runtime_options {
   // to now + this; an attempt without a heartbeat or an outcome for this
   // long is delivered again (timeout-heartbeat). 1 ms to 1 day.
   std::chrono::milliseconds task_lease{30'000};
+  // Shards of the node's data (1..1024): each is a RocksDB of its own, with
+  // its committer, timers and actors; every run, token and request key lives
+  // in exactly one (services/shard_map.hpp). Fixed when the data directory
+  // is made: opening it with another count is invalid-argument.
+  std::uint32_t shards = 1;
   // Every duration above is 0..limits::duration_ms_max (durin/limits.hpp), else
   // open() is invalid-argument.
 };

@@ -16,6 +16,7 @@
 #include "actors/run_engine.hpp"
 #include "bin/example_flows.hpp"
 #include "durin/durin.hpp"
+#include "persistence/keys.hpp"
 #include "services/node.hpp"
 #include "tests/support/runtime_fixture.hpp"
 #include "tests/support/storage_faults.hpp"
@@ -275,7 +276,9 @@ TEST_F(HookTest, AnOwnerFreesItsTokenInTheWriteThatRecordsItsEnd) {
   ASSERT_TRUE(done.ok());
   EXPECT_EQ(done->status, run_status::completed);
   auto record =
-      services::services_of(*rt).store->get_token(default_tenant, "order:R");
+      services::services_of(*rt)
+          .shard_of_token(persistence::keys::token(default_tenant, "order:R"))
+          .store->get_token(default_tenant, "order:R");
   ASSERT_TRUE(record.ok());
   EXPECT_FALSE(record->has_value());
   auto next = rt->start("never-opens", json::object(), with_hook("order:R"));

@@ -58,9 +58,9 @@ struct fuzz_node {
     node = std::move(durin::runtime::open({.data_dir = dir}, flows).value());
     auto& services = durin::services::services_of(*node);
     requests = std::make_unique<durin::persistence::request_store>(
-        *services.store, *services.committer);
+        *services.first().store, *services.first().committer);
     key_store = std::make_unique<durin::persistence::auth_store>(
-        *services.store, *services.committer);
+        *services.first().store, *services.first().committer);
     keys = std::make_unique<durin::gateway::auth>(*key_store, wall_ms);
     (void)keys->bootstrap(dir + "/admin.key").value();
     std::FILE* file = std::fopen((dir + "/admin.key").c_str(), "r");

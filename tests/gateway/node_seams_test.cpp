@@ -53,11 +53,12 @@ flow<json> gated(context& ctx, json) {
 }
 
 // Its step tells whether its own run is in the store.
-std::atomic<persistence::store*> looked_in{nullptr};
+std::atomic<services::node*> looked_in{nullptr};
 
 flow<json> looks(context& ctx, json) {
   auto stored = co_await ctx.step("look", [] {
-    auto run = looked_in.load()->get_run(step_metadata().run_id);
+    const auto& id = step_metadata().run_id;
+    auto run = looked_in.load()->shard_of_run(id).store->get_run(id);
     return run.ok() && run->has_value();
   });
   co_return json{{"stored", stored}};
@@ -88,10 +89,11 @@ class NodeSeamsTest : public ::testing::Test {
     ASSERT_TRUE(opened.ok()) << opened.error().to_string();
     node_ = std::move(*opened);
   }
-  persistence::store& store() { return *services::services_of(*node_).store; }
-  persistence::request_store requests() {
-    auto& services = services::services_of(*node_);
-    return {*services.store, *services.committer};
+  services::node& node() { return services::services_of(*node_); }
+  // The request store of `key`'s shard.
+  persistence::request_store requests(const persistence::request_address& key) {
+    auto& shard = node().shard_of_key(key);
+    return {*shard.store, *shard.committer};
   }
   // A start's key as the gateway hands it down (plain data), under `key`.
   static persistence::start_key key_named(const std::string& key) {
@@ -126,8 +128,8 @@ class NodeSeamsTest : public ::testing::Test {
     services::start_request request{.flow = flow,
                                     .input = std::move(input),
                                     .options = std::move(options),
-                                    .answer = std::move(answer),
-                                    .run_id = node.new_run_id()};
+                                    .answer = std::move(answer)};
+    request.run_id = services::draw_run_id(node, request);
     if (told) {
       node.events.subscribe(request.run_id,
                             services::run_events::until::settled,
@@ -172,7 +174,8 @@ class NodeSeamsTest : public ::testing::Test {
     return writes;
   }
   std::optional<persistence::request_record> record_of(const std::string& key) {
-    auto found = requests().get({"default", "caller", key});
+    persistence::request_address address{"default", "caller", key};
+    auto found = requests(address).get(address);
     EXPECT_TRUE(found.ok());
     return found.ok() ? *found : std::nullopt;
   }
@@ -264,7 +267,7 @@ TEST_F(NodeSeamsTest, AStepOfARunAdmittedInItsFirstWriteRunsOnceItIsDurable) {
     }
     return testing::storage_fault::none;
   });
-  looked_in = &store();
+  looked_in = &node();
   auto told = std::make_shared<told_events>();
   auto run = start_settling("looks", json::object(), "stepped", told);
   ASSERT_TRUE(run.ok()) << run.error().to_string();
@@ -347,7 +350,7 @@ TEST_F(NodeSeamsTest, RunsByStatusCountsTheStoreThenFollowsWrites) {
   auto done = node_->start("quick", json::object());
   ASSERT_TRUE(done.ok());
   ASSERT_TRUE(node_->wait(done->id, long_wait).ok());
-  auto counted = store().runs_by_status();
+  auto counted = node().runs_by_status();
   ASSERT_TRUE(counted.ok());
   auto at = [](const persistence::store::status_counts& counts,
                run_status status) {
@@ -359,19 +362,19 @@ TEST_F(NodeSeamsTest, RunsByStatusCountsTheStoreThenFollowsWrites) {
   ASSERT_TRUE(sleeper.ok());
   ASSERT_EQ(node_->wait_settled(sleeper->id, long_wait)->status,
             run_status::waiting);
-  auto after = store().runs_by_status();
+  auto after = node().runs_by_status();
   EXPECT_EQ(at(*after, run_status::waiting), 1u);
   EXPECT_EQ(at(*after, run_status::pending), 0u);
   EXPECT_EQ(at(*after, run_status::running), 0u);
   // Restart: counted again from the store.
   open();
-  auto reopened = store().runs_by_status();
+  auto reopened = node().runs_by_status();
   ASSERT_TRUE(reopened.ok());
   EXPECT_EQ(at(*reopened, run_status::completed), 1u);
   EXPECT_EQ(at(*reopened, run_status::waiting), 1u);
   clock_->advance_ms(2 * 3600 * 1000);
   ASSERT_TRUE(node_->wait(sleeper->id, long_wait).ok());
-  auto woke = store().runs_by_status();
+  auto woke = node().runs_by_status();
   EXPECT_EQ(at(*woke, run_status::completed), 2u);
   EXPECT_EQ(at(*woke, run_status::waiting), 0u);
   EXPECT_EQ(at(*woke, run_status::running), 0u);

@@ -16,10 +16,13 @@ namespace durin::testing {
 using storage_fault = persistence::committer::fault;
 
 // `decide` is asked before each group write of `rt` from now on, on the
-// committer's thread; null restores normal writes.
+// committer's thread of the shard written (one function for all shards);
+// null restores normal writes.
 inline void inject_storage_faults(runtime& rt,
                                   std::function<storage_fault()> decide) {
-  services::services_of(rt).committer->set_fault_injector(std::move(decide));
+  for (auto& shard : services::services_of(rt).shards) {
+    shard->committer->set_fault_injector(decide);
+  }
 }
 
 }  // namespace durin::testing
