@@ -206,8 +206,8 @@ void api::on_admitted(const std::shared_ptr<async_start>& start, bool wait,
     return;
   }
   // The admission kept this very answer (actors::add_admission) unless it
-  // was too large, or another run answered.
-  if (admitted_now &&
+  // was too large, another run answered, or the key lives in another shard.
+  if (admitted_now && start->key_in_admission &&
       response.body.size() <= persistence::kept_body_bytes_max) {
     answer(*start, std::move(response), idempotency::stored::answer);
     return;

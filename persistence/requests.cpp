@@ -169,6 +169,12 @@ status add_request(write_batch& batch, const request_address& address,
   return {};
 }
 
+void remove_request(write_batch& batch, const request_address& address) {
+  if (address_fits(address)) {
+    batch.delete_key(family::requests, key_of(address));
+  }
+}
+
 request_record in_flight_marker(const start_key& key, std::int64_t now_ms,
                                 std::string run_id) {
   request_record marker;

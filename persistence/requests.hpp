@@ -78,6 +78,9 @@ request_record kept_answer(const start_key& key, std::int64_t now_ms,
 status add_request(write_batch& batch, const request_address& address,
                    const request_record& record);
 
+// Adds the removal of the record under `address` to `batch`.
+void remove_request(write_batch& batch, const request_address& address);
+
 std::string encode(const request_record& record);
 result<request_record> decode_request(std::string_view bytes);
 

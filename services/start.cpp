@@ -290,9 +290,29 @@ void start_after_remote_key(node& node, start_request start, done_fn done) {
       persistence::in_flight_marker(key, node.clock->now_ms(), start.run_id));
   auto* at = &node;
   auto pending = std::make_shared<start_request>(std::move(start));
+  // A start refused for certain (no run admitted) leaves nothing for its
+  // key: the marker is removed before the refusal is answered. An outcome
+  // not known (a failed write) keeps it: the run may exist.
+  done = [at, address = key.address,
+          done = std::move(done)](result<run_info> outcome) mutable {
+    if (outcome.ok() || outcome.error().code == errc::storage_error ||
+        outcome.error().code == errc::start_outcome_unknown ||
+        outcome.error().code == errc::shutting_down) {
+      done(std::move(outcome));
+      return;
+    }
+    auto& key_home = at->shard_of_key(address);
+    auto erase = key_home.store->batch();
+    persistence::remove_request(erase, address);
+    auto refused = std::make_shared<result<run_info>>(std::move(outcome));
+    key_home.committer->submit(std::move(erase),
+                               [refused, done = std::move(done)](const status&) {
+                                 done(std::move(*refused));
+                               });
+  };
   key_home.committer->submit(
-      std::move(batch),
-      [at, pending, done = std::move(done)](const status& written) mutable {
+      std::move(batch), [at, pending, done = std::move(done)](
+                            const status& written) mutable {
         if (!written) {
           done(make_error(errc::storage_error,
                           "the request key of a start could not be written: " +

@@ -59,6 +59,7 @@
 #include "durin/run.hpp"
 #include "persistence/records.hpp"
 #include "persistence/store.hpp"
+#include "tests/support/shard_dirs.hpp"
 
 extern char** environ;
 
@@ -454,14 +455,28 @@ json decode_payload(const std::string& bytes) {
   return json::from_msgpack(bytes);
 }
 
+void load_shard_runs(const std::string& data_dir,
+                     std::vector<stored_run>& runs);
+
 // Every run in the store, with its history. Opens the store only while no
 // child runs (RocksDB allows one process at a time) and closes it again.
 std::vector<stored_run> load_runs(const std::string& data_dir) {
   std::vector<stored_run> runs;
+  for (const auto& dir : durin::testing::shard_dirs(data_dir)) {
+    load_shard_runs(dir, runs);
+  }
+  std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) {
+    return a.record.id > b.record.id;  // newest first, as one store lists
+  });
+  return runs;
+}
+
+void load_shard_runs(const std::string& data_dir,
+                     std::vector<stored_run>& runs) {
   auto opened = durin::persistence::store::open(data_dir);
   if (!opened) {
     ADD_FAILURE() << "cannot open the store: " << opened.error().to_string();
-    return runs;
+    return;
   }
   const auto& db = **opened;
   std::string before_id;
@@ -469,7 +484,7 @@ std::vector<stored_run> load_runs(const std::string& data_dir) {
     auto scan = db.scan_runs(before_id, std::nullopt, std::nullopt, 1000);
     if (!scan) {
       ADD_FAILURE() << "scan_runs: " << scan.error().to_string();
-      return runs;
+      return;
     }
     for (auto& record : scan->runs) {
       stored_run run;
@@ -487,7 +502,6 @@ std::vector<stored_run> load_runs(const std::string& data_dir) {
     }
     before_id = scan->next_before_id;
   } while (!before_id.empty());
-  return runs;
 }
 
 std::size_t count_kind(const stored_run& run, event_kind kind) {

@@ -13,6 +13,7 @@
 #include "durin/durin.hpp"
 #include "persistence/keys.hpp"
 #include "persistence/store.hpp"
+#include "tests/support/shard_dirs.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <rocksdb/db.h>
@@ -480,7 +481,8 @@ TEST_F(RuntimeTest, CorruptRecordFailsThatRequestAloneAndTheNodeServesOn) {
     healthy = run_to_end(*rt, "acme.review-order", {{"orderId", "Y"}}).id;
   }
   {
-    auto store = persistence::store::open(dir_.path());
+    auto store =
+        persistence::store::open(testing::run_store_dir(dir_.path(), broken));
     ASSERT_TRUE(store.ok());
     auto& db = (*store)->raw_db();
     ASSERT_TRUE(db.Put(rocksdb::WriteOptions(),
