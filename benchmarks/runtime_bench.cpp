@@ -111,6 +111,9 @@ durin::runtime_options options_for(const std::string& dir,
   // Unset: CAF's default scheduler, max(cores, 4) threads.
   options.actor_threads = bench::env_count("DURIN_BENCH_ACTOR_THREADS", 0);
   options.step_threads = bench::env_count("DURIN_BENCH_STEP_THREADS", 8);
+  // Shards of the node (one RocksDB each): 1 unless DURIN_BENCH_SHARDS.
+  options.shards =
+      static_cast<std::uint32_t>(bench::env_count("DURIN_BENCH_SHARDS", 1));
   // A run sleeping an hour stops its actor at once.
   options.passivate_after = std::chrono::milliseconds(1000);
   return options;

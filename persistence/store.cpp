@@ -11,6 +11,7 @@
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
+#include <rocksdb/write_buffer_manager.h>
 
 #include <algorithm>
 #include <array>
@@ -524,7 +525,9 @@ result<std::unique_ptr<store>> store::open(const std::string& dir,
     opened->watch_ = std::make_unique<run_watch>();
     opened->health_ = std::make_shared<health_state>();
     opened->dir_ = dir;
-    opened->cache_ = rocksdb::NewLRUCache(block_cache_bytes);
+    opened->cache_ = opened->options_.block_cache
+                         ? opened->options_.block_cache
+                         : rocksdb::NewLRUCache(block_cache_bytes);
     opened->info_log_ = std::make_shared<info_log>(dir + "/LOG");
     if (opened->options_.file_system) {
       opened->env_ = std::shared_ptr<rocksdb::Env>(
@@ -561,6 +564,12 @@ result<std::unique_ptr<store>> store::open(const std::string& dir,
 rocksdb::Status store::open_database() {
   rocksdb::DBOptions options = db_options();
   options.info_log = info_log_;
+  if (options_.write_buffers) {
+    // One budget for every shard's memtables (db_write_buffer_size is per
+    // database); a manifest preallocated per shard stays small.
+    options.write_buffer_manager = options_.write_buffers;
+    options.manifest_preallocation_size = 256u << 10;
+  }
   if (env_) {
     options.env = static_cast<rocksdb::Env*>(env_.get());
   }
@@ -1459,6 +1468,12 @@ std::size_t write_batch::count() const {
 
 std::size_t write_batch::size_bytes() const {
   return batch_ ? batch_->GetDataSize() : 0;
+}
+
+void share_memory(store_options& options) {
+  options.block_cache = rocksdb::NewLRUCache(block_cache_bytes);
+  options.write_buffers =
+      std::make_shared<rocksdb::WriteBufferManager>(db_write_buffer_bytes);
 }
 
 }  // namespace durin::persistence

@@ -47,6 +47,7 @@ class Logger;
 class Slice;
 class Status;
 class WriteBatch;
+class WriteBufferManager;
 }  // namespace rocksdb
 
 namespace durin::persistence {
@@ -77,7 +78,16 @@ struct store_options {
   // reopen_backoff_ms_max (default 1000).
   std::int64_t reopen_backoff_ms_min = 100;
   std::int64_t reopen_backoff_ms_max = 1000;
+  // The stores of a node's shards share one block cache and one budget for
+  // their write buffers (services/runtime.cpp makes them), so a node's memory
+  // does not grow with its shard count. Null: the store's own.
+  std::shared_ptr<rocksdb::Cache> block_cache;
+  std::shared_ptr<rocksdb::WriteBufferManager> write_buffers;
 };
+
+// The shared memory of `shards` stores (store_options above): the block
+// cache and write buffer budget one store has alone.
+void share_memory(store_options& options);
 
 // Whether the store takes reads and writes now (see the header comment).
 struct storage_health {

@@ -233,7 +233,7 @@ result<std::string> shard_dir(const std::string& data_dir, std::uint32_t count,
                         "cannot record the shard count in the data directory");
     }
   }
-  char name[8];
+  char name[16];
   std::snprintf(name, sizeof name, "%03u", index);
   return (root / "shards" / name).string();
 }
@@ -245,6 +245,10 @@ status runtime_impl::open_shards(
     const persistence::store_options& store_options) {
   const auto count = services.options.shards;
   services.map = services::shard_map(count);
+  auto shard_options = store_options;
+  if (count > 1) {
+    persistence::share_memory(shard_options);
+  }
   reactivators.resize(count);
   for (std::uint32_t index = 0; index < count; ++index) {
     auto dir = shard_dir(services.options.data_dir, count, index);
@@ -254,7 +258,7 @@ status runtime_impl::open_shards(
     auto shard = std::make_unique<services::shard>();
     shard->owner = &services;
     shard->index = index;
-    auto store = persistence::store::open(*dir, store_options);
+    auto store = persistence::store::open(*dir, shard_options);
     if (!store) {
       return store.error();
     }

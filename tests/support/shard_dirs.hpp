@@ -28,7 +28,7 @@ inline std::string shard_dir(const std::string& data_dir, std::uint32_t index) {
   if (shard_count(data_dir) == 1) {
     return data_dir;
   }
-  char name[8];
+  char name[16];
   std::snprintf(name, sizeof name, "%03u", index);
   return data_dir + "/shards/" + name;
 }
