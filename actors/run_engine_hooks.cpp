@@ -103,8 +103,9 @@ std::size_t run_engine::hook_create(detail::hook_request request) {
   }
   if (!request.webhook &&
       (request.token.empty() || request.token.size() > token_bytes_max)) {
-    throw invalid_argument_error("a hook token is 1 to 256 bytes; got " +
-                                 std::to_string(request.token.size()));
+    throw invalid_argument_error(
+        "a hook token is 1 to " + std::to_string(token_bytes_max) +
+        " bytes; got " + std::to_string(request.token.size()));
   }
   if (!request.webhook && is_reserved_token(request.token)) {
     throw invalid_argument_error(

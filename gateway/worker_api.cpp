@@ -6,6 +6,7 @@
 #include <future>
 #include <memory>
 
+#include "durin/limits.hpp"
 #include "gateway/api.hpp"
 #include "gateway/idempotency.hpp"
 #include "services/task_service.hpp"
@@ -14,17 +15,18 @@ namespace durin::gateway {
 
 namespace {
 
-constexpr std::size_t worker_id_bytes_max = 128;
-constexpr std::size_t poll_id_bytes_max = 128;
-constexpr std::size_t queue_bytes_max = 128;
-constexpr std::size_t message_bytes_max = 4096;
+// The limits of these routes are in durin/limits.hpp.
+using limits::attempt_id_bytes_max;
+using limits::poll_id_bytes_max;
+using limits::poll_tasks_max;
+using limits::poll_wait_ms_max;
+using limits::task_queue_bytes_max;
+using limits::tasks_list_max;
+using limits::worker_id_bytes_max;
+using limits::worker_message_bytes_max;
+using limits::worker_reports_max;
 constexpr std::int64_t poll_wait_ms_default = 20'000;
-constexpr std::int64_t poll_wait_ms_max = 60'000;
 constexpr auto record_wait = std::chrono::seconds(30);
-constexpr std::size_t list_max = 1000;
-constexpr std::size_t poll_tasks_max = 256;
-constexpr std::size_t reports_max = 256;
-constexpr std::size_t attempt_id_bytes_max = 256;
 
 // The lease owner a request speaks for: its workerId, within the caller's
 // key when that is a worker key, so one worker key can neither report for
@@ -168,8 +170,9 @@ void poll(services::task_service& tasks, const worker_request& request,
           request.body, {"workerId", "pollRequestId", "waitMs", "maxTasks"})) {
     return reply(std::move(*problem));
   }
-  if (queue.empty() || queue.size() > queue_bytes_max) {
-    return reply(bad_request("a task queue name is 1 to 128 bytes"));
+  if (queue.empty() || queue.size() > task_queue_bytes_max) {
+    return reply(bad_request("a task queue name is 1 to " +
+                             std::to_string(task_queue_bytes_max) + " bytes"));
   }
   std::optional<http_response> problem;
   auto worker = lease_owner(
@@ -220,8 +223,8 @@ std::optional<services::step_outcome> outcome_fields(
     outcome.value = fields.value("result", json());
     return outcome;
   }
-  auto message =
-      text_field(fields, "message", message_bytes_max, false, problem, where);
+  auto message = text_field(fields, "message", worker_message_bytes_max, false,
+                            problem, where);
   auto after = int_field(fields, "retryAfterMs", 0, limits::duration_ms_max,
                          problem, where);
   if (fields.contains("retryable") && !fields["retryable"].is_boolean() &&
@@ -425,9 +428,10 @@ void report_many(services::task_service& tasks, const worker_request& request,
   }
   const auto& reports =
       request.body.contains("reports") ? request.body["reports"] : json();
-  if (!reports.is_array() || reports.empty() || reports.size() > reports_max) {
+  if (!reports.is_array() || reports.empty() ||
+      reports.size() > worker_reports_max) {
     return reply(bad_request("field 'reports' must be an array of 1 to " +
-                             std::to_string(reports_max) + " reports"));
+                             std::to_string(worker_reports_max) + " reports"));
   }
   std::vector<report_item> items;
   items.reserve(reports.size());
@@ -484,8 +488,8 @@ http_response heartbeat(services::task_service& tasks,
   auto worker = lease_owner(
       request,
       text_field(request.body, "workerId", worker_id_bytes_max, true, problem));
-  auto message =
-      text_field(request.body, "message", message_bytes_max, false, problem);
+  auto message = text_field(request.body, "message", worker_message_bytes_max,
+                            false, problem);
   auto current = int_field(request.body, "current", 0, INT64_MAX, problem);
   auto total = int_field(request.body, "total", 0, INT64_MAX, problem);
   if (problem) {
@@ -535,7 +539,7 @@ http_response list(services::task_service& tasks,
                                {"refusedReports", refused}});
   }
   json live = json::array();
-  for (const auto& view : tasks.list(request.tenant, list_max)) {
+  for (const auto& view : tasks.list(request.tenant, tasks_list_max)) {
     live.push_back(view.to_json());
   }
   json answer = {{"tasks", live},
