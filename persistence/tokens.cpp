@@ -10,14 +10,13 @@
 #include "persistence/keys.hpp"
 #include "persistence/storage_error.hpp"
 #include "persistence/store.hpp"
+#include "persistence/store_internal.hpp"
 
 namespace durin::persistence {
 
-namespace {
+using namespace store_detail;
 
-std::string_view view(const rocksdb::Slice& slice) {
-  return {slice.data(), slice.size()};
-}
+namespace {
 
 error read_failure(std::string what, const rocksdb::Status& status) {
   return storage_failure(what, status);
