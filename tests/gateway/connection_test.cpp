@@ -349,22 +349,6 @@ void expect_replays(raw_connection& retries, const std::string& secret,
   }
 }
 
-// Every run of the node, counted by its input's orderId.
-void count_runs_by_order(api_client& client, std::map<std::string, int>& runs) {
-  std::string cursor;
-  do {
-    auto page = client.get("/v1/runs?limit=1000" +
-                           (cursor.empty() ? "" : "&cursor=" + cursor));
-    ASSERT_EQ(page.status, 200u) << page.body;
-    for (auto& run : page.value["runs"]) {
-      runs[run["input"].value("orderId", "")] += 1;
-    }
-    cursor = page.value.value("nextCursor", json()).is_string()
-                 ? page.value["nextCursor"].get<std::string>()
-                 : "";
-  } while (!cursor.empty());
-}
-
 // SIGTERM under load: every request the server received before the signal
 // is answered, and the answers of the drain close their connections. No
 // request is lost either way: after a restart, the retry of every key,

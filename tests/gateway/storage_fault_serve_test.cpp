@@ -101,23 +101,6 @@ class StorageFaultServeTest : public ::testing::Test {
     return retried;
   }
 
-  // Every run of the node, counted by its input's orderId.
-  static void count_runs_by_order(api_client& client,
-                                  std::map<std::string, int>& runs_per_key) {
-    std::string cursor;
-    do {
-      auto page = client.get("/v1/runs?limit=100" +
-                             (cursor.empty() ? "" : "&cursor=" + cursor));
-      ASSERT_EQ(page.status, 200u) << page.body;
-      for (auto& run : page.value["runs"]) {
-        const auto& order = run["input"]["orderId"];
-        runs_per_key[order.is_string() ? order.get<std::string>() : ""] += 1;
-      }
-      const auto& next = page.value["nextCursor"];
-      cursor = next.is_string() ? next.get<std::string>() : "";
-    } while (!cursor.empty());
-  }
-
   // Fills the tmpfs with a ballast file until `leave` bytes are free.
   void fill(std::uint64_t leave) {
     struct statvfs disk {};
@@ -251,7 +234,7 @@ TEST_F(StorageFaultServeTest, AFullDiskNeverCrashesTheNodeAndItHealsUnaided) {
   // admitted once and replayed.
   const int retried = retry_refused(client, status_by_key);
   std::map<std::string, int> runs_per_key;
-  ASSERT_NO_FATAL_FAILURE(count_runs_by_order(client, runs_per_key));
+  ASSERT_NO_FATAL_FAILURE(count_runs_by_order(client, runs_per_key, 100));
   int duplicated = 0;
   int lost = 0;
   for (const auto& [key, status] : status_by_key) {
