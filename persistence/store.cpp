@@ -2,9 +2,8 @@
 // info log), the counts of runs by status, durable writes and `meta`
 // values. Readiness and reopening after storage faults are in
 // store_faults.cpp, reads of runs, history, timers and raw values in
-// store_reads.cpp, write batches in store_batch.cpp, tokens in tokens.cpp.
-// (The webhook index stays beside the run watch until that code's removal
-// has landed, so that the two changes merge cleanly.)
+// store_reads.cpp, write batches in store_batch.cpp, tokens and the webhook
+// index in tokens.cpp.
 #include "persistence/store.hpp"
 
 #include <rocksdb/cache.h>
@@ -532,59 +531,6 @@ void store::observe_runs(const write_batch& batch) {
   (void)batch.batch_->Iterate(&puts);
 }
 
-result<std::optional<std::string>> store::get_webhook_tenant(
-    std::string_view token) const {
-  using answer = result<std::optional<std::string>>;
-  if (!keys::fits(token)) {
-    return std::optional<std::string>();
-  }
-  return guarded("get webhook", [&]() -> answer {
-    auto pinned = hold();
-    if (!pinned) {
-      return unavailable();
-    }
-    rocksdb::PinnableSlice value;
-    const rocksdb::Status read =
-        db_->Get(rocksdb::ReadOptions(), handle(family::tokens),
-                 keys::token("", token), &value);
-    if (read.IsNotFound()) {
-      return std::optional<std::string>();
-    }
-    if (!read.ok()) {
-      return storage_failure("webhook index: read", read);
-    }
-    auto tenant = codec::decode_bytes(view(value));
-    if (!tenant) {
-      return corrupt(family::tokens, "webhook " + printable(token),
-                     tenant.error().message);
-    }
-    return std::optional<std::string>(std::move(*tenant));
-  });
-}
-
-void write_batch::put_webhook_tenant(std::string_view token,
-                                     std::string_view tenant) {
-  if (!keys::fits(token) || tenant.empty()) {
-    refuse("webhook token too long for a key, or no tenant");
-    return;
-  }
-  const auto put = put_to(family::tokens, keys::token("", token),
-                          codec::encode_bytes(tenant));
-  if (!put.ok()) {
-    refuse("webhook index: " + put.ToString());
-  }
-}
-
-void write_batch::delete_webhook_tenant(std::string_view token) {
-  if (!keys::fits(token)) {
-    refuse("webhook token too long for a key");
-    return;
-  }
-  const auto deleted = delete_from(family::tokens, keys::token("", token));
-  if (!deleted.ok()) {
-    refuse("webhook index: " + deleted.ToString());
-  }
-}
 store::~store() {
   if (health_) {
     {
