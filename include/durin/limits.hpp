@@ -45,6 +45,9 @@ static_assert(path_segment_bytes_max >= token_bytes_max &&
                   path_segment_bytes_max >= identity_bytes_max,
               "every id a route names must fit in one path segment");
 
+// The name of an API key or a tenant (POST /v1/api-keys, /v1/tenants).
+inline constexpr std::size_t key_name_bytes_max = 128;
+
 // The worker routes (POST /v1/task-queues/{q}/poll, /v1/tasks/...): a
 // worker id, a poll request id, a task queue's name, an attempt id as a
 // worker sends it back, and a report's or heartbeat's message.
