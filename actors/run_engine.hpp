@@ -325,6 +325,19 @@ class run_engine final : public detail::driver {
   // Records the step's final failure for `code` and resumes the flow.
   void fail_step(std::string code, std::string message,
                  std::function<void()> after = nullptr);
+  // The flow's view of the step's final failure, in pending_.out.
+  void set_step_failure(std::string code, const std::string& message);
+  // A recorded outcome of the step call being begun: true (and the outcome
+  // in `out`) when it ended; otherwise it waits for its retry timer.
+  bool replay_step(const recorded_call& rec, detail::call_outcome* out);
+  // Binds the registered step of pending_.name (its policy, queue, timeouts
+  // and body); false, with its failure staged, when none is registered.
+  bool bind_registered_step(detail::step_call& call, detail::call_outcome* out);
+  // Records a failed attempt with attempts left and arms its retry timer,
+  // or fails the step when no retry fits its schedule-to-close timeout.
+  void schedule_step_retry(persistence::event_record event,
+                           const step_outcome& outcome,
+                           std::function<void()> recorded);
   void resume_parked();
   void after_resume();
   void complete();

@@ -30,6 +30,21 @@ std::string webhook_token() {
   return token;
 }
 
+// A caller's hook token: 1 to token_bytes_max bytes, outside the namespace
+// reserved for instance and command ids.
+void check_caller_token(const std::string& token) {
+  if (token.empty() || token.size() > token_bytes_max) {
+    throw invalid_argument_error("a hook token is 1 to " +
+                                 std::to_string(token_bytes_max) +
+                                 " bytes; got " + std::to_string(token.size()));
+  }
+  if (is_reserved_token(token)) {
+    throw invalid_argument_error(
+        "a hook token may not begin with byte 0x1F (reserved for instance "
+        "and command ids)");
+  }
+}
+
 }  // namespace
 
 result<std::int64_t> retain_until(const json& spec, std::int64_t from_ms,
@@ -101,15 +116,8 @@ std::size_t run_engine::hook_create(detail::hook_request request) {
     hooks_.push_back(std::move(entry));
     return index;
   }
-  if (!request.webhook &&
-      (request.token.empty() || request.token.size() > token_bytes_max)) {
-    throw invalid_argument_error("a hook token is 1 to 256 bytes; got " +
-                                 std::to_string(request.token.size()));
-  }
-  if (!request.webhook && is_reserved_token(request.token)) {
-    throw invalid_argument_error(
-        "a hook token may not begin with byte 0x1F (reserved for instance "
-        "and command ids)");
+  if (!request.webhook) {
+    check_caller_token(request.token);
   }
   auto until =
       retain_until(request.min_retention, now(), env_.retention_max_ms);

@@ -26,6 +26,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <semaphore>
@@ -283,19 +284,83 @@ BENCHMARK(BM_unique_token_starts)
 // Duplicate starts refused: one owner waits on its start hook; many threads
 // start with the same token and each must get hook-conflict naming it.
 
+// What the duplicate starts got: refusals naming the owner, and anything
+// else (the first of which is kept).
+struct duplicate_outcomes {
+  std::atomic<std::uint64_t> refused{0};
+  std::atomic<std::uint64_t> wrong{0};
+  std::mutex wrong_mutex;
+  std::string first_wrong;
+};
+
+// `total` starts with the owner's token, from `threads_n` threads.
+void start_duplicates(durin::runtime& runtime, const std::string& token,
+                      const std::string& owner_id, std::uint64_t total,
+                      std::uint64_t threads_n, duplicate_outcomes& outcomes) {
+  std::vector<std::thread> threads;
+  for (std::uint64_t t = 0; t < threads_n; ++t) {
+    threads.emplace_back([&, t] {
+      auto options = with_hook(token);
+      for (std::uint64_t i = t; i < total; i += threads_n) {
+        auto again =
+            runtime.start("bench.hook-reader", {{"token", token}}, options);
+        if (!again && again.error().code == durin::errc::hook_conflict &&
+            again.error().run_id == owner_id) {
+          outcomes.refused.fetch_add(1, std::memory_order_relaxed);
+        } else if (outcomes.wrong.fetch_add(1) == 0) {
+          std::lock_guard<std::mutex> lock(outcomes.wrong_mutex);
+          outcomes.first_wrong = again ? "admitted run " + again->id
+                                       : again.error().to_string() + " (run " +
+                                             again.error().run_id + ")";
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) {
+    thread.join();
+  }
+}
+
+void report_duplicates(benchmark::State& state, double per_s, double cpu_us,
+                       std::uint64_t threads_n, std::int64_t dir_growth,
+                       std::int64_t log_growth, std::uint64_t runs_after) {
+  state.counters["refused_per_s"] = per_s;
+  state.counters["cpu_us_per_refusal"] = cpu_us;
+  state.counters["dir_growth_bytes"] = static_cast<double>(dir_growth);
+  state.counters["runs_after"] = static_cast<double>(runs_after);
+  bench::add_baseline_counters(state, per_s, 1);
+  bench::report(
+      {"duplicate starts refused (hook-conflict naming the owner)",
+       ">= 200,000/s, writing nothing",
+       rate_text(per_s, "refusals/s") + " (" + std::to_string(threads_n) +
+           " threads, blocking start; " +
+           bench::format("%.1f us CPU each; ", cpu_us) +
+           bench::format("data files grew %.0f bytes",
+                         static_cast<double>(dir_growth)) +
+           bench::format(" (info LOG %.0f); ",
+                         static_cast<double>(log_growth)) +
+           std::to_string(runs_after) + " run(s) listed" +
+           bench::format("; load %.1f)", bench::load_average()),
+       baseline_text(),
+       bench::format("%.2f of (a), ",
+                     per_s / bench::process_baselines().single.per_second()) +
+           bench::format(
+               "%.2f of (b)",
+               per_s / bench::process_baselines().committer.per_second()),
+       per_s >= 200'000 && dir_growth == 0 && runs_after == 1 ? "met"
+                                                              : "MISSED"});
+}
+
 void BM_duplicate_starts_refused(benchmark::State& state) {
   auto total = bench::env_count("DURIN_BENCH_DUPLICATE_STARTS", 400'000);
   auto threads_n = bench::env_count("DURIN_BENCH_DUPLICATE_THREADS", 8);
   bench::process_baselines();
-  std::atomic<std::uint64_t> refused{0};
-  std::atomic<std::uint64_t> wrong{0};
+  duplicate_outcomes outcomes;
   double seconds = 0;
   double cpu_seconds = 0;
   std::uint64_t runs_after = 0;
   std::int64_t dir_growth = 0;  // WAL, SST, MANIFEST...
   std::int64_t log_growth = 0;  // RocksDB's info log
-  std::string first_wrong;
-  std::mutex wrong_mutex;
   for (auto _ : state) {
     bench::temp_dir dir("hook-duplicates");
     auto db_dir = dir.sub("db");
@@ -324,28 +389,7 @@ void BM_duplicate_starts_refused(benchmark::State& state) {
     auto before_all = dir_bytes(db_dir);
     auto cpu_start = bench::process_cpu_seconds();
     auto start = bench::steady::now();
-    std::vector<std::thread> threads;
-    for (std::uint64_t t = 0; t < threads_n; ++t) {
-      threads.emplace_back([&, t] {
-        auto options = with_hook(token);
-        for (std::uint64_t i = t; i < total; i += threads_n) {
-          auto again =
-              runtime->start("bench.hook-reader", {{"token", token}}, options);
-          if (!again && again.error().code == durin::errc::hook_conflict &&
-              again.error().run_id == owner->id) {
-            refused.fetch_add(1, std::memory_order_relaxed);
-          } else if (wrong.fetch_add(1) == 0) {
-            std::lock_guard<std::mutex> lock(wrong_mutex);
-            first_wrong = again ? "admitted run " + again->id
-                                : again.error().to_string() + " (run " +
-                                      again.error().run_id + ")";
-          }
-        }
-      });
-    }
-    for (auto& thread : threads) {
-      thread.join();
-    }
+    start_duplicates(*runtime, token, owner->id, total, threads_n, outcomes);
     seconds = bench::seconds_since(start);
     cpu_seconds = bench::process_cpu_seconds() - cpu_start;
     std::this_thread::sleep_for(200ms);
@@ -360,38 +404,16 @@ void BM_duplicate_starts_refused(benchmark::State& state) {
     (void)runtime->wait(owner->id, 10s);
     state.SetIterationTime(seconds);
   }
-  if (wrong.load() != 0) {
-    bench::fail(std::to_string(wrong.load()) +
+  if (outcomes.wrong.load() != 0) {
+    bench::fail(std::to_string(outcomes.wrong.load()) +
                 " duplicate starts were not refused with the owner: first " +
-                first_wrong);
+                outcomes.first_wrong);
   }
-  double per_s = static_cast<double>(refused.load()) / seconds;
-  double cpu_us = cpu_seconds * 1e6 / static_cast<double>(refused.load());
-  state.counters["refused_per_s"] = per_s;
-  state.counters["cpu_us_per_refusal"] = cpu_us;
-  state.counters["dir_growth_bytes"] = static_cast<double>(dir_growth);
-  state.counters["runs_after"] = static_cast<double>(runs_after);
-  bench::add_baseline_counters(state, per_s, 1);
-  bench::report(
-      {"duplicate starts refused (hook-conflict naming the owner)",
-       ">= 200,000/s, writing nothing",
-       rate_text(per_s, "refusals/s") + " (" + std::to_string(threads_n) +
-           " threads, blocking start; " +
-           bench::format("%.1f us CPU each; ", cpu_us) +
-           bench::format("data files grew %.0f bytes",
-                         static_cast<double>(dir_growth)) +
-           bench::format(" (info LOG %.0f); ",
-                         static_cast<double>(log_growth)) +
-           std::to_string(runs_after) + " run(s) listed" +
-           bench::format("; load %.1f)", bench::load_average()),
-       baseline_text(),
-       bench::format("%.2f of (a), ",
-                     per_s / bench::process_baselines().single.per_second()) +
-           bench::format(
-               "%.2f of (b)",
-               per_s / bench::process_baselines().committer.per_second()),
-       per_s >= 200'000 && dir_growth == 0 && runs_after == 1 ? "met"
-                                                              : "MISSED"});
+  double per_s = static_cast<double>(outcomes.refused.load()) / seconds;
+  double cpu_us =
+      cpu_seconds * 1e6 / static_cast<double>(outcomes.refused.load());
+  report_duplicates(state, per_s, cpu_us, threads_n, dir_growth, log_growth,
+                    runs_after);
 }
 BENCHMARK(BM_duplicate_starts_refused)
     ->UseManualTime()
@@ -402,6 +424,98 @@ BENCHMARK(BM_duplicate_starts_refused)
 // Resumes delivered to a waiting run: one run reads its start hook in a loop;
 // threads call resume_hook (blocking: it answers once the payload is
 // durable); the clock stops when the run has read them all and completed.
+
+// payloads - 1 plain payloads: with resume_hook_async and `in_flight` in
+// flight when `threads_n` is 0, else from `threads_n` threads calling the
+// blocking resume_hook. Returns once every one is answered.
+void send_resumes(durin::runtime& runtime, const std::string& token,
+                  std::uint64_t payloads, std::uint64_t threads_n,
+                  std::uint64_t in_flight,
+                  const std::function<void(const durin::error&)>& failed) {
+  if (threads_n == 0) {
+    // Shared: a callback may still be inside release() when the last
+    // acquire below returns.
+    auto slots = std::make_shared<std::counting_semaphore<1 << 20>>(
+        static_cast<std::ptrdiff_t>(in_flight));
+    for (std::uint64_t i = 0; i + 1 < payloads; ++i) {
+      slots->acquire();
+      runtime.resume_hook_async(
+          token, {{"n", i}}, {},
+          // `failed` outlives every call: the last acquire below returns
+          // only after the last callback has called it.
+          [&failed, slots](durin::result<std::string> resumed) {
+            if (!resumed) {
+              failed(resumed.error());
+            }
+            slots->release();
+          });
+    }
+    for (std::uint64_t i = 0; i < in_flight; ++i) {
+      slots->acquire();  // every answer is in
+    }
+    return;
+  }
+  std::vector<std::thread> threads;
+  for (std::uint64_t t = 0; t < threads_n; ++t) {
+    threads.emplace_back([&, t] {
+      for (std::uint64_t i = t; i + 1 < payloads; i += threads_n) {
+        auto resumed = runtime.resume_hook(token, {{"n", i}});
+        if (!resumed) {
+          failed(resumed.error());
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) {
+    thread.join();
+  }
+}
+
+void report_resumes(benchmark::State& state, std::uint64_t payloads,
+                    double seconds, double acked_seconds, double cpu_seconds,
+                    std::uint64_t threads_n, std::uint64_t in_flight) {
+  double per_s = static_cast<double>(payloads) / seconds;
+  double acked_per_s = static_cast<double>(payloads) / acked_seconds;
+  double cpu_us = cpu_seconds * 1e6 / static_cast<double>(payloads);
+  state.counters["payloads_per_s"] = per_s;
+  state.counters["acked_per_s"] = acked_per_s;
+  state.counters["cpu_us_per_payload"] = cpu_us;
+  state.counters["tail_ms"] = (seconds - acked_seconds) * 1e3;
+  bench::add_baseline_counters(state, per_s, 2);
+  std::string how =
+      threads_n == 0
+          ? "resume_hook_async, " + std::to_string(in_flight) + " in flight"
+          : std::to_string(threads_n) + " threads, blocking";
+  bench::report(
+      {"resumes delivered to a waiting run (first resume to run completed)",
+       ">= 20,000 payloads/s",
+       rate_text(per_s, "payloads/s") + " (" + how + "; all acknowledged at " +
+           rate_text(acked_per_s, "/s") +
+           bench::format("; %.0f us CPU each, ", cpu_us) +
+           bench::format("2 cores allow %.0f/s",
+                         1e6 / cpu_us * bench::cores()) +
+           bench::format("; load %.1f)", bench::load_average()),
+       baseline_text(), ratio_text(per_s, 2),
+       per_s >= 20'000 ? "met" : "MISSED"});
+}
+
+// Starts the run that reads `token`'s payloads and waits until it waits.
+std::string start_reader(durin::runtime& runtime, const std::string& token) {
+  auto owner =
+      runtime.start("bench.hook-reader", {{"token", token}}, with_hook(token));
+  if (!owner) {
+    bench::fail("reader start failed: " + owner.error().to_string());
+  }
+  if (!bench::poll_until(
+          [&] {
+            auto run = runtime.get(owner->id);
+            return run && run->status == durin::run_status::waiting;
+          },
+          10s)) {
+    bench::fail("the reader never started");
+  }
+  return owner->id;
+}
 
 void BM_resumes_delivered(benchmark::State& state) {
   auto payloads = bench::env_count("DURIN_BENCH_RESUMES", 50'000);
@@ -431,64 +545,19 @@ void BM_resumes_delivered(benchmark::State& state) {
     bench::temp_dir dir("hook-resumes");
     auto runtime = open_runtime(dir.sub("db"));
     const std::string token = "resume:reader";
-    auto owner = runtime->start("bench.hook-reader", {{"token", token}},
-                                with_hook(token));
-    if (!owner) {
-      bench::fail("reader start failed: " + owner.error().to_string());
-    }
-    if (!bench::poll_until(
-            [&] {
-              auto run = runtime->get(owner->id);
-              return run && run->status == durin::run_status::waiting;
-            },
-            10s)) {
-      bench::fail("the reader never started");
-    }
+    const auto reader_id = start_reader(*runtime, token);
     auto cpu_start = bench::process_cpu_seconds();
     auto start = bench::steady::now();
     // payloads - 1 plain payloads, then "done" once every one of them is
     // durable, so the reader reads them all.
-    if (threads_n == 0) {
-      // Shared: a callback may still be inside release() when the last
-      // acquire below returns.
-      auto slots = std::make_shared<std::counting_semaphore<1 << 20>>(
-          static_cast<std::ptrdiff_t>(in_flight));
-      for (std::uint64_t i = 0; i + 1 < payloads; ++i) {
-        slots->acquire();
-        runtime->resume_hook_async(
-            token, {{"n", i}}, {},
-            [&record_failure, slots](durin::result<std::string> resumed) {
-              if (!resumed) {
-                record_failure(resumed.error());
-              }
-              slots->release();
-            });
-      }
-      for (std::uint64_t i = 0; i < in_flight; ++i) {
-        slots->acquire();  // every answer is in
-      }
-    } else {
-      std::vector<std::thread> threads;
-      for (std::uint64_t t = 0; t < threads_n; ++t) {
-        threads.emplace_back([&, t] {
-          for (std::uint64_t i = t; i + 1 < payloads; i += threads_n) {
-            auto resumed = runtime->resume_hook(token, {{"n", i}});
-            if (!resumed) {
-              record_failure(resumed.error());
-            }
-          }
-        });
-      }
-      for (auto& thread : threads) {
-        thread.join();
-      }
-    }
+    send_resumes(*runtime, token, payloads, threads_n, in_flight,
+                 record_failure);
     auto last = runtime->resume_hook(token, {{"done", true}});
     if (!last) {
       bench::fail("the last resume failed: " + last.error().to_string());
     }
     acked_seconds = bench::seconds_since(start);
-    auto done = runtime->wait(owner->id, time_limit());
+    auto done = runtime->wait(reader_id, time_limit());
     seconds = bench::seconds_since(start);
     cpu_seconds = bench::process_cpu_seconds() - cpu_start;
     if (!done || done->status != durin::run_status::completed) {
@@ -507,29 +576,8 @@ void BM_resumes_delivered(benchmark::State& state) {
     bench::fail("the reader read " + std::to_string(read) + " of " +
                 std::to_string(payloads) + " payloads");
   }
-  double per_s = static_cast<double>(payloads) / seconds;
-  double acked_per_s = static_cast<double>(payloads) / acked_seconds;
-  double cpu_us = cpu_seconds * 1e6 / static_cast<double>(payloads);
-  state.counters["payloads_per_s"] = per_s;
-  state.counters["acked_per_s"] = acked_per_s;
-  state.counters["cpu_us_per_payload"] = cpu_us;
-  state.counters["tail_ms"] = (seconds - acked_seconds) * 1e3;
-  bench::add_baseline_counters(state, per_s, 2);
-  std::string how =
-      threads_n == 0
-          ? "resume_hook_async, " + std::to_string(in_flight) + " in flight"
-          : std::to_string(threads_n) + " threads, blocking";
-  bench::report(
-      {"resumes delivered to a waiting run (first resume to run completed)",
-       ">= 20,000 payloads/s",
-       rate_text(per_s, "payloads/s") + " (" + how + "; all acknowledged at " +
-           rate_text(acked_per_s, "/s") +
-           bench::format("; %.0f us CPU each, ", cpu_us) +
-           bench::format("2 cores allow %.0f/s",
-                         1e6 / cpu_us * bench::cores()) +
-           bench::format("; load %.1f)", bench::load_average()),
-       baseline_text(), ratio_text(per_s, 2),
-       per_s >= 20'000 ? "met" : "MISSED"});
+  report_resumes(state, payloads, seconds, acked_seconds, cpu_seconds,
+                 threads_n, in_flight);
 }
 BENCHMARK(BM_resumes_delivered)
     ->UseManualTime()
@@ -556,6 +604,150 @@ family_size family_bytes(durin::persistence::store& db,
   return out;
 }
 
+// What one retained-tokens run measured.
+struct retained_measure {
+  drive_result driven;
+  bench::memory_kib before_open{}, before_runs{}, after_runs{}, trimmed{};
+  std::size_t run_actors_after = 0;
+  bool idle_in_time = false;
+  std::uint64_t retained_checked = 0, sample = 0;
+  std::uint64_t tokens_sst = 0, tokens_mem = 0, all_sst = 0, all_mem = 0;
+  std::uint64_t flushed_tokens = 0, flushed_all = 0, dir_total = 0;
+};
+
+// Runs `tokens` runs on a runtime of `db_dir`, then counts the run actors
+// left, the process's memory, and spot-checks that tokens are retained (or
+// free, for retention "none").
+void run_retained(retained_measure& m, const std::string& db_dir,
+                  std::uint64_t tokens, const json& min_retention,
+                  const std::string& retention) {
+  m.before_open = bench::process_memory();
+  auto runtime = open_runtime(db_dir);
+  m.before_runs = bench::process_memory();
+  m.driven = drive_token_runs(*runtime, "bench.hook-noop",
+                              "retained:", min_retention, tokens);
+  m.idle_in_time = bench::poll_until(
+      [&] { return runtime->active_run_actors() == 0; }, 30s, 10ms);
+  // Token actors passivate when idle; give them a moment.
+  std::this_thread::sleep_for(3s);
+  m.run_actors_after = runtime->active_run_actors();
+  m.after_runs = bench::process_memory();
+  // What the allocator keeps from the admission phase is not held for
+  // tokens: give free pages back, then read again.
+  ::malloc_trim(0);
+  m.trimmed = bench::process_memory();
+  // Spot check: tokens are retained by their finished owners.
+  m.sample = std::min<std::uint64_t>(tokens, 1000);
+  for (std::uint64_t i = 0; i < m.sample; ++i) {
+    auto hook = runtime->get_hook_by_token(
+        "retained:" + std::to_string(i * (tokens / m.sample)));
+    if (hook && hook->state == "retained") {
+      ++m.retained_checked;
+    } else if (retention == "none" && !hook &&
+               hook.error().code == durin::errc::hook_not_found) {
+      ++m.retained_checked;
+    }
+  }
+}
+
+// Storage, with no runtime open: live sizes, then after a flush (and a
+// compaction of `tokens`).
+void measure_disk(retained_measure& m, const std::string& db_dir) {
+  auto db = bench::open_store(db_dir);
+  for (std::size_t f = 0; f < durin::persistence::family_count; ++f) {
+    auto size = family_bytes(*db, static_cast<durin::persistence::family>(f));
+    m.all_sst += size.sst;
+    m.all_mem += size.mem;
+    if (f == static_cast<std::size_t>(durin::persistence::family::tokens)) {
+      m.tokens_sst = size.sst;
+      m.tokens_mem = size.mem;
+    }
+  }
+  rocksdb::FlushOptions flush;
+  flush.wait = true;
+  for (std::size_t f = 0; f < durin::persistence::family_count; ++f) {
+    auto which = static_cast<durin::persistence::family>(f);
+    (void)db->raw_db().Flush(flush, db->handle(which));
+  }
+  (void)db->raw_db().CompactRange(
+      rocksdb::CompactRangeOptions(),
+      db->handle(durin::persistence::family::tokens), nullptr, nullptr);
+  for (std::size_t f = 0; f < durin::persistence::family_count; ++f) {
+    auto which = static_cast<durin::persistence::family>(f);
+    auto size = family_bytes(*db, which);
+    m.flushed_all += size.sst;
+    if (which == durin::persistence::family::tokens) {
+      m.flushed_tokens = size.sst;
+    }
+  }
+  db.reset();
+  m.dir_total = dir_bytes(db_dir);
+}
+
+void report_retained(benchmark::State& state, const retained_measure& m,
+                     std::uint64_t tokens, const std::string& retention) {
+  auto n = static_cast<double>(tokens);
+  double per_s = n / m.driven.seconds;
+  double rss_growth_mib = bench::mib(m.after_runs.rss - m.before_runs.rss);
+  state.counters["runs_per_s"] = per_s;
+  state.counters["rss_mib"] = bench::mib(m.after_runs.rss);
+  state.counters["rss_trimmed_mib"] = bench::mib(m.trimmed.rss);
+  state.counters["rss_growth_mib"] = rss_growth_mib;
+  state.counters["peak_mib"] = bench::mib(m.after_runs.peak);
+  state.counters["run_actors"] = static_cast<double>(m.run_actors_after);
+  state.counters["token_family_bytes_per_token"] =
+      static_cast<double>(m.flushed_tokens) / n;
+  state.counters["db_bytes_per_token"] = static_cast<double>(m.flushed_all) / n;
+  state.counters["dir_bytes_per_token"] = static_cast<double>(m.dir_total) / n;
+  bench::add_baseline_counters(state, per_s, 3);
+  bench::report(
+      {std::to_string(tokens) + " tokens, retention " + retention +
+           ": actors and memory after",
+       "no actor, no memory per idle token",
+       std::to_string(m.run_actors_after) + " run actors" +
+           (m.idle_in_time ? "" : " (NOT idle within 30 s)") + "; VmRSS " +
+           bench::format("%.0f MiB", bench::mib(m.before_open.rss)) +
+           " before open, " +
+           bench::format("%.0f MiB", bench::mib(m.before_runs.rss)) +
+           " after open, " +
+           bench::format("%.0f MiB", bench::mib(m.after_runs.rss)) +
+           " after the runs (" +
+           bench::format("%.0f B/token", rss_growth_mib * 1048576.0 / n) +
+           bench::format(", peak %.0f MiB), ", bench::mib(m.after_runs.peak)) +
+           bench::format("%.0f MiB after malloc_trim",
+                         bench::mib(m.trimmed.rss)) +
+           bench::format(
+               " (%.0f B/token); ",
+               bench::mib(m.trimmed.rss - m.before_runs.rss) * 1048576.0 / n) +
+           std::to_string(m.retained_checked) + "/" + std::to_string(m.sample) +
+           (retention == "none" ? " sampled tokens free"
+                                : " sampled tokens retained"),
+       "-", "-",
+       m.run_actors_after == 0 && m.retained_checked == m.sample ? "met"
+                                                                 : "MISSED"});
+  bench::report(
+      {std::to_string(tokens) + " tokens, retention " + retention +
+           ": bytes on disk per token",
+       "report",
+       bench::format("tokens family %.1f B/token", m.flushed_tokens / n) +
+           bench::format(" flushed+compacted (live: %.1f sst + ",
+                         m.tokens_sst / n) +
+           bench::format("%.1f memtable); ", m.tokens_mem / n) +
+           bench::format("whole DB %.1f B/token flushed ", m.flushed_all / n) +
+           bench::format("(live: %.1f sst + ", m.all_sst / n) +
+           bench::format("%.1f memtable); ", m.all_mem / n) +
+           bench::format("data dir %.1f B/token", m.dir_total / n),
+       "-", "-", "info"});
+  bench::report(
+      {std::to_string(tokens) + " tokens, retention " + retention +
+           ": start to completed",
+       "-",
+       rate_text(per_s, "runs/s") +
+           bench::format(" (%.0f us CPU/run", m.driven.cpu_seconds * 1e6 / n) +
+           bench::format("; load %.1f)", bench::load_average()),
+       baseline_text(), ratio_text(per_s, 3), "info"});
+}
+
 void BM_retained_tokens(benchmark::State& state) {
   auto tokens = bench::env_count("DURIN_BENCH_RETAINED_TOKENS", 200'000);
   // DURIN_BENCH_RETENTION=none: the same runs without retention (tokens
@@ -565,139 +757,19 @@ void BM_retained_tokens(benchmark::State& state) {
       retention_env != nullptr && *retention_env != '\0' ? retention_env : "1h";
   json min_retention = retention == "none" ? json() : json(retention);
   bench::process_baselines();
-  drive_result driven;
-  bench::memory_kib before_open{}, before_runs{}, after_runs{}, trimmed{};
-  std::size_t run_actors_after = 0;
-  bool idle_in_time = false;
-  std::uint64_t retained_checked = 0, sample = 0;
-  std::uint64_t tokens_sst = 0, tokens_mem = 0, all_sst = 0, all_mem = 0;
-  std::uint64_t flushed_tokens = 0, flushed_all = 0, dir_total = 0;
+  retained_measure m;
   for (auto _ : state) {
     bench::temp_dir dir("hook-retained");
     auto db_dir = dir.sub("db");
-    before_open = bench::process_memory();
-    {
-      auto runtime = open_runtime(db_dir);
-      before_runs = bench::process_memory();
-      driven = drive_token_runs(*runtime, "bench.hook-noop",
-                                "retained:", min_retention, tokens);
-      idle_in_time = bench::poll_until(
-          [&] { return runtime->active_run_actors() == 0; }, 30s, 10ms);
-      // Token actors passivate when idle; give them a moment.
-      std::this_thread::sleep_for(3s);
-      run_actors_after = runtime->active_run_actors();
-      after_runs = bench::process_memory();
-      // What the allocator keeps from the admission phase is not held for
-      // tokens: give free pages back, then read again.
-      ::malloc_trim(0);
-      trimmed = bench::process_memory();
-      // Spot check: tokens are retained by their finished owners.
-      sample = std::min<std::uint64_t>(tokens, 1000);
-      for (std::uint64_t i = 0; i < sample; ++i) {
-        auto hook = runtime->get_hook_by_token(
-            "retained:" + std::to_string(i * (tokens / sample)));
-        if (hook && hook->state == "retained") {
-          ++retained_checked;
-        } else if (retention == "none" && !hook &&
-                   hook.error().code == durin::errc::hook_not_found) {
-          ++retained_checked;
-        }
-      }
-    }
-    // Storage, with no runtime open: live sizes, then after a flush.
-    auto db = bench::open_store(db_dir);
-    for (std::size_t f = 0; f < durin::persistence::family_count; ++f) {
-      auto size = family_bytes(*db, static_cast<durin::persistence::family>(f));
-      all_sst += size.sst;
-      all_mem += size.mem;
-      if (f == static_cast<std::size_t>(durin::persistence::family::tokens)) {
-        tokens_sst = size.sst;
-        tokens_mem = size.mem;
-      }
-    }
-    rocksdb::FlushOptions flush;
-    flush.wait = true;
-    for (std::size_t f = 0; f < durin::persistence::family_count; ++f) {
-      auto which = static_cast<durin::persistence::family>(f);
-      (void)db->raw_db().Flush(flush, db->handle(which));
-    }
-    (void)db->raw_db().CompactRange(
-        rocksdb::CompactRangeOptions(),
-        db->handle(durin::persistence::family::tokens), nullptr, nullptr);
-    for (std::size_t f = 0; f < durin::persistence::family_count; ++f) {
-      auto which = static_cast<durin::persistence::family>(f);
-      auto size = family_bytes(*db, which);
-      flushed_all += size.sst;
-      if (which == durin::persistence::family::tokens) {
-        flushed_tokens = size.sst;
-      }
-    }
-    db.reset();
-    dir_total = dir_bytes(db_dir);
-    state.SetIterationTime(driven.seconds);
+    run_retained(m, db_dir, tokens, min_retention, retention);
+    measure_disk(m, db_dir);
+    state.SetIterationTime(m.driven.seconds);
   }
-  if (driven.failed != 0) {
-    bench::fail(std::to_string(driven.failed) + " retained-token runs failed");
+  if (m.driven.failed != 0) {
+    bench::fail(std::to_string(m.driven.failed) +
+                " retained-token runs failed");
   }
-  auto n = static_cast<double>(tokens);
-  double per_s = n / driven.seconds;
-  double rss_growth_mib = bench::mib(after_runs.rss - before_runs.rss);
-  state.counters["runs_per_s"] = per_s;
-  state.counters["rss_mib"] = bench::mib(after_runs.rss);
-  state.counters["rss_trimmed_mib"] = bench::mib(trimmed.rss);
-  state.counters["rss_growth_mib"] = rss_growth_mib;
-  state.counters["peak_mib"] = bench::mib(after_runs.peak);
-  state.counters["run_actors"] = static_cast<double>(run_actors_after);
-  state.counters["token_family_bytes_per_token"] =
-      static_cast<double>(flushed_tokens) / n;
-  state.counters["db_bytes_per_token"] = static_cast<double>(flushed_all) / n;
-  state.counters["dir_bytes_per_token"] = static_cast<double>(dir_total) / n;
-  bench::add_baseline_counters(state, per_s, 3);
-  bench::report(
-      {std::to_string(tokens) + " tokens, retention " + retention +
-           ": actors and memory after",
-       "no actor, no memory per idle token",
-       std::to_string(run_actors_after) + " run actors" +
-           (idle_in_time ? "" : " (NOT idle within 30 s)") + "; VmRSS " +
-           bench::format("%.0f MiB", bench::mib(before_open.rss)) +
-           " before open, " +
-           bench::format("%.0f MiB", bench::mib(before_runs.rss)) +
-           " after open, " +
-           bench::format("%.0f MiB", bench::mib(after_runs.rss)) +
-           " after the runs (" +
-           bench::format("%.0f B/token", rss_growth_mib * 1048576.0 / n) +
-           bench::format(", peak %.0f MiB), ", bench::mib(after_runs.peak)) +
-           bench::format("%.0f MiB after malloc_trim",
-                         bench::mib(trimmed.rss)) +
-           bench::format(
-               " (%.0f B/token); ",
-               bench::mib(trimmed.rss - before_runs.rss) * 1048576.0 / n) +
-           std::to_string(retained_checked) + "/" + std::to_string(sample) +
-           (retention == "none" ? " sampled tokens free"
-                                : " sampled tokens retained"),
-       "-", "-",
-       run_actors_after == 0 && retained_checked == sample ? "met" : "MISSED"});
-  bench::report(
-      {std::to_string(tokens) + " tokens, retention " + retention +
-           ": bytes on disk per token",
-       "report",
-       bench::format("tokens family %.1f B/token", flushed_tokens / n) +
-           bench::format(" flushed+compacted (live: %.1f sst + ",
-                         tokens_sst / n) +
-           bench::format("%.1f memtable); ", tokens_mem / n) +
-           bench::format("whole DB %.1f B/token flushed ", flushed_all / n) +
-           bench::format("(live: %.1f sst + ", all_sst / n) +
-           bench::format("%.1f memtable); ", all_mem / n) +
-           bench::format("data dir %.1f B/token", dir_total / n),
-       "-", "-", "info"});
-  bench::report(
-      {std::to_string(tokens) + " tokens, retention " + retention +
-           ": start to completed",
-       "-",
-       rate_text(per_s, "runs/s") +
-           bench::format(" (%.0f us CPU/run", driven.cpu_seconds * 1e6 / n) +
-           bench::format("; load %.1f)", bench::load_average()),
-       baseline_text(), ratio_text(per_s, 3), "info"});
+  report_retained(state, m, tokens, retention);
 }
 BENCHMARK(BM_retained_tokens)
     ->UseManualTime()

@@ -366,10 +366,8 @@ class driver {
   char chunk_[16 * 1024];
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"HTTP load generator for durin serve"};
+// The command line.
+struct load_options {
   std::string server = "http://127.0.0.1:7070";
   std::string api_key;
   std::string workload = "keyed-start";
@@ -380,67 +378,76 @@ int main(int argc, char** argv) {
   int threads = 1;
   double seconds = 10;
   long server_pid = 0;
-  app.add_option("--server", server, "server URL");
-  app.add_option("--api-key", api_key, "API key (none: no Authorization)");
-  app.add_option("--path", path, "raw-keyed: the route");
-  app.add_option("--body", raw_body, "raw-keyed: the JSON body");
-  app.add_option("--workload", workload,
-                 "keyed-start, replay, get-run or raw-keyed");
-  app.add_option("--flow", flow, "flow for starts");
-  app.add_option("--connections", connections, "keep-alive connections")
-      ->check(CLI::Range(1, 100'000));
-  app.add_option("--threads", threads, "client threads (each an epoll loop)")
-      ->check(CLI::Range(1, 64));
-  app.add_option("--seconds", seconds, "duration")
-      ->check(CLI::Range(0.1, 3600.0));
-  app.add_option("--server-pid", server_pid,
-                 "report this process's CPU use during the run");
-  CLI11_PARSE(app, argc, argv);
+};
 
-  auto address = durin::client::parse_server_url(server);
-  if (!address) {
-    std::cerr << address.error().to_string() << "\n";
-    return 2;
-  }
+void add_options(CLI::App& app, load_options& o) {
+  app.add_option("--server", o.server, "server URL");
+  app.add_option("--api-key", o.api_key, "API key (none: no Authorization)");
+  app.add_option("--path", o.path, "raw-keyed: the route");
+  app.add_option("--body", o.raw_body, "raw-keyed: the JSON body");
+  app.add_option("--workload", o.workload,
+                 "keyed-start, replay, get-run or raw-keyed");
+  app.add_option("--flow", o.flow, "flow for starts");
+  app.add_option("--connections", o.connections, "keep-alive connections")
+      ->check(CLI::Range(1, 100'000));
+  app.add_option("--threads", o.threads, "client threads (each an epoll loop)")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--seconds", o.seconds, "duration")
+      ->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--server-pid", o.server_pid,
+                 "report this process's CPU use during the run");
+}
+
+// The server's socket address; false (said on stderr) when it does not
+// resolve.
+bool resolve(const durin::client::server_address& address,
+             const std::string& server, sockaddr_storage& socket_address,
+             socklen_t& socket_address_size) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  if (getaddrinfo(address->host.c_str(), address->port.c_str(), &hints,
-                  &found) != 0 ||
+  if (getaddrinfo(address.host.c_str(), address.port.c_str(), &hints, &found) !=
+          0 ||
       found == nullptr) {
     std::cerr << "cannot resolve " << server << "\n";
-    return 2;
+    return false;
   }
-  sockaddr_storage socket_address{};
   std::memcpy(&socket_address, found->ai_addr, found->ai_addrlen);
-  auto socket_address_size = found->ai_addrlen;
+  socket_address_size = found->ai_addrlen;
   freeaddrinfo(found);
+  return true;
+}
 
+// The request every connection repeats for `o.workload`; 0, or the exit
+// code after saying why on stderr (a replay or get-run starts its run
+// first).
+int build_request(const load_options& o,
+                  const durin::client::server_address& address,
+                  request_template& request) {
   std::vector<std::pair<std::string, std::string>> auth = {
       {"Content-Type", "application/json"}};
-  if (!api_key.empty()) {
-    auth.emplace_back("Authorization", "Bearer " + api_key);
+  if (!o.api_key.empty()) {
+    auth.emplace_back("Authorization", "Bearer " + o.api_key);
   }
   const std::string start_body = durin::json{
-      {"flow", flow},
+      {"flow", o.flow},
       {"input", {{"orderId", "bench"}}},
       {"wait", false}}.dump();
   const std::string run_tag =
       std::to_string(clock_type::now().time_since_epoch().count());
-  request_template request;
   std::string method = "POST";
   std::string target = "/v1/runs";
   std::vector<std::pair<std::string, std::string>> fixed = auth;
-  if (workload == "keyed-start") {
+  if (o.workload == "keyed-start") {
     request.body = start_body;
     request.key_prefix = "bench-" + run_tag + "-";
-  } else if (workload == "raw-keyed") {
-    target = path;
-    request.body = raw_body;
+  } else if (o.workload == "raw-keyed") {
+    target = o.path;
+    request.body = o.raw_body;
     request.key_prefix = "bench-" + run_tag + "-";
-  } else if (workload == "replay" || workload == "get-run") {
-    durin::client::http_connection setup(*address);
+  } else if (o.workload == "replay" || o.workload == "get-run") {
+    durin::client::http_connection setup(address);
     auto headers = auth;
     headers.emplace_back("Idempotency-Key", "bench-replay-" + run_tag);
     auto first = setup.send("POST", "/v1/runs", headers, start_body);
@@ -449,7 +456,7 @@ int main(int argc, char** argv) {
                 << (first ? first->body : first.error().to_string()) << "\n";
       return 1;
     }
-    if (workload == "replay") {
+    if (o.workload == "replay") {
       request.body = start_body;
       fixed.emplace_back("Idempotency-Key", "bench-replay-" + run_tag);
     } else {
@@ -459,11 +466,11 @@ int main(int argc, char** argv) {
       fixed.erase(fixed.begin());  // a GET has no body, so no content type
     }
   } else {
-    std::cerr << "unknown workload '" << workload << "'\n";
+    std::cerr << "unknown workload '" << o.workload << "'\n";
     return 2;
   }
-  request.head = method + " " + target + " HTTP/1.1\r\nHost: " + address->host +
-                 ":" + address->port + "\r\n";
+  request.head = method + " " + target + " HTTP/1.1\r\nHost: " + address.host +
+                 ":" + address.port + "\r\n";
   for (const auto& [name, value] : fixed) {
     request.head += name + ": " + value + "\r\n";
   }
@@ -471,34 +478,13 @@ int main(int argc, char** argv) {
     request.head +=
         "Content-Length: " + std::to_string(request.body.size()) + "\r\n";
   }
+  return 0;
+}
 
-  threads = std::min(threads, connections);
-  std::vector<worker_result> results(static_cast<std::size_t>(threads));
-  const double cpu_before = cpu_seconds_self();
-  const double server_cpu_before = cpu_seconds_of(server_pid);
-  const auto began = clock_type::now();
-  const auto deadline = began + std::chrono::milliseconds(
-                                    static_cast<std::int64_t>(seconds * 1000));
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      auto& mine = results[static_cast<std::size_t>(t)];
-      mine.latencies_us.reserve(1'000'000);
-      std::vector<std::size_t> indexes;
-      for (int i = t; i < connections; i += threads) {
-        indexes.push_back(static_cast<std::size_t>(i));
-      }
-      driver(socket_address, socket_address_size, request, deadline, mine)
-          .run(indexes);
-    });
-  }
-  for (auto& thread : pool) {
-    thread.join();
-  }
-  const double elapsed =
-      std::chrono::duration<double>(clock_type::now() - began).count();
-  const double client_cpu = (cpu_seconds_self() - cpu_before) / elapsed;
-  const double server_cpu_after = cpu_seconds_of(server_pid);
+// Prints one line: throughput, latency percentiles, CPU of both sides.
+void report(const load_options& o, int threads, double elapsed,
+            double client_cpu, double server_cpu_before,
+            double server_cpu_after, std::vector<worker_result>& results) {
   std::vector<std::int64_t> all;
   std::uint64_t errors = 0;
   std::string first_error;
@@ -522,7 +508,7 @@ int main(int argc, char** argv) {
   std::printf(
       "workload=%s connections=%d threads=%d seconds=%.1f ok=%zu errors=%llu "
       "throughput=%.0f/s p50=%.2fms p99=%.2fms client_cpu=%.2f",
-      workload.c_str(), connections, threads, elapsed, all.size(),
+      o.workload.c_str(), o.connections, threads, elapsed, all.size(),
       static_cast<unsigned long long>(errors),
       static_cast<double>(all.size()) / elapsed, percentile(0.50),
       percentile(0.99), client_cpu);
@@ -534,5 +520,60 @@ int main(int argc, char** argv) {
   if (errors > 0) {
     std::printf("first error: %s\n", first_error.c_str());
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"HTTP load generator for durin serve"};
+  load_options o;
+  add_options(app, o);
+  CLI11_PARSE(app, argc, argv);
+
+  auto address = durin::client::parse_server_url(o.server);
+  if (!address) {
+    std::cerr << address.error().to_string() << "\n";
+    return 2;
+  }
+  sockaddr_storage socket_address{};
+  socklen_t socket_address_size = 0;
+  if (!resolve(*address, o.server, socket_address, socket_address_size)) {
+    return 2;
+  }
+  request_template request;
+  if (int failed = build_request(o, *address, request); failed != 0) {
+    return failed;
+  }
+
+  const int threads = std::min(o.threads, o.connections);
+  std::vector<worker_result> results(static_cast<std::size_t>(threads));
+  const double cpu_before = cpu_seconds_self();
+  const double server_cpu_before = cpu_seconds_of(o.server_pid);
+  const auto began = clock_type::now();
+  const auto deadline =
+      began +
+      std::chrono::milliseconds(static_cast<std::int64_t>(o.seconds * 1000));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      auto& mine = results[static_cast<std::size_t>(t)];
+      mine.latencies_us.reserve(1'000'000);
+      std::vector<std::size_t> indexes;
+      for (int i = t; i < o.connections; i += threads) {
+        indexes.push_back(static_cast<std::size_t>(i));
+      }
+      driver(socket_address, socket_address_size, request, deadline, mine)
+          .run(indexes);
+    });
+  }
+  for (auto& thread : pool) {
+    thread.join();
+  }
+  const double elapsed =
+      std::chrono::duration<double>(clock_type::now() - began).count();
+  const double client_cpu = (cpu_seconds_self() - cpu_before) / elapsed;
+  const double server_cpu_after = cpu_seconds_of(o.server_pid);
+  report(o, threads, elapsed, client_cpu, server_cpu_before, server_cpu_after,
+         results);
   return 0;
 }

@@ -703,21 +703,13 @@ wake_phase restart_and_wake(const std::string& db_dir,
   return out;
 }
 
-void report_waiting(benchmark::State& state, std::uint64_t runs,
-                    const sleepers_phase& sleep, const wake_phase& wake,
-                    const recovery_breakdown& parts) {
-  const auto& base = bench::process_baselines();
-  auto count = static_cast<double>(runs);
-  double admit_per_s = count / sleep.seconds;
-  double wake_per_s = count / wake.wake_s;
-  double admit_cpu_us = sleep.cpu_seconds * 1e6 / count;
-  double wake_cpu_us = wake.wake_cpu_s * 1e6 / count;
-  double raw_recovery_s =
-      parts.store_open_s + parts.active_scan_s + parts.get_runs_s;
-  double waiting_mib = bench::mib(sleep.waiting.rss);
+void waiting_counters(benchmark::State& state, double count,
+                      const sleepers_phase& sleep, const wake_phase& wake,
+                      const recovery_breakdown& parts, double admit_cpu_us,
+                      double wake_per_s, double wake_cpu_us) {
   state.counters["runs"] = count;
   state.counters["rss_before_mib"] = bench::mib(sleep.before.rss);
-  state.counters["rss_waiting_mib"] = waiting_mib;
+  state.counters["rss_waiting_mib"] = bench::mib(sleep.waiting.rss);
   state.counters["peak_rss_mib"] = bench::mib(sleep.waiting.peak);
   state.counters["rss_reopened_mib"] = bench::mib(wake.reopened.rss);
   state.counters["rss_woken_mib"] = bench::mib(wake.woken.rss);
@@ -731,6 +723,22 @@ void report_waiting(benchmark::State& state, std::uint64_t runs,
   state.counters["wake_all_s"] = wake.wake_s;
   state.counters["wake_runs_per_s"] = wake_per_s;
   state.counters["wake_cpu_us_each"] = wake_cpu_us;
+}
+
+void report_waiting(benchmark::State& state, std::uint64_t runs,
+                    const sleepers_phase& sleep, const wake_phase& wake,
+                    const recovery_breakdown& parts) {
+  const auto& base = bench::process_baselines();
+  auto count = static_cast<double>(runs);
+  double admit_per_s = count / sleep.seconds;
+  double wake_per_s = count / wake.wake_s;
+  double admit_cpu_us = sleep.cpu_seconds * 1e6 / count;
+  double wake_cpu_us = wake.wake_cpu_s * 1e6 / count;
+  double raw_recovery_s =
+      parts.store_open_s + parts.active_scan_s + parts.get_runs_s;
+  double waiting_mib = bench::mib(sleep.waiting.rss);
+  waiting_counters(state, count, sleep, wake, parts, admit_cpu_us, wake_per_s,
+                   wake_cpu_us);
   // Putting a run to sleep writes two synced batches (admission; run-started
   // with timer-armed); waking writes two (timer-fired; completion).
   bench::add_baseline_counters(state, admit_per_s, 2);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "client/http_client.hpp"
+#include "durin/limits.hpp"
 #include "services/step_executor.hpp"
 
 namespace durin {
@@ -81,7 +82,8 @@ class worker_impl {
     int tries = 0;
   };
 
-  static constexpr std::size_t reports_per_request_max = 256;
+  static constexpr std::size_t reports_per_request_max =
+      limits::worker_reports_max;
   static constexpr int report_tries_max = 5;
 
   headers request_headers() const {

@@ -59,7 +59,6 @@ struct new_api_key {
 
 class auth {
  public:
-  inline static constexpr std::size_t name_bytes_max = 128;
   // Beyond this many verified keys the cache starts over (bounded memory).
   inline static constexpr std::size_t cached_keys_max = 10'000;
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "base/time_text.hpp"
+#include "durin/limits.hpp"
 #include "gateway/api.hpp"
 #include "gateway/readiness.hpp"
 #include "gateway/worker_api.hpp"
@@ -354,9 +355,9 @@ std::optional<http_response> optional_name(
   }
   if (body.contains("name")) {
     if (!body["name"].is_string() ||
-        body["name"].get<std::string>().size() > auth::name_bytes_max) {
+        body["name"].get<std::string>().size() > limits::key_name_bytes_max) {
       return bad_request("field 'name' must be a string of at most " +
-                         std::to_string(auth::name_bytes_max) + " bytes");
+                         std::to_string(limits::key_name_bytes_max) + " bytes");
     }
     name = body["name"].get<std::string>();
   }

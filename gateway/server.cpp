@@ -1,3 +1,5 @@
+// `durin serve`: a node with the HTTP API, its request keys and API keys,
+// metrics, a sweeper of expired request records, and a drain at SIGTERM.
 #include "gateway/server.hpp"
 
 #include <signal.h>
@@ -6,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <mutex>
 #include <thread>
@@ -46,6 +49,175 @@ sigset_t block_stop_signals() {
   return signals;
 }
 
+// GET /metrics beyond the request counters: tasks, storage, runs by status
+// and the committers' group commits, summed over the shards.
+std::string metrics_text(services::node& services, runtime& node) {
+  persistence::committer::stats stats;
+  for (auto& shard : services.shards) {
+    auto one = shard->committer->statistics();
+    stats.group_writes += one.group_writes;
+    stats.batches += one.batches;
+    stats.operations += one.operations;
+  }
+  std::string text = task_metrics(node) + storage_metrics(node);
+  if (auto counts = services.runs_by_status()) {
+    text +=
+        "# HELP durin_runs Runs stored on this node, by status.\n"
+        "# TYPE durin_runs gauge\n";
+    for (auto status :
+         {run_status::pending, run_status::running, run_status::waiting,
+          run_status::completed, run_status::failed, run_status::cancelled}) {
+      text += "durin_runs{status=\"" + std::string(to_string(status)) + "\"} " +
+              std::to_string((*counts)[static_cast<std::size_t>(status)]) +
+              "\n";
+    }
+  }
+  text +=
+      "# HELP durin_commit_groups_total fsync'd group writes of the "
+      "node's store.\n";
+  text +=
+      "durin_commit_groups_total " + std::to_string(stats.group_writes) + "\n";
+  text += "durin_commit_batches_total " + std::to_string(stats.batches) + "\n";
+  text += "durin_commit_operations_total " + std::to_string(stats.operations) +
+          "\n";
+  text += "durin_commit_batches_per_group " +
+          std::to_string(stats.group_writes == 0
+                             ? 0.0
+                             : static_cast<double>(stats.batches) /
+                                   static_cast<double>(stats.group_writes)) +
+          "\n";
+  return text;
+}
+
+// The request stores of the node's shards: a key's record lives in its
+// key's shard.
+class shard_requests {
+ public:
+  explicit shard_requests(services::node& services) : services_(services) {
+    for (auto& shard : services.shards) {
+      stores_.push_back(std::make_unique<persistence::request_store>(
+          *shard->store, *shard->committer));
+    }
+  }
+
+  persistence::request_store& of(const persistence::request_address& address) {
+    return *stores_[services_.map.of_key(address)];
+  }
+
+  // Drops the expired records of every shard; the first failure stops it.
+  status sweep() {
+    for (auto& requests : stores_) {
+      if (auto swept = requests->sweep(wall_ms(), ""); !swept) {
+        return swept.error();
+      }
+    }
+    return {};
+  }
+
+ private:
+  services::node& services_;
+  std::vector<std::unique_ptr<persistence::request_store>> stores_;
+};
+
+// Before serving: expired request records go (keys held by requests of an
+// earlier process are free at once: begin() treats markers of other
+// instances as free, and keeps the run they record), and the runs are
+// counted from the stores, then kept by every write (a true gauge, right
+// across restarts). Only storage that is ready fails the start.
+status prepare_stores(shard_requests& requests, services::node& services) {
+  if (auto swept = requests.sweep(); !swept && services.health().ready) {
+    return swept.error();
+  }
+  if (auto counted = services.runs_by_status();
+      !counted && services.health().ready) {
+    return counted.error();
+  }
+  return {};
+}
+
+// Every sweep_interval_ms: drops expired request records and, when the
+// store was not ready at start, sets up the admin key once it is (polled
+// every 200 ms until then).
+class sweeper {
+ public:
+  using bootstrap_report = std::function<void(bool made)>;
+
+  sweeper(persistence::store& key_store, auth& keys, shard_requests& requests,
+          std::string admin_key_path, std::int64_t interval_ms,
+          bool bootstrap_pending, bootstrap_report report)
+      : key_store_(key_store),
+        keys_(keys),
+        requests_(requests),
+        admin_key_path_(std::move(admin_key_path)),
+        interval_(interval_ms),
+        bootstrap_pending_(bootstrap_pending),
+        report_(std::move(report)),
+        thread_([this] { loop(); }) {}
+
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mutex_);
+    while (!wake_.wait_for(
+        lock, bootstrap_pending_ ? std::chrono::milliseconds(200) : interval_,
+        [&] { return stopping_; })) {
+      lock.unlock();
+      if (bootstrap_pending_ && key_store_.ready()) {
+        if (auto made = keys_.bootstrap(admin_key_path_)) {
+          bootstrap_pending_ = false;
+          report_(*made);
+        }
+      }
+      (void)requests_.sweep();
+      lock.lock();
+    }
+  }
+
+  persistence::store& key_store_;  // the first shard's: keys and tenants
+  auth& keys_;
+  shard_requests& requests_;
+  const std::string admin_key_path_;
+  const std::chrono::milliseconds interval_;
+  bool bootstrap_pending_;  // read and written by the thread only
+  bootstrap_report report_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread thread_;  // last: it starts once every member above exists
+};
+
+void report_admin_key(std::ostream& out, const std::string& path, bool made) {
+  if (made) {
+    out << "created tenant 'default'; admin API key written to " << path
+        << std::endl;
+  } else {
+    out << "admin API key in " << path << std::endl;
+  }
+}
+
+// Waits for SIGTERM or SIGINT, then stops in order: the server (it drains
+// what it has), the routes' workers, the sweeper, the node.
+void serve_until_signal(const sigset_t& signals, http_server& server,
+                        api& routes, sweeper& sweep,
+                        std::unique_ptr<runtime>& node, std::ostream& out) {
+  int received = 0;
+  sigwait(&signals, &received);
+  out << "stopping (signal " << received << ")" << std::endl;
+  server.stop();
+  routes.close();
+  sweep.stop();
+  node.reset();
+  out << "stopped" << std::endl;
+}
+
 }  // namespace
 
 int serve(serve_options options, registry flows, std::ostream& out,
@@ -65,24 +237,9 @@ int serve(serve_options options, registry flows, std::ostream& out,
   // admission batches of the runs they start (one fsync, no window between
   // the two); API keys and tenants, node-wide, in the first shard.
   auto& services = services::services_of(**node);
-  std::vector<std::unique_ptr<persistence::request_store>> shard_requests;
-  for (auto& shard : services.shards) {
-    shard_requests.push_back(std::make_unique<persistence::request_store>(
-        *shard->store, *shard->committer));
-  }
-  auto requests_of = [&shard_requests,
-                      &services](const persistence::request_address& address)
-      -> persistence::request_store& {
-    return *shard_requests[services.map.of_key(address)];
-  };
-  auto sweep_requests = [&shard_requests]() -> status {
-    for (auto& requests : shard_requests) {
-      if (auto swept = requests->sweep(wall_ms(), ""); !swept) {
-        return swept.error();
-      }
-    }
-    return {};
-  };
+  shard_requests requests(services);
+  auto requests_of = [&requests](const persistence::request_address& address)
+      -> persistence::request_store& { return requests.of(address); };
   auto& first = services.first();
   persistence::auth_store key_store(*first.store, *first.committer);
   auth keys(key_store, wall_ms);
@@ -94,58 +251,13 @@ int serve(serve_options options, registry flows, std::ostream& out,
   if (!created && !bootstrap_pending) {
     return fail(err, created.error());
   }
-  const std::string instance_id = random_hex(16);
-  // Keys held by requests of an earlier process are free at once: begin()
-  // treats markers of other instances as free, and keeps the run they
-  // record. Here only expired records go.
-  if (auto swept = sweep_requests(); !swept && services.health().ready) {
-    return fail(err, swept.error());
+  if (auto prepared = prepare_stores(requests, services); !prepared) {
+    return fail(err, prepared.error());
   }
-  idempotency held(requests_of, instance_id, wall_ms, options.idempotency);
+  idempotency held(requests_of, random_hex(16), wall_ms, options.idempotency);
   metrics counters;
-  // Counted from the store now, then kept by every write (a true gauge,
-  // right across restarts).
-  if (auto counted = services.runs_by_status();
-      !counted && services.health().ready) {
-    return fail(err, counted.error());
-  }
   auto commit_metrics = [&services, &node] {
-    persistence::committer::stats stats;
-    for (auto& shard : services.shards) {
-      auto one = shard->committer->statistics();
-      stats.group_writes += one.group_writes;
-      stats.batches += one.batches;
-      stats.operations += one.operations;
-    }
-    std::string text = task_metrics(**node) + storage_metrics(**node);
-    if (auto counts = services.runs_by_status()) {
-      text +=
-          "# HELP durin_runs Runs stored on this node, by status.\n"
-          "# TYPE durin_runs gauge\n";
-      for (auto status :
-           {run_status::pending, run_status::running, run_status::waiting,
-            run_status::completed, run_status::failed, run_status::cancelled}) {
-        text +=
-            "durin_runs{status=\"" + std::string(to_string(status)) + "\"} " +
-            std::to_string((*counts)[static_cast<std::size_t>(status)]) + "\n";
-      }
-    }
-    text +=
-        "# HELP durin_commit_groups_total fsync'd group writes of the "
-        "node's store.\n";
-    text += "durin_commit_groups_total " + std::to_string(stats.group_writes) +
-            "\n";
-    text +=
-        "durin_commit_batches_total " + std::to_string(stats.batches) + "\n";
-    text += "durin_commit_operations_total " +
-            std::to_string(stats.operations) + "\n";
-    text += "durin_commit_batches_per_group " +
-            std::to_string(stats.group_writes == 0
-                               ? 0.0
-                               : static_cast<double>(stats.batches) /
-                                     static_cast<double>(stats.group_writes)) +
-            "\n";
-    return text;
+    return metrics_text(services, **node);
   };
   api routes(**node, keys, held, counters, commit_metrics, options.api);
   // Every request takes one way through the api (gateway/api.hpp): on the
@@ -161,34 +273,11 @@ int serve(serve_options options, registry flows, std::ostream& out,
   if (!server) {
     return fail(err, server.error());
   }
-  std::mutex sweep_mutex;
-  std::condition_variable sweep_wake;
-  bool stopping = false;
   auto report_bootstrap = [&out, &admin_key_path](bool made) {
-    if (made) {
-      out << "created tenant 'default'; admin API key written to "
-          << admin_key_path << std::endl;
-    } else {
-      out << "admin API key in " << admin_key_path << std::endl;
-    }
+    report_admin_key(out, admin_key_path, made);
   };
-  std::thread sweeper([&, pending = bootstrap_pending]() mutable {
-    std::unique_lock lock(sweep_mutex);
-    const auto interval = std::chrono::milliseconds(options.sweep_interval_ms);
-    while (!sweep_wake.wait_for(
-        lock, pending ? std::chrono::milliseconds(200) : interval,
-        [&] { return stopping; })) {
-      lock.unlock();
-      if (pending && first.store->ready()) {
-        if (auto made = keys.bootstrap(admin_key_path)) {
-          pending = false;
-          report_bootstrap(*made);
-        }
-      }
-      (void)sweep_requests();
-      lock.lock();
-    }
-  });
+  sweeper sweep(*first.store, keys, requests, admin_key_path,
+                options.sweep_interval_ms, bootstrap_pending, report_bootstrap);
   if (bootstrap_pending) {
     out << "storage not ready (" << services.health().fault
         << "); the admin API key is set up once it is" << std::endl;
@@ -197,19 +286,7 @@ int serve(serve_options options, registry flows, std::ostream& out,
   }
   out << "listening on " << options.http.address << ":" << (*server)->port()
       << std::endl;
-  int received = 0;
-  sigwait(&signals, &received);
-  out << "stopping (signal " << received << ")" << std::endl;
-  (*server)->stop();
-  routes.close();
-  {
-    std::lock_guard lock(sweep_mutex);
-    stopping = true;
-  }
-  sweep_wake.notify_all();
-  sweeper.join();
-  node->reset();
-  out << "stopped" << std::endl;
+  serve_until_signal(signals, **server, routes, sweep, *node, out);
   return 0;
 }
 

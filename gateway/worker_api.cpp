@@ -1,3 +1,6 @@
+// The worker routes (gateway/worker_api.hpp): polls, heartbeats, the tasks
+// view, routing by path and the task metrics; the field checks the report
+// routes share (worker_detail.hpp). Reports are in worker_reports.cpp.
 #include "gateway/worker_api.hpp"
 
 #include <algorithm>
@@ -6,29 +9,16 @@
 #include <future>
 #include <memory>
 
+#include "durin/limits.hpp"
 #include "gateway/api.hpp"
 #include "gateway/idempotency.hpp"
+#include "gateway/worker_detail.hpp"
 #include "services/task_service.hpp"
 
 namespace durin::gateway {
 
-namespace {
+namespace worker_detail {
 
-constexpr std::size_t worker_id_bytes_max = 128;
-constexpr std::size_t poll_id_bytes_max = 128;
-constexpr std::size_t queue_bytes_max = 128;
-constexpr std::size_t message_bytes_max = 4096;
-constexpr std::int64_t poll_wait_ms_default = 20'000;
-constexpr std::int64_t poll_wait_ms_max = 60'000;
-constexpr auto record_wait = std::chrono::seconds(30);
-constexpr std::size_t list_max = 1000;
-constexpr std::size_t poll_tasks_max = 256;
-constexpr std::size_t reports_max = 256;
-constexpr std::size_t attempt_id_bytes_max = 256;
-
-// The lease owner a request speaks for: its workerId, within the caller's
-// key when that is a worker key, so one worker key can neither report for
-// nor heartbeat a task another key claimed, whatever workerId it sends.
 std::optional<std::string> lease_owner(const worker_request& request,
                                        std::optional<std::string> worker_id) {
   if (!worker_id || request.owner_prefix.empty()) {
@@ -37,12 +27,10 @@ std::optional<std::string> lease_owner(const worker_request& request,
   return request.owner_prefix + *worker_id;
 }
 
-// The string field `name`, 1..max bytes; nullopt after filling `problem`.
-// `where` names the object in messages ("" for the body, "reports[2].").
 std::optional<std::string> text_field(const json& body, const char* name,
                                       std::size_t max, bool required,
                                       std::optional<http_response>& problem,
-                                      const std::string& where = {}) {
+                                      const std::string& where) {
   if (!body.contains(name)) {
     if (required && !problem) {
       problem = bad_request("field '" + where + name + "' is required");
@@ -64,7 +52,7 @@ std::optional<std::string> text_field(const json& body, const char* name,
 
 std::optional<http_response> only_fields(
     const json& body, std::initializer_list<std::string_view> allowed,
-    const std::string& where = {}) {
+    const std::string& where) {
   for (const auto& [key, value] : body.items()) {
     (void)value;
     if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
@@ -82,7 +70,7 @@ std::optional<http_response> only_fields(
 std::optional<std::int64_t> int_field(const json& body, const char* name,
                                       std::int64_t min, std::int64_t max,
                                       std::optional<http_response>& problem,
-                                      const std::string& where = {}) {
+                                      const std::string& where) {
   if (!body.contains(name)) {
     return std::nullopt;
   }
@@ -98,6 +86,35 @@ std::optional<std::int64_t> int_field(const json& body, const char* name,
   }
   return value.get<std::int64_t>();
 }
+
+bool is_conflict(services::report_verdict verdict) {
+  return verdict == services::report_verdict::wrong_owner ||
+         verdict == services::report_verdict::not_claimed;
+}
+
+std::string lease_conflict_message(services::report_verdict verdict,
+                                   const std::string& attempt_id) {
+  return verdict == services::report_verdict::wrong_owner
+             ? "attempt " + attempt_id + " is leased to another worker"
+             : "attempt " + attempt_id + " is not claimed by any worker";
+}
+}  // namespace worker_detail
+
+using namespace worker_detail;
+
+namespace {
+
+// The limits of these routes are in durin/limits.hpp.
+using limits::poll_id_bytes_max;
+using limits::poll_tasks_max;
+using limits::poll_wait_ms_max;
+using limits::task_queue_bytes_max;
+using limits::tasks_list_max;
+using limits::worker_id_bytes_max;
+using limits::worker_message_bytes_max;
+
+constexpr std::int64_t poll_wait_ms_default = 20'000;
+constexpr auto record_wait = std::chrono::seconds(30);
 
 json task_json(const services::claimed_task& task) {
   const auto& spec = task.spec;
@@ -115,18 +132,6 @@ json task_json(const services::claimed_task& task) {
           {"startToCloseTimeoutMs", spec.timeouts.start_to_close.count()}};
 }
 
-bool is_conflict(services::report_verdict verdict) {
-  return verdict == services::report_verdict::wrong_owner ||
-         verdict == services::report_verdict::not_claimed;
-}
-
-std::string conflict_message(services::report_verdict verdict,
-                             const std::string& attempt_id) {
-  return verdict == services::report_verdict::wrong_owner
-             ? "attempt " + attempt_id + " is leased to another worker"
-             : "attempt " + attempt_id + " is not claimed by any worker";
-}
-
 // A fencing violation (another worker's lease, nobody's lease) is 409; a
 // late heartbeat is 200 continue:false, not the caller's fault.
 std::optional<http_response> heartbeat_refusal(services::report_verdict verdict,
@@ -136,7 +141,7 @@ std::optional<http_response> heartbeat_refusal(services::report_verdict verdict,
   }
   if (is_conflict(verdict)) {
     auto response = error_response(409, "lease-conflict",
-                                   conflict_message(verdict, attempt_id));
+                                   lease_conflict_message(verdict, attempt_id));
     auto body = json::parse(response.body);
     body["reason"] = services::to_string(verdict);
     response.body = body.dump();
@@ -168,8 +173,9 @@ void poll(services::task_service& tasks, const worker_request& request,
           request.body, {"workerId", "pollRequestId", "waitMs", "maxTasks"})) {
     return reply(std::move(*problem));
   }
-  if (queue.empty() || queue.size() > queue_bytes_max) {
-    return reply(bad_request("a task queue name is 1 to 128 bytes"));
+  if (queue.empty() || queue.size() > task_queue_bytes_max) {
+    return reply(bad_request("a task queue name is 1 to " +
+                             std::to_string(task_queue_bytes_max) + " bytes"));
   }
   std::optional<http_response> problem;
   auto worker = lease_owner(
@@ -204,275 +210,6 @@ void poll(services::task_service& tasks, const worker_request& request,
   }
 }
 
-// One outcome a worker reports.
-struct report_item {
-  std::string attempt_id;
-  services::step_outcome outcome;
-};
-
-// The fields of one outcome (a complete or fail body, or one item of a
-// batch); nullopt after filling `problem`.
-std::optional<services::step_outcome> outcome_fields(
-    const json& fields, bool completed, std::optional<http_response>& problem,
-    const std::string& where) {
-  services::step_outcome outcome;
-  if (completed) {
-    outcome.value = fields.value("result", json());
-    return outcome;
-  }
-  auto message =
-      text_field(fields, "message", message_bytes_max, false, problem, where);
-  auto after = int_field(fields, "retryAfterMs", 0, limits::duration_ms_max,
-                         problem, where);
-  if (fields.contains("retryable") && !fields["retryable"].is_boolean() &&
-      !problem) {
-    problem = bad_request("field '" + where + "retryable' must be a boolean");
-  }
-  if (problem) {
-    return std::nullopt;
-  }
-  bool retryable =
-      !fields.contains("retryable") || fields["retryable"] == json(true);
-  outcome.result = retryable ? services::step_outcome::kind::retryable
-                             : services::step_outcome::kind::fatal;
-  outcome.message = message.value_or("the worker reported a failure");
-  outcome.retry_after_ms = after.value_or(-1);
-  return outcome;
-}
-
-// What became of one report of a batch.
-struct item_result {
-  enum class state : std::uint8_t {
-    unsettled,  // the run never answered (its write failed): indefinite
-    recorded,
-    late,      // recorded: false, `reason`
-    conflict,  // recorded: false, lease-conflict, `reason`
-  };
-  state what = state::unsettled;
-  std::string reason;
-};
-
-// The reports of one request on their way to their runs. Each run answers
-// its own once durable; the request is answered when the last one did, or,
-// should a run drop its answer (a failed write makes it reload), when the
-// last reference goes, with the unanswered ones indefinite.
-class report_batch {
- public:
-  using answer_function =
-      std::function<void(const std::vector<std::string>& attempt_ids,
-                         const std::vector<item_result>& results)>;
-
-  report_batch(std::vector<std::string> attempt_ids, answer_function answer)
-      : attempt_ids_(std::move(attempt_ids)),
-        results_(attempt_ids_.size()),
-        unsettled_(attempt_ids_.size()),
-        answer_(std::move(answer)) {}
-  report_batch(const report_batch&) = delete;
-  report_batch& operator=(const report_batch&) = delete;
-  ~report_batch() { finish(); }
-
-  void settle(std::size_t index, item_result result) {
-    results_[index] = std::move(result);
-    if (unsettled_.fetch_sub(1) == 1) {
-      finish();
-    }
-  }
-
- private:
-  void finish() noexcept {
-    if (answered_.exchange(true)) {
-      return;
-    }
-    try {
-      answer_(attempt_ids_, results_);
-    } catch (const std::exception&) {
-      // Out of memory building an answer: the worker's request times out
-      // and it reports again (answered as stale).
-    }
-  }
-
-  std::vector<std::string> attempt_ids_;
-  std::vector<item_result> results_;
-  std::atomic<std::size_t> unsettled_;
-  std::atomic<bool> answered_{false};
-  answer_function answer_;
-};
-
-// The one path of every report: fences each item like the service does and
-// hands the accepted ones to their runs; `answer` is called once.
-void send_reports(services::task_service& tasks, const std::string& tenant,
-                  const std::string& worker, std::vector<report_item> items,
-                  report_batch::answer_function answer) {
-  std::vector<std::string> ids;
-  ids.reserve(items.size());
-  for (const auto& item : items) {
-    ids.push_back(item.attempt_id);
-  }
-  auto batch =
-      std::make_shared<report_batch>(std::move(ids), std::move(answer));
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    auto reply = [batch, i](services::report_answer recorded) {
-      batch->settle(i,
-                    item_result{recorded.recorded ? item_result::state::recorded
-                                                  : item_result::state::late,
-                                std::move(recorded.reason)});
-    };
-    auto verdict = tasks.report(tenant, items[i].attempt_id, worker,
-                                std::move(items[i].outcome), std::move(reply));
-    if (verdict != services::report_verdict::accepted) {
-      batch->settle(
-          i, item_result{is_conflict(verdict) ? item_result::state::conflict
-                                              : item_result::state::late,
-                         services::to_string(verdict)});
-    }
-  }
-}
-
-const char* indefinite_message =
-    "the outcome was not confirmed; the run may or may not have recorded it";
-
-json result_json(const std::string& attempt_id, const item_result& result) {
-  json out = {{"attemptId", attempt_id}};
-  switch (result.what) {
-    case item_result::state::recorded:
-      out["recorded"] = true;
-      break;
-    case item_result::state::late:
-      out["recorded"] = false;
-      out["reason"] = result.reason;
-      break;
-    case item_result::state::conflict:
-      out["recorded"] = false;
-      out["code"] = "lease-conflict";
-      out["reason"] = result.reason;
-      out["message"] =
-          conflict_message(result.reason == "wrong_owner"
-                               ? services::report_verdict::wrong_owner
-                               : services::report_verdict::not_claimed,
-                           attempt_id);
-      break;
-    case item_result::state::unsettled:
-      out["code"] = "storage-error";
-      out["message"] = indefinite_message;
-      break;
-  }
-  return out;
-}
-
-// The answer of a single complete or fail: the shape of before batches.
-http_response single_answer(const std::string& attempt_id,
-                            const item_result& result) {
-  switch (result.what) {
-    case item_result::state::recorded:
-      return json_response(200, {{"recorded", true}});
-    case item_result::state::late:
-      return json_response(200,
-                           {{"recorded", false}, {"reason", result.reason}});
-    case item_result::state::conflict: {
-      auto conflict = result_json(attempt_id, result);
-      return json_response(409, {{"code", "lease-conflict"},
-                                 {"message", conflict["message"]},
-                                 {"reason", result.reason}});
-    }
-    case item_result::state::unsettled:
-      break;
-  }
-  return error_response(503, "storage-error", indefinite_message);
-}
-
-// POST /v1/tasks/{attemptId}/complete|fail: a batch of one.
-void report_one(services::task_service& tasks, const worker_request& request,
-                const std::string& attempt_id, bool completed,
-                std::function<void(http_response)> reply) {
-  // Two calls: an initializer_list chosen by ?: would dangle.
-  auto unknown = completed
-                     ? only_fields(request.body, {"workerId", "result"})
-                     : only_fields(request.body, {"workerId", "message",
-                                                  "retryable", "retryAfterMs"});
-  if (unknown) {
-    return reply(std::move(*unknown));
-  }
-  std::optional<http_response> problem;
-  auto worker = lease_owner(
-      request,
-      text_field(request.body, "workerId", worker_id_bytes_max, true, problem));
-  auto outcome = outcome_fields(request.body, completed, problem, "");
-  if (problem) {
-    return reply(std::move(*problem));
-  }
-  std::vector<report_item> items;
-  items.push_back(report_item{attempt_id, std::move(*outcome)});
-  send_reports(
-      tasks, request.tenant, *worker, std::move(items),
-      [reply = std::move(reply)](const auto& ids, const auto& results) {
-        reply(single_answer(ids.front(), results.front()));
-      });
-}
-
-// POST /v1/tasks/report: every item is checked before any is sent, so bad
-// input changes nothing.
-void report_many(services::task_service& tasks, const worker_request& request,
-                 std::function<void(http_response)> reply) {
-  if (auto unknown = only_fields(request.body, {"workerId", "reports"})) {
-    return reply(std::move(*unknown));
-  }
-  std::optional<http_response> problem;
-  auto worker = lease_owner(
-      request,
-      text_field(request.body, "workerId", worker_id_bytes_max, true, problem));
-  if (problem) {
-    return reply(std::move(*problem));
-  }
-  const auto& reports =
-      request.body.contains("reports") ? request.body["reports"] : json();
-  if (!reports.is_array() || reports.empty() || reports.size() > reports_max) {
-    return reply(bad_request("field 'reports' must be an array of 1 to " +
-                             std::to_string(reports_max) + " reports"));
-  }
-  std::vector<report_item> items;
-  items.reserve(reports.size());
-  for (std::size_t i = 0; i < reports.size(); ++i) {
-    const auto& fields = reports[i];
-    auto where = "reports[" + std::to_string(i) + "].";
-    if (!fields.is_object()) {
-      return reply(bad_request("field 'reports[" + std::to_string(i) +
-                               "]' must be an object"));
-    }
-    const auto& kind = fields.contains("outcome") ? fields["outcome"] : json();
-    if (kind != json("complete") && kind != json("fail")) {
-      return reply(bad_request("field '" + where +
-                               "outcome' must be \"complete\" or \"fail\""));
-    }
-    bool completed = kind == json("complete");
-    auto unknown =
-        completed
-            ? only_fields(fields, {"attemptId", "outcome", "result"}, where)
-            : only_fields(fields,
-                          {"attemptId", "outcome", "message", "retryable",
-                           "retryAfterMs"},
-                          where);
-    if (unknown) {
-      return reply(std::move(*unknown));
-    }
-    auto attempt_id = text_field(fields, "attemptId", attempt_id_bytes_max,
-                                 true, problem, where);
-    auto outcome = outcome_fields(fields, completed, problem, where);
-    if (problem) {
-      return reply(std::move(*problem));
-    }
-    items.push_back(report_item{std::move(*attempt_id), std::move(*outcome)});
-  }
-  send_reports(
-      tasks, request.tenant, *worker, std::move(items),
-      [reply = std::move(reply)](const auto& ids, const auto& results) {
-        json list = json::array();
-        for (std::size_t i = 0; i < ids.size(); ++i) {
-          list.push_back(result_json(ids[i], results[i]));
-        }
-        reply(json_response(200, {{"results", std::move(list)}}));
-      });
-}
-
 http_response heartbeat(services::task_service& tasks,
                         const worker_request& request,
                         const std::string& attempt_id) {
@@ -484,8 +221,8 @@ http_response heartbeat(services::task_service& tasks,
   auto worker = lease_owner(
       request,
       text_field(request.body, "workerId", worker_id_bytes_max, true, problem));
-  auto message =
-      text_field(request.body, "message", message_bytes_max, false, problem);
+  auto message = text_field(request.body, "message", worker_message_bytes_max,
+                            false, problem);
   auto current = int_field(request.body, "current", 0, INT64_MAX, problem);
   auto total = int_field(request.body, "total", 0, INT64_MAX, problem);
   if (problem) {
@@ -535,7 +272,7 @@ http_response list(services::task_service& tasks,
                                {"refusedReports", refused}});
   }
   json live = json::array();
-  for (const auto& view : tasks.list(request.tenant, list_max)) {
+  for (const auto& view : tasks.list(request.tenant, tasks_list_max)) {
     live.push_back(view.to_json());
   }
   json answer = {{"tasks", live},
@@ -548,7 +285,6 @@ http_response list(services::task_service& tasks,
 }
 
 }  // namespace
-
 bool is_worker_route(const std::vector<std::string>& path) {
   return path.size() >= 2 && path[0] == "v1" &&
          (path[1] == "tasks" || path[1] == "task-queues");

@@ -220,57 +220,16 @@ void committer::commit_group(std::vector<pending>& group, fault injected) {
     }
   }
 
-  // One batch is written as it is; several are merged into one write.
   std::vector<std::size_t> members;  // indexes of the batches in the write
   write_batch merged = store_.batch();
-  write_batch* target = nullptr;
-  if (valid.size() == 1) {
-    members = valid;
-    target = &group[valid[0]].batch;
-  } else if (valid.size() > 1) {
-    // The merge looks up handles: the database must not reopen meanwhile.
-    auto pinned = store_.hold();
-    if (!pinned) {
-      for (const std::size_t index : valid) {
-        outcomes[index] = store_.unavailable();
-      }
-      valid.clear();
-    }
-    for (const std::size_t index : valid) {
-      if (auto appended = append(store_, merged, group[index].batch);
-          !appended) {
-        outcomes[index] = appended;
-      } else {
-        members.push_back(index);
-      }
-    }
-    target = members.empty() ? nullptr : &merged;
-  }
-  std::size_t operations = 0;
-  for (const std::size_t index : members) {
-    operations += group[index].batch.count();
-  }
-
+  write_batch* target = merge_group(group, valid, outcomes, members, merged);
   if (target != nullptr) {
-    status written;
-    if (injected == fault::fail_before_write) {
-      written =
-          make_error(errc::storage_error, "injected fault: group not written");
-    } else {
-      DURIN_TEST_KILL_POINT("committer.before_write");
-      written = store_.write(*target);  // sync=true: durable when ok
-      DURIN_TEST_KILL_POINT("committer.after_write");
-      if (written) {
-        std::lock_guard lock(mutex_);
-        stats_.group_writes += 1;
-        stats_.batches += members.size();
-        stats_.operations += operations;
-      }
-      if (written && injected == fault::fail_after_write) {
-        written = make_error(errc::storage_error,
-                             "injected fault: group written, reported failed");
-      }
+    std::size_t operations = 0;
+    for (const std::size_t index : members) {
+      operations += group[index].batch.count();
     }
+    const status written =
+        write_group(*target, members.size(), operations, injected);
     for (const std::size_t index : members) {
       outcomes[index] = written;
     }
@@ -280,6 +239,58 @@ void committer::commit_group(std::vector<pending>& group, fault injected) {
   for (std::size_t index = 0; index < group.size(); ++index) {
     answer(group[index].done, outcomes[index]);
   }
+}
+
+write_batch* committer::merge_group(std::vector<pending>& group,
+                                    const std::vector<std::size_t>& valid,
+                                    std::vector<status>& outcomes,
+                                    std::vector<std::size_t>& members,
+                                    write_batch& merged) {
+  // One batch is written as it is; several are merged into one write.
+  if (valid.size() == 1) {
+    members = valid;
+    return &group[valid[0]].batch;
+  }
+  if (valid.empty()) {
+    return nullptr;
+  }
+  // The merge looks up handles: the database must not reopen meanwhile.
+  auto pinned = store_.hold();
+  if (!pinned) {
+    for (const std::size_t index : valid) {
+      outcomes[index] = store_.unavailable();
+    }
+    return nullptr;
+  }
+  for (const std::size_t index : valid) {
+    if (auto appended = append(store_, merged, group[index].batch); !appended) {
+      outcomes[index] = appended;
+    } else {
+      members.push_back(index);
+    }
+  }
+  return members.empty() ? nullptr : &merged;
+}
+
+status committer::write_group(write_batch& target, std::size_t batches,
+                              std::size_t operations, fault injected) {
+  if (injected == fault::fail_before_write) {
+    return make_error(errc::storage_error, "injected fault: group not written");
+  }
+  DURIN_TEST_KILL_POINT("committer.before_write");
+  status written = store_.write(target);  // sync=true: durable when ok
+  DURIN_TEST_KILL_POINT("committer.after_write");
+  if (written) {
+    std::lock_guard lock(mutex_);
+    stats_.group_writes += 1;
+    stats_.batches += batches;
+    stats_.operations += operations;
+  }
+  if (written && injected == fault::fail_after_write) {
+    written = make_error(errc::storage_error,
+                         "injected fault: group written, reported failed");
+  }
+  return written;
 }
 
 }  // namespace durin::persistence

@@ -85,6 +85,17 @@ class committer {
   std::vector<pending> take_group();
   // Writes one group and answers every batch in it, in order.
   void commit_group(std::vector<pending>& group, fault injected);
+  // The write of a group's `valid` batches: the one batch itself, or
+  // `merged` holding those that append to it (their indexes in `members`);
+  // null when none is left to write (their outcomes set instead).
+  write_batch* merge_group(std::vector<pending>& group,
+                           const std::vector<std::size_t>& valid,
+                           std::vector<status>& outcomes,
+                           std::vector<std::size_t>& members,
+                           write_batch& merged);
+  // Writes `target` (sync) and counts it, or fails it as `injected` says.
+  status write_group(write_batch& target, std::size_t batches,
+                     std::size_t operations, fault injected);
 
   store& store_;
   options options_;

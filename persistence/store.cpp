@@ -1,4 +1,9 @@
-// The RocksDB store: opening, options, reads, and write batches.
+// The RocksDB store: its options, opening a database (schema check, the
+// info log), the counts of runs by status, durable writes and `meta`
+// values. Readiness and reopening after storage faults are in
+// store_faults.cpp, reads of runs, history, timers and raw values in
+// store_reads.cpp, write batches in store_batch.cpp, tokens and the webhook
+// index in tokens.cpp.
 #include "persistence/store.hpp"
 
 #include <rocksdb/cache.h>
@@ -7,7 +12,6 @@
 #include <rocksdb/file_system.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/iterator.h>
-#include <rocksdb/listener.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
@@ -17,32 +21,25 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdarg>
 #include <cstdio>
-#include <exception>
 #include <filesystem>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 
-#include "persistence/assert.hpp"
 #include "persistence/codec.hpp"
 #include "persistence/keys.hpp"
 #include "persistence/storage_error.hpp"
+#include "persistence/store_internal.hpp"
 
 namespace durin::persistence {
 
+using namespace store_detail;
+
 namespace {
 
-// Indexed by `family`; the names are on disk and never change.
-constexpr std::array<const char*, family_count> family_names = {
-    "runs",   "history", "timers",   "active",  "meta",
-    "tokens", "inbox",   "requests", "tenants", "api_keys"};
-
 constexpr std::string_view schema_version_name = "schema_version";
-// Written (synced) by every reopen: the proof that writes work again.
-constexpr std::string_view probe_name = "storage_probe";
 
 // Shared by every family: run records and recent history are the hot set,
 // small next to the node's memory.
@@ -57,13 +54,13 @@ constexpr double bloom_bits_per_key = 10.0;
 constexpr double memtable_bloom_ratio = 0.02;
 // Messages quote at most this much of an id read from disk.
 constexpr std::size_t printable_bytes_max = 128;
+}  // namespace
+
+namespace store_detail {
 
 const char* name_of(family which) {
   return family_names[static_cast<std::size_t>(which)];
 }
-
-// `text` quoted for an error message: printable ASCII as is, other bytes as
-// \xHH, cut at printable_bytes_max, because ids in corrupt keys are arbitrary.
 std::string printable(std::string_view text) {
   static constexpr char hex[] = "0123456789abcdef";
   std::string out = "'";
@@ -83,29 +80,11 @@ std::string printable(std::string_view text) {
   out += "'";
   return out;
 }
-
-// "history: run 'run_1' event 3: checksum mismatch"
 error corrupt(family which, std::string_view subject,
               const std::string& problem) {
   return make_error(errc::corrupt_record, std::string(name_of(which)) + ": " +
                                               std::string(subject) + ": " +
                                               problem);
-}
-
-// Runs `body`, turning any exception (RocksDB is built without them, but
-// allocation and the standard library may throw) into storage-error, so that
-// none escapes persistence.
-template <class Body>
-auto guarded(std::string_view what, Body&& body) -> decltype(body()) {
-  try {
-    return body();
-  } catch (const std::exception& failure) {
-    return make_error(errc::storage_error,
-                      std::string(what) + ": " + failure.what());
-  } catch (...) {
-    return make_error(errc::storage_error,
-                      std::string(what) + ": unknown exception");
-  }
 }
 
 rocksdb::WriteOptions sync_write() {
@@ -114,6 +93,21 @@ rocksdb::WriteOptions sync_write() {
   options.sync = true;
   return options;
 }
+
+std::string prefix_successor(std::string prefix) {
+  while (!prefix.empty()) {
+    auto& last = reinterpret_cast<unsigned char&>(prefix.back());
+    if (last != 0xFF) {
+      ++last;
+      return prefix;
+    }
+    prefix.pop_back();
+  }
+  return prefix;
+}
+}  // namespace store_detail
+
+namespace {
 
 rocksdb::DBOptions db_options() {
   rocksdb::DBOptions options;
@@ -159,29 +153,6 @@ rocksdb::ColumnFamilyOptions family_options(
   }
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   return options;
-}
-
-// The smallest key greater than every key starting with `prefix`; empty when
-// there is none (the prefix is all 0xFF).
-std::string prefix_successor(std::string prefix) {
-  while (!prefix.empty()) {
-    auto& last = reinterpret_cast<unsigned char&>(prefix.back());
-    if (last != 0xFF) {
-      ++last;
-      return prefix;
-    }
-    prefix.pop_back();
-  }
-  return prefix;
-}
-
-bool starts_with(const rocksdb::Slice& key, std::string_view prefix) {
-  return key.size() >= prefix.size() &&
-         std::string_view(key.data(), prefix.size()) == prefix;
-}
-
-std::string_view view(const rocksdb::Slice& slice) {
-  return {slice.data(), slice.size()};
 }
 
 }  // namespace
@@ -236,277 +207,6 @@ class info_log final : public rocksdb::Logger {
 };
 
 }  // namespace
-
-// ---- storage faults ---------------------------------------------------------
-
-std::string plain_words(const rocksdb::Status& status) {
-  // The status's text names files; it is only searched, never shown.
-  const std::string text = status.ToString();
-  auto says = [&text](std::string_view words) {
-    return text.find(words) != std::string::npos;
-  };
-  if (status.IsNoSpace() || says("No space left on device")) {
-    return "the disk is full";
-  }
-  if (says("Too many open files")) {  // EMFILE, and ENFILE ("in system")
-    return "the process has no file descriptors left";
-  }
-  if (says("Input/output error")) {
-    return "an I/O error on the data disk";
-  }
-  if (says("lock file") || says("lock hold")) {
-    return "the data directory is in use by another open";
-  }
-  if (says("Permission denied")) {
-    return "permission denied on the data directory";
-  }
-  if (says("Read-only file system")) {
-    return "the data disk is read-only";
-  }
-  if (status.IsCorruption()) {
-    return "corrupt data on the data disk";
-  }
-  if (status.IsIOError()) {
-    return "an I/O error on the data disk";
-  }
-  if (status.IsIncomplete() || status.IsBusy() || status.IsTryAgain()) {
-    return "the storage engine stalled";
-  }
-  if (status.IsShutdownInProgress()) {
-    return "the storage engine is shutting down";
-  }
-  return "the storage engine failed";
-}
-
-bool transient_fault(const rocksdb::Status& status) {
-  const std::string text = status.ToString();
-  return status.IsNoSpace() ||
-         text.find("No space left on device") != std::string::npos ||
-         text.find("Too many open files") != std::string::npos ||
-         text.find("Input/output error") != std::string::npos;
-}
-
-error storage_failure(std::string_view what, const rocksdb::Status& status) {
-  return make_error(errc::storage_error,
-                    std::string(what) + ": " + plain_words(status));
-}
-
-namespace {
-
-const char* reason_words(rocksdb::BackgroundErrorReason reason) {
-  switch (reason) {
-    case rocksdb::BackgroundErrorReason::kFlush:
-    case rocksdb::BackgroundErrorReason::kFlushNoWAL:
-      return "a flush failed";
-    case rocksdb::BackgroundErrorReason::kCompaction:
-      return "a compaction failed";
-    case rocksdb::BackgroundErrorReason::kWriteCallback:
-      return "a write failed";
-    case rocksdb::BackgroundErrorReason::kMemTable:
-      return "a memtable switch failed";
-    case rocksdb::BackgroundErrorReason::kManifestWrite:
-    case rocksdb::BackgroundErrorReason::kManifestWriteNoWAL:
-      return "a manifest write failed";
-  }
-  return "background work failed";
-}
-
-std::int64_t elapsed_ms(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now() - since)
-      .count();
-}
-
-}  // namespace
-
-// Readiness, and the recovery thread that restores it. `mutex` orders
-// changes of readiness; `ready` is read without it by every operation.
-struct store::health_state {
-  std::mutex mutex;
-  std::condition_variable wake;
-  std::atomic<bool> ready{true};
-  std::string fault;
-  std::uint64_t faults = 0;
-  std::uint64_t reopens = 0;
-  std::chrono::steady_clock::time_point since;
-  bool announced_ready = true;  // what the log and the listener last said
-  bool stopping = false;
-  std::mutex listener_mutex;  // held while the listener runs
-  health_listener listener;
-  std::thread thread;
-};
-
-// Tells the store of every background error of one database generation and
-// turns RocksDB's own recovery off (see db_options).
-class store::fault_listener final : public rocksdb::EventListener {
- public:
-  fault_listener(store& owner, std::uint64_t generation)
-      : owner_(owner), generation_(generation) {}
-
-  void OnBackgroundError(rocksdb::BackgroundErrorReason reason,
-                         rocksdb::Status* error) override {
-    if (error != nullptr && !error->ok()) {
-      owner_.report_fault(
-          generation_, plain_words(*error) + " (" + reason_words(reason) + ")");
-    }
-  }
-
-  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason, rocksdb::Status,
-                            bool* auto_recovery) override {
-    *auto_recovery = false;
-  }
-
- private:
-  store& owner_;
-  std::uint64_t generation_;
-};
-
-void store::report_fault(std::uint64_t generation, const std::string& fault) {
-  auto& health = *health_;
-  {
-    std::lock_guard lock(health.mutex);
-    if (generation != generation_.load(std::memory_order_acquire)) {
-      return;  // a database already closed
-    }
-    if (health.ready.load(std::memory_order_acquire)) {
-      health.ready.store(false, std::memory_order_release);
-      health.fault = fault;
-      health.faults += 1;
-      health.since = std::chrono::steady_clock::now();
-    } else if (health.fault.empty()) {
-      health.fault = fault;
-    }
-  }
-  health.wake.notify_all();
-}
-
-storage_health store::health() const {
-  auto& health = *health_;
-  std::lock_guard lock(health.mutex);
-  storage_health out;
-  out.ready = health.ready.load(std::memory_order_acquire);
-  out.faults = health.faults;
-  out.reopens = health.reopens;
-  if (!out.ready) {
-    out.fault =
-        health.fault.empty() ? "the database is reopening" : health.fault;
-    out.not_ready_ms = elapsed_ms(health.since);
-  }
-  return out;
-}
-
-bool store::ready() const {
-  return health_->ready.load(std::memory_order_acquire);
-}
-
-void store::set_health_listener(health_listener listener) {
-  std::lock_guard calling(health_->listener_mutex);
-  health_->listener = std::move(listener);
-}
-
-store::pin store::hold() const {
-  pin pinned;
-  if (!ready()) {
-    return pinned;
-  }
-  pinned.lock_ = std::shared_lock(db_mutex_);
-  if (!ready() || !db_) {
-    pinned.lock_ = {};
-  }
-  return pinned;
-}
-
-error store::unavailable() const {
-  return make_error(errc::storage_error,
-                    "storage unavailable: " + health().fault +
-                        "; nothing was written, retry later");
-}
-
-void store::recover_loop() {
-  auto& health = *health_;
-  std::unique_lock lock(health.mutex);
-  std::int64_t backoff_ms = options_.reopen_backoff_ms_min;
-  while (!health.stopping) {
-    const bool ready_now = health.ready.load(std::memory_order_acquire);
-    if (ready_now != health.announced_ready) {
-      // One log line and one listener call per change of readiness.
-      health.announced_ready = ready_now;
-      const std::string fault = health.fault;
-      const std::int64_t took_ms = elapsed_ms(health.since);
-      lock.unlock();
-      if (ready_now) {
-        std::fprintf(stderr,
-                     "durin: storage ready again after %lld ms (the database "
-                     "was reopened)\n",
-                     static_cast<long long>(took_ms));
-      } else {
-        std::fprintf(stderr,
-                     "durin: storage not ready: %s; reads and writes are "
-                     "refused until the database reopens\n",
-                     fault.c_str());
-      }
-      {
-        std::lock_guard calling(health.listener_mutex);
-        if (health.listener) {
-          health.listener(this->health());
-        }
-      }
-      lock.lock();
-      backoff_ms = options_.reopen_backoff_ms_min;
-      continue;
-    }
-    if (ready_now) {
-      health.wake.wait(lock, [&] {
-        return health.stopping || !health.ready.load(std::memory_order_acquire);
-      });
-      continue;
-    }
-    health.wake.wait_for(lock, std::chrono::milliseconds(backoff_ms),
-                         [&] { return health.stopping; });
-    if (health.stopping) {
-      break;
-    }
-    lock.unlock();
-    auto reopened = guarded("reopen", [this] { return reopen(); });
-    lock.lock();
-    if (!reopened) {
-      health.fault = reopened.error().message;
-      backoff_ms = std::min(backoff_ms * 2, options_.reopen_backoff_ms_max);
-    }
-  }
-}
-
-status store::reopen() {
-  std::unique_lock exclusive(db_mutex_);
-  close_database();
-  if (const auto opened = open_database(); !opened.ok()) {
-    close_database();
-    return storage_failure("reopen", opened);
-  }
-  if (auto checked = check_schema(); !checked) {
-    close_database();
-    return checked;
-  }
-  std::string now;
-  keys::put_u64(now,
-                static_cast<std::uint64_t>(
-                    std::chrono::duration_cast<std::chrono::milliseconds>(
-                        std::chrono::system_clock::now().time_since_epoch())
-                        .count()));
-  if (const auto probed = write_meta(probe_name, now); !probed.ok()) {
-    // Left open: the next attempt closes it first.
-    return storage_failure("reopen: probe write", probed);
-  }
-  auto& health = *health_;
-  {
-    std::lock_guard lock(health.mutex);
-    health.ready.store(true, std::memory_order_release);
-    health.fault.clear();
-    health.reopens += 1;
-  }
-  health.wake.notify_all();
-  return {};
-}
 
 // ---- opening ----------------------------------------------------------------
 
@@ -840,60 +540,6 @@ void store::observe_runs(const write_batch& batch) {
   (void)batch.batch_->Iterate(&puts);
 }
 
-result<std::optional<std::string>> store::get_webhook_tenant(
-    std::string_view token) const {
-  using answer = result<std::optional<std::string>>;
-  if (!keys::fits(token)) {
-    return std::optional<std::string>();
-  }
-  return guarded("get webhook", [&]() -> answer {
-    auto pinned = hold();
-    if (!pinned) {
-      return unavailable();
-    }
-    rocksdb::PinnableSlice value;
-    const rocksdb::Status read =
-        db_->Get(rocksdb::ReadOptions(), handle(family::tokens),
-                 keys::token("", token), &value);
-    if (read.IsNotFound()) {
-      return std::optional<std::string>();
-    }
-    if (!read.ok()) {
-      return storage_failure("webhook index: read", read);
-    }
-    auto tenant = codec::decode_bytes(view(value));
-    if (!tenant) {
-      return corrupt(family::tokens, "webhook " + printable(token),
-                     tenant.error().message);
-    }
-    return std::optional<std::string>(std::move(*tenant));
-  });
-}
-
-void write_batch::put_webhook_tenant(std::string_view token,
-                                     std::string_view tenant) {
-  if (!keys::fits(token) || tenant.empty()) {
-    refuse("webhook token too long for a key, or no tenant");
-    return;
-  }
-  const auto put = put_to(family::tokens, keys::token("", token),
-                          codec::encode_bytes(tenant));
-  if (!put.ok()) {
-    refuse("webhook index: " + put.ToString());
-  }
-}
-
-void write_batch::delete_webhook_tenant(std::string_view token) {
-  if (!keys::fits(token)) {
-    refuse("webhook token too long for a key");
-    return;
-  }
-  const auto deleted = delete_from(family::tokens, keys::token("", token));
-  if (!deleted.ok()) {
-    refuse("webhook index: " + deleted.ToString());
-  }
-}
-
 store::~store() {
   if (health_) {
     {
@@ -911,239 +557,6 @@ store::~store() {
 
 rocksdb::ColumnFamilyHandle* store::handle(family which) const {
   return handles_[static_cast<std::size_t>(which)];
-}
-
-// ---- reads ------------------------------------------------------------------
-
-result<std::optional<run_record>> store::get_run(
-    std::string_view run_id) const {
-  using answer = result<std::optional<run_record>>;
-  return guarded("get run", [&]() -> answer {
-    auto pinned = hold();
-    if (!pinned) {
-      return unavailable();
-    }
-    if (!keys::fits(run_id)) {
-      return std::optional<run_record>();  // no key can name it
-    }
-    rocksdb::PinnableSlice value;
-    const rocksdb::Status read =
-        db_->Get(rocksdb::ReadOptions(), handle(family::runs),
-                 keys::run(run_id), &value);
-    if (read.IsNotFound()) {
-      return std::optional<run_record>();
-    }
-    const std::string subject = "run " + printable(run_id);
-    if (!read.ok()) {
-      return storage_failure("runs: read " + subject, read);
-    }
-    auto decoded = codec::decode_run(view(value));
-    if (!decoded) {
-      return corrupt(family::runs, subject, decoded.error().message);
-    }
-    if (decoded->id != run_id) {
-      return corrupt(family::runs, subject,
-                     "value names run " + printable(decoded->id));
-    }
-    return std::optional<run_record>(std::move(*decoded));
-  });
-}
-
-result<std::vector<event_record>> store::load_history(
-    std::string_view run_id) const {
-  using answer = result<std::vector<event_record>>;
-  return guarded("load history", [&]() -> answer {
-    auto pinned = hold();
-    if (!pinned) {
-      return unavailable();
-    }
-    std::vector<event_record> events;
-    if (!keys::fits(run_id)) {
-      return events;
-    }
-    const std::string subject = "run " + printable(run_id);
-    const std::string prefix = keys::history_prefix(run_id);
-    const std::string upper = prefix_successor(prefix);
-    const rocksdb::Slice upper_slice(upper);
-    rocksdb::ReadOptions options;
-    if (!upper.empty()) {
-      options.iterate_upper_bound = &upper_slice;
-    }
-    std::unique_ptr<rocksdb::Iterator> it(
-        db_->NewIterator(options, handle(family::history)));
-    for (it->Seek(prefix); it->Valid() && starts_with(it->key(), prefix);
-         it->Next()) {
-      auto key = keys::decode_history(view(it->key()));
-      if (!key || key->run_id != run_id) {
-        return corrupt(family::history, subject, "malformed key");
-      }
-      const std::uint64_t expected = events.size() + 1;
-      if (key->sequence != expected) {
-        return corrupt(family::history, subject,
-                       "sequence " + std::to_string(key->sequence) + " where " +
-                           std::to_string(expected) +
-                           " was expected (a gap in the history)");
-      }
-      auto event = codec::decode_event(view(it->value()));
-      if (!event) {
-        return corrupt(family::history,
-                       subject + " event " + std::to_string(expected),
-                       event.error().message);
-      }
-      events.push_back(std::move(*event));
-    }
-    if (!it->status().ok()) {
-      return storage_failure("history: read " + subject, it->status());
-    }
-    return events;
-  });
-}
-
-result<std::vector<std::string>> store::active_runs() const {
-  using answer = result<std::vector<std::string>>;
-  return guarded("active runs", [&]() -> answer {
-    auto pinned = hold();
-    if (!pinned) {
-      return unavailable();
-    }
-    std::vector<std::string> ids;
-    std::unique_ptr<rocksdb::Iterator> it(
-        db_->NewIterator(rocksdb::ReadOptions(), handle(family::active)));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      auto id = keys::decode_active(view(it->key()));
-      if (!id) {
-        return corrupt(family::active, "key " + printable(view(it->key())),
-                       "malformed key");
-      }
-      if (auto marker = codec::decode_marker(view(it->value())); !marker) {
-        return corrupt(family::active, "run " + printable(*id),
-                       marker.error().message);
-      }
-      ids.push_back(std::move(*id));
-    }
-    if (!it->status().ok()) {
-      return storage_failure("active: read", it->status());
-    }
-    return ids;
-  });
-}
-
-result<std::vector<timer_record>> store::timers_until(
-    std::int64_t until_ms, std::size_t max, std::string_view after_key) const {
-  using answer = result<std::vector<timer_record>>;
-  return guarded("timers until", [&]() -> answer {
-    auto pinned = hold();
-    if (!pinned) {
-      return unavailable();
-    }
-    std::vector<timer_record> timers;
-    if (max == 0 || until_ms < 0) {
-      return timers;
-    }
-    const std::string upper = keys::timer_upper_bound(until_ms);
-    const rocksdb::Slice upper_slice(upper);
-    rocksdb::ReadOptions options;
-    options.iterate_upper_bound = &upper_slice;
-    std::unique_ptr<rocksdb::Iterator> it(
-        db_->NewIterator(options, handle(family::timers)));
-    if (after_key.empty()) {
-      it->SeekToFirst();
-    } else {
-      it->Seek(rocksdb::Slice(after_key.data(), after_key.size()));
-      if (it->Valid() && view(it->key()) == after_key) {
-        it->Next();
-      }
-    }
-    for (; it->Valid() && timers.size() < max; it->Next()) {
-      auto timer = keys::decode_timer(view(it->key()));
-      if (!timer) {
-        return corrupt(family::timers, "key " + printable(view(it->key())),
-                       "malformed key");
-      }
-      if (auto marker = codec::decode_marker(view(it->value())); !marker) {
-        return corrupt(family::timers,
-                       "run " + printable(timer->run_id) + " timer due " +
-                           std::to_string(timer->due_ms),
-                       marker.error().message);
-      }
-      timers.push_back(std::move(*timer));
-    }
-    if (!it->status().ok()) {
-      return storage_failure("timers: read", it->status());
-    }
-    return timers;
-  });
-}
-
-result<store::run_scan> store::scan_runs(std::string_view before_id,
-                                         std::optional<run_status> status,
-                                         std::optional<std::string> flow,
-                                         std::size_t max, std::size_t scan_max,
-                                         std::optional<std::string> tenant,
-                                         std::size_t bytes_max) const {
-  return guarded("scan runs", [&]() -> result<run_scan> {
-    auto pinned = hold();
-    if (!pinned) {
-      return unavailable();
-    }
-    if (max == 0 || scan_max == 0) {
-      return make_error(errc::invalid_argument,
-                        "scan_runs needs max and scan_max of at least 1");
-    }
-    if (!keys::fits(before_id)) {
-      return make_error(errc::invalid_argument,
-                        "cursor of " + std::to_string(before_id.size()) +
-                            " bytes is not a run id");
-    }
-    run_scan scan;
-    std::unique_ptr<rocksdb::Iterator> it(
-        db_->NewIterator(rocksdb::ReadOptions(), handle(family::runs)));
-    if (before_id.empty()) {
-      it->SeekToLast();
-    } else {
-      // Strictly older: step past the cursor's own record if it exists.
-      const std::string start = keys::run(before_id);
-      it->SeekForPrev(start);
-      if (it->Valid() && view(it->key()) == start) {
-        it->Prev();
-      }
-    }
-    std::size_t examined = 0;
-    std::size_t bytes = 0;
-    std::string last_examined;
-    for (; it->Valid(); it->Prev()) {
-      ++examined;
-      const auto id = keys::decode_run(view(it->key()));
-      // A malformed key (keys::run never writes one) cannot be a cursor; if
-      // it is the last examined, the listing ends there.
-      last_examined = id ? *id : std::string();
-      auto decoded = id ? codec::decode_run(view(it->value()))
-                        : result<run_record>(make_error(errc::corrupt_record,
-                                                        "malformed key"));
-      // Skipped, not fatal: one bad record must not hide every other run.
-      const bool readable = decoded.ok() && decoded->id == *id;
-      if (readable && (!status || decoded->status == *status) &&
-          (!flow || decoded->flow == *flow) &&
-          (!tenant || decoded->tenant == *tenant)) {
-        scan.runs.push_back(std::move(*decoded));
-        bytes += it->value().size();
-      }
-      if (scan.runs.size() >= max || examined >= scan_max ||
-          bytes >= bytes_max) {
-        it->Prev();
-        break;
-      }
-    }
-    if (!it->status().ok()) {
-      return storage_failure("runs: scan", it->status());
-    }
-    // The iterator now sits on the next older record, if any: only then can
-    // more remain.
-    if (it->Valid()) {
-      scan.next_before_id = last_examined;
-    }
-    return scan;
-  });
 }
 
 // ---- writes -----------------------------------------------------------------
@@ -1240,236 +653,9 @@ status store::put_meta(std::string_view name, std::string_view value) {
   });
 }
 
-result<std::optional<std::string>> store::get_value(
-    family which, std::string_view key) const {
-  using answer = result<std::optional<std::string>>;
-  return guarded("get value", [&]() -> answer {
-    auto pinned = hold();
-    if (!pinned) {
-      return unavailable();
-    }
-    std::string value;
-    const rocksdb::Status read =
-        db_->Get(rocksdb::ReadOptions(), handle(which),
-                 rocksdb::Slice(key.data(), key.size()), &value);
-    if (read.IsNotFound()) {
-      return std::optional<std::string>();
-    }
-    if (!read.ok()) {
-      return storage_failure(std::string(name_of(which)) + ": read", read);
-    }
-    return std::optional<std::string>(std::move(value));
-  });
-}
-
-status store::scan_values(
-    family which,
-    const std::function<bool(std::string_view, std::string_view)>& visit)
-    const {
-  return guarded("scan", [&]() -> status {
-    auto pinned = hold();
-    if (!pinned) {
-      return unavailable();
-    }
-    std::unique_ptr<rocksdb::Iterator> it(
-        db_->NewIterator(rocksdb::ReadOptions(), handle(which)));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      if (!visit(view(it->key()), view(it->value()))) {
-        break;
-      }
-    }
-    if (!it->status().ok()) {
-      return storage_failure(std::string(name_of(which)) + ": scan",
-                             it->status());
-    }
-    return {};
-  });
-}
-
 write_batch store::batch() {
   return write_batch(*this);
 }
-
-// ---- write_batch ------------------------------------------------------------
-
-write_batch::write_batch(const store& owner)
-    : store_(&owner), batch_(std::make_unique<rocksdb::WriteBatch>()) {}
-
-write_batch::write_batch(write_batch&&) noexcept = default;
-write_batch& write_batch::operator=(write_batch&&) noexcept = default;
-write_batch::~write_batch() = default;
-
-rocksdb::Status write_batch::put_to(family which, const rocksdb::Slice& key,
-                                    const rocksdb::Slice& value) {
-  auto pinned = store_->hold();
-  if (!pinned) {
-    unavailable_ = true;
-    return rocksdb::Status::OK();
-  }
-  return batch_->Put(store_->handle(which), key, value);
-}
-
-rocksdb::Status write_batch::delete_from(family which,
-                                         const rocksdb::Slice& key) {
-  auto pinned = store_->hold();
-  if (!pinned) {
-    unavailable_ = true;
-    return rocksdb::Status::OK();
-  }
-  return batch_->Delete(store_->handle(which), key);
-}
-
-rocksdb::Status write_batch::delete_range_from(family which,
-                                               const rocksdb::Slice& begin,
-                                               const rocksdb::Slice& end) {
-  auto pinned = store_->hold();
-  if (!pinned) {
-    unavailable_ = true;
-    return rocksdb::Status::OK();
-  }
-  return batch_->DeleteRange(store_->handle(which), begin, end);
-}
-
-void write_batch::put_value(family which, std::string_view key,
-                            std::string_view value) {
-  const auto put = put_to(which, rocksdb::Slice(key.data(), key.size()),
-                          rocksdb::Slice(value.data(), value.size()));
-  if (!put.ok()) {
-    refuse(std::string(name_of(which)) + ": " + put.ToString());
-  }
-}
-
-void write_batch::delete_key(family which, std::string_view key) {
-  const auto deleted =
-      delete_from(which, rocksdb::Slice(key.data(), key.size()));
-  if (!deleted.ok()) {
-    refuse(std::string(name_of(which)) + ": " + deleted.ToString());
-  }
-}
-
-void write_batch::refuse(std::string problem) {
-  if (problem_.empty()) {
-    problem_ = std::move(problem);
-  }
-}
-
-void write_batch::put_run(const run_record& record) {
-  if (!keys::fits(record.id)) {
-    refuse("run id of " + std::to_string(record.id.size()) +
-           " bytes is too long for a key");
-    return;
-  }
-  if (auto valid = codec::validate(record); !valid) {
-    refuse("run " + printable(record.id) + ": " + valid.error().message);
-    return;
-  }
-  const auto put =
-      put_to(family::runs, keys::run(record.id), codec::encode(record));
-  if (!put.ok()) {
-    refuse("run " + printable(record.id) + ": " + put.ToString());
-  }
-}
-
-void write_batch::put_event(std::string_view run_id, std::uint64_t sequence,
-                            const event_record& event) {
-  if (!keys::fits(run_id)) {
-    refuse("run id of " + std::to_string(run_id.size()) +
-           " bytes is too long for a key");
-    return;
-  }
-  const std::string subject =
-      "run " + printable(run_id) + " event " + std::to_string(sequence);
-  if (sequence == 0) {
-    // History starts at 1; a 0 would read back as a gap.
-    refuse(subject + ": sequences start at 1");
-    return;
-  }
-  if (auto valid = codec::validate(event); !valid) {
-    refuse(subject + ": " + valid.error().message);
-    return;
-  }
-  const auto put = put_to(family::history, keys::history(run_id, sequence),
-                          codec::encode(event));
-  if (!put.ok()) {
-    refuse(subject + ": " + put.ToString());
-  }
-}
-
-namespace {
-
-// Why `timer` cannot be a key, or empty.
-std::string timer_problem(const timer_record& timer) {
-  if (!keys::fits(timer.run_id)) {
-    return "timer run id of " + std::to_string(timer.run_id.size()) +
-           " bytes is too long for a key";
-  }
-  if (timer.kind < timer_kind::sleep ||
-      timer.kind > timer_kind::token_retention) {
-    return "timer of run " + printable(timer.run_id) + " has invalid kind " +
-           std::to_string(static_cast<int>(timer.kind));
-  }
-  return {};
-}
-
-}  // namespace
-
-void write_batch::put_timer(const timer_record& timer) {
-  if (auto problem = timer_problem(timer); !problem.empty()) {
-    refuse(std::move(problem));
-    return;
-  }
-  const auto put =
-      put_to(family::timers, keys::timer(timer), codec::encode_marker());
-  if (!put.ok()) {
-    refuse("timer of run " + printable(timer.run_id) + ": " + put.ToString());
-  }
-}
-
-void write_batch::delete_timer(const timer_record& timer) {
-  if (auto problem = timer_problem(timer); !problem.empty()) {
-    refuse(std::move(problem));
-    return;
-  }
-  const auto deleted = delete_from(family::timers, keys::timer(timer));
-  if (!deleted.ok()) {
-    refuse("timer of run " + printable(timer.run_id) + ": " +
-           deleted.ToString());
-  }
-}
-
-void write_batch::put_active(std::string_view run_id) {
-  if (!keys::fits(run_id)) {
-    refuse("run id of " + std::to_string(run_id.size()) +
-           " bytes is too long for a key");
-    return;
-  }
-  const auto put =
-      put_to(family::active, keys::active(run_id), codec::encode_marker());
-  if (!put.ok()) {
-    refuse("active run " + printable(run_id) + ": " + put.ToString());
-  }
-}
-
-void write_batch::delete_active(std::string_view run_id) {
-  if (!keys::fits(run_id)) {
-    refuse("run id of " + std::to_string(run_id.size()) +
-           " bytes is too long for a key");
-    return;
-  }
-  const auto deleted = delete_from(family::active, keys::active(run_id));
-  if (!deleted.ok()) {
-    refuse("active run " + printable(run_id) + ": " + deleted.ToString());
-  }
-}
-
-std::size_t write_batch::count() const {
-  return batch_ ? static_cast<std::size_t>(batch_->Count()) : 0;
-}
-
-std::size_t write_batch::size_bytes() const {
-  return batch_ ? batch_->GetDataSize() : 0;
-}
-
 void share_memory(store_options& options) {
   options.block_cache = rocksdb::NewLRUCache(block_cache_bytes);
   options.write_buffers =

@@ -1,6 +1,8 @@
-// The token side of the store: hook tokens (`tokens`) and the payloads and
-// resume ids resumed to them (`inbox`). Same rules as store.cpp: nothing
-// throws, a read error is storage-error, bad bytes are corrupt-record.
+// The token side of the store: hook tokens (`tokens`), the payloads and
+// resume ids resumed to them (`inbox`), and the webhook index (webhook
+// token -> tenant, beside the token records). Same rules as store.cpp:
+// nothing throws, a read error is storage-error, bad bytes are
+// corrupt-record.
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
 
@@ -10,14 +12,13 @@
 #include "persistence/keys.hpp"
 #include "persistence/storage_error.hpp"
 #include "persistence/store.hpp"
+#include "persistence/store_internal.hpp"
 
 namespace durin::persistence {
 
-namespace {
+using namespace store_detail;
 
-std::string_view view(const rocksdb::Slice& slice) {
-  return {slice.data(), slice.size()};
-}
+namespace {
 
 error read_failure(std::string what, const rocksdb::Status& status) {
   return storage_failure(what, status);
@@ -208,4 +209,57 @@ void write_batch::delete_inbox(std::string_view tenant,
   }
 }
 
+result<std::optional<std::string>> store::get_webhook_tenant(
+    std::string_view token) const {
+  using answer = result<std::optional<std::string>>;
+  if (!keys::fits(token)) {
+    return std::optional<std::string>();
+  }
+  return guarded("get webhook", [&]() -> answer {
+    auto pinned = hold();
+    if (!pinned) {
+      return unavailable();
+    }
+    rocksdb::PinnableSlice value;
+    const rocksdb::Status read =
+        db_->Get(rocksdb::ReadOptions(), handle(family::tokens),
+                 keys::token("", token), &value);
+    if (read.IsNotFound()) {
+      return std::optional<std::string>();
+    }
+    if (!read.ok()) {
+      return storage_failure("webhook index: read", read);
+    }
+    auto tenant = codec::decode_bytes(view(value));
+    if (!tenant) {
+      return corrupt(family::tokens, "webhook " + printable(token),
+                     tenant.error().message);
+    }
+    return std::optional<std::string>(std::move(*tenant));
+  });
+}
+
+void write_batch::put_webhook_tenant(std::string_view token,
+                                     std::string_view tenant) {
+  if (!keys::fits(token) || tenant.empty()) {
+    refuse("webhook token too long for a key, or no tenant");
+    return;
+  }
+  const auto put = put_to(family::tokens, keys::token("", token),
+                          codec::encode_bytes(tenant));
+  if (!put.ok()) {
+    refuse("webhook index: " + put.ToString());
+  }
+}
+
+void write_batch::delete_webhook_tenant(std::string_view token) {
+  if (!keys::fits(token)) {
+    refuse("webhook token too long for a key");
+    return;
+  }
+  const auto deleted = delete_from(family::tokens, keys::token("", token));
+  if (!deleted.ok()) {
+    refuse("webhook index: " + deleted.ToString());
+  }
+}
 }  // namespace durin::persistence

@@ -54,6 +54,7 @@
 
 #include "actors/messages.hpp"
 #include "durin/clock.hpp"
+#include "durin/limits.hpp"
 #include "durin/step.hpp"
 
 namespace durin::services {
@@ -183,7 +184,7 @@ struct task_service_options {
   std::int64_t stuck_after_ms = 60'000;
   // A queue not polled for this long counts as unpolled.
   std::int64_t unpolled_after_ms = 30'000;
-  std::int64_t poll_wait_ms_max = 60'000;
+  std::int64_t poll_wait_ms_max = limits::poll_wait_ms_max;
 };
 
 struct task_stats {
@@ -339,6 +340,9 @@ class task_service {
   static std::string queue_key(const std::string& tenant,
                                const std::string& queue);
   void reap_loop();
+  // The timeout that has ended `entry` by `at_ms`, if any.
+  static std::optional<timeout_kind> lapse_of(const attempt& entry,
+                                              std::int64_t at_ms);
   std::vector<expiry> collect_expired();
   // REQUIRES: mutex_ held. The tasks a poll claims now: those of its
   // repeated poll_id still leased to it, else up to max_tasks queued ones.
@@ -366,7 +370,11 @@ class task_service {
   // REQUIRES: mutex_ held. Unparks the polls whose wait ended.
   std::vector<poll_answer> expire_polls_locked();
   // REQUIRES: mutex_ held. Ends `it`, remembering why later reports are
-  // refused, and updates the run's log.
+  // refused, and updates the run's log. Invariant: an attempt ends once,
+  // and only through its holder's outcome (report), a lapsed lease or
+  // deadline (collect_expired), or its run: cancelled (cancel_run), moved
+  // on to a new attempt (replace_live_locked), or refused by the executor
+  // (cancel_attempt).
   void end_locked(std::unordered_map<std::string, attempt>::iterator it,
                   attempt_state state, report_verdict later);
   void replace_live_locked(const std::string& run_id);

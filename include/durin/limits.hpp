@@ -45,6 +45,30 @@ static_assert(path_segment_bytes_max >= token_bytes_max &&
                   path_segment_bytes_max >= identity_bytes_max,
               "every id a route names must fit in one path segment");
 
+// The name of an API key or a tenant (POST /v1/api-keys, /v1/tenants).
+inline constexpr std::size_t key_name_bytes_max = 128;
+
+// The worker routes (POST /v1/task-queues/{q}/poll, /v1/tasks/...): a
+// worker id, a poll request id, a task queue's name, an attempt id as a
+// worker sends it back, and a report's or heartbeat's message.
+inline constexpr std::size_t worker_id_bytes_max = 128;
+inline constexpr std::size_t poll_id_bytes_max = 128;
+inline constexpr std::size_t task_queue_bytes_max = 128;
+inline constexpr std::size_t attempt_id_bytes_max = 256;
+inline constexpr std::size_t worker_message_bytes_max = 4096;
+// A heartbeat's progress message as the task service keeps it (cut there).
+inline constexpr std::size_t progress_message_bytes_max = 1024;
+static_assert(progress_message_bytes_max <= worker_message_bytes_max,
+              "a kept progress message is at most what a worker may send");
+// How long one poll may wait, and how many tasks it may claim.
+inline constexpr std::int64_t poll_wait_ms_max = 60'000;
+inline constexpr std::size_t poll_tasks_max = 256;
+// Reports in one POST /v1/tasks/report; the worker client sends at most
+// this many at once.
+inline constexpr std::size_t worker_reports_max = 256;
+// Attempts in one GET /v1/tasks answer.
+inline constexpr std::size_t tasks_list_max = 1000;
+
 // The longest duration: 36,500 days (about 100 years), in milliseconds.
 inline constexpr std::int64_t duration_ms_max = 36'500LL * 86'400'000;
 // The latest absolute time (ctx.sleep_until, RFC 3339 retention times):

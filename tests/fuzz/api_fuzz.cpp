@@ -142,28 +142,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
 #include <random>
 #include <vector>
 
-int main(int argc, char** argv) {
-  std::vector<std::string> corpus;
-  for (int i = 1; i < argc; ++i) {
-    std::ifstream file(argv[i], std::ios::binary);
-    corpus.emplace_back(std::istreambuf_iterator<char>(file),
-                        std::istreambuf_iterator<char>());
-  }
-  if (corpus.empty()) {
-    corpus.push_back(std::string("\x01/v1/runs\nk\n{\"flow\":\"acme.sleep\"}"));
-  }
-  for (auto& input : corpus) {
-    LLVMFuzzerTestOneInput(reinterpret_cast<const std::uint8_t*>(input.data()),
-                           input.size());
-  }
-  const char* seconds_text = std::getenv("DURIN_FUZZ_SECONDS");
-  double seconds = seconds_text != nullptr ? std::atof(seconds_text) : 10.0;
-  const char* seed_text = std::getenv("DURIN_FUZZ_SEED");
-  std::uint64_t seed = seed_text != nullptr
-                           ? std::strtoull(seed_text, nullptr, 10)
-                           : std::random_device{}();
-  std::cout << "fuzz seed " << seed << " (DURIN_FUZZ_SEED)" << std::endl;
-  std::mt19937_64 random(seed);
+// `input` after one to eight random edits: inserted dictionary words or
+// bytes, erased or overwritten bytes.
+std::string mutate(std::string input, std::mt19937_64& random) {
   static const std::string dictionary[] = {"/v1/runs",
                                            "/v1/runs/",
                                            "/history",
@@ -198,32 +179,57 @@ int main(int argc, char** argv) {
                                            "-0",
                                            "\n",
                                            "\"name\":"};
+  auto edits = 1 + random() % 8;
+  for (std::size_t e = 0; e < edits; ++e) {
+    auto at = input.empty() ? 0 : random() % (input.size() + 1);
+    switch (random() % 4) {
+      case 0:
+        input.insert(at, dictionary[random() % std::size(dictionary)]);
+        break;
+      case 1:
+        if (at < input.size()) {
+          input.erase(at, 1 + random() % 4);
+        }
+        break;
+      case 2:
+        if (at < input.size()) {
+          input[at] = static_cast<char>(random());
+        }
+        break;
+      default:
+        input.insert(at, 1, static_cast<char>(random()));
+    }
+  }
+  return input;
+}
+
+int main(int argc, char** argv) {
+  std::vector<std::string> corpus;
+  for (int i = 1; i < argc; ++i) {
+    std::ifstream file(argv[i], std::ios::binary);
+    corpus.emplace_back(std::istreambuf_iterator<char>(file),
+                        std::istreambuf_iterator<char>());
+  }
+  if (corpus.empty()) {
+    corpus.push_back(std::string("\x01/v1/runs\nk\n{\"flow\":\"acme.sleep\"}"));
+  }
+  for (auto& input : corpus) {
+    LLVMFuzzerTestOneInput(reinterpret_cast<const std::uint8_t*>(input.data()),
+                           input.size());
+  }
+  const char* seconds_text = std::getenv("DURIN_FUZZ_SECONDS");
+  double seconds = seconds_text != nullptr ? std::atof(seconds_text) : 10.0;
+  const char* seed_text = std::getenv("DURIN_FUZZ_SEED");
+  std::uint64_t seed = seed_text != nullptr
+                           ? std::strtoull(seed_text, nullptr, 10)
+                           : std::random_device{}();
+  std::cout << "fuzz seed " << seed << " (DURIN_FUZZ_SEED)" << std::endl;
+  std::mt19937_64 random(seed);
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::milliseconds(static_cast<long>(seconds * 1000));
   std::size_t runs = 0;
   while (std::chrono::steady_clock::now() < deadline) {
-    std::string input = corpus[random() % corpus.size()];
-    auto edits = 1 + random() % 8;
-    for (std::size_t e = 0; e < edits; ++e) {
-      auto at = input.empty() ? 0 : random() % (input.size() + 1);
-      switch (random() % 4) {
-        case 0:
-          input.insert(at, dictionary[random() % std::size(dictionary)]);
-          break;
-        case 1:
-          if (at < input.size()) {
-            input.erase(at, 1 + random() % 4);
-          }
-          break;
-        case 2:
-          if (at < input.size()) {
-            input[at] = static_cast<char>(random());
-          }
-          break;
-        default:
-          input.insert(at, 1, static_cast<char>(random()));
-      }
-    }
+    std::string input = mutate(corpus[random() % corpus.size()], random);
     LLVMFuzzerTestOneInput(reinterpret_cast<const std::uint8_t*>(input.data()),
                            input.size());
     ++runs;

@@ -292,30 +292,26 @@ TEST_F(ConnectionTest, RefusedConnectionsCostNoDrainBuffer) {
   EXPECT_EQ(admin().get("/healthz").status, 200u);
 }
 
-// SIGTERM under load: every request the server received before the signal
-// is answered, and the answers of the drain close their connections. No
-// request is lost either way: after a restart, the retry of every key,
-// answered or not, replays its run or starts the only one.
-TEST_F(ConnectionTest, SigtermAnswersEveryAdmittedRequest) {
-  start({.read_timeout_ms = 10'000});
-  constexpr int clients = 6;
-  struct sent {
-    std::string key;
-    std::string order;
-    std::chrono::steady_clock::time_point sent_at;
-    raw_answer answer;
-  };
-  std::mutex mutex;
-  std::vector<sent> requests;
-  std::atomic<bool> go{true};
-  const auto secret = server_->admin_key();
-  const int port = server_->port();
+// One keyed start of the SIGTERM test, with what it got.
+struct sent_request {
+  std::string key;
+  std::string order;
+  std::chrono::steady_clock::time_point sent_at;
+  raw_answer answer;
+};
+
+// `clients` threads, each sending keyed starts on one connection while
+// `go`, until its connection ends or closes.
+std::vector<std::thread> send_keyed_starts(
+    int clients, int port, const std::string& secret,
+    const std::atomic<bool>& go, std::mutex& mutex,
+    std::vector<sent_request>& requests) {
   std::vector<std::thread> threads;
   for (int t = 0; t < clients; ++t) {
     threads.emplace_back([&, t] {
       raw_connection connection(port);
       for (int n = 0; connection.ok() && go; ++n) {
-        sent request;
+        sent_request request;
         request.key = "sig-" + std::to_string(t) + "-" + std::to_string(n);
         request.order = "SIG-" + std::to_string(t) + "-" + std::to_string(n);
         bool written =
@@ -334,6 +330,38 @@ TEST_F(ConnectionTest, SigtermAnswersEveryAdmittedRequest) {
       }
     });
   }
+  return threads;
+}
+
+// The same bytes again (the same Content-Type too): each is answered 200,
+// an answered one with the same body, replayed.
+void expect_replays(raw_connection& retries, const std::string& secret,
+                    const std::vector<sent_request>& requests) {
+  for (const auto& request : requests) {
+    ASSERT_TRUE(retries.send(keyed_start(request.key, secret, request.order)));
+    auto retry = retries.read_answer(30s);
+    ASSERT_EQ(retry.status, 200u) << request.key << " " << retry.body;
+    if (request.answer.status == 200u) {
+      EXPECT_EQ(retry.body, request.answer.body) << request.key;
+      EXPECT_TRUE(retry.has_header("Idempotent-Replayed: true"))
+          << request.key << " " << retry.head;
+    }
+  }
+}
+
+// SIGTERM under load: every request the server received before the signal
+// is answered, and the answers of the drain close their connections. No
+// request is lost either way: after a restart, the retry of every key,
+// answered or not, replays its run or starts the only one.
+TEST_F(ConnectionTest, SigtermAnswersEveryAdmittedRequest) {
+  start({.read_timeout_ms = 10'000});
+  constexpr int clients = 6;
+  std::mutex mutex;
+  std::vector<sent_request> requests;
+  std::atomic<bool> go{true};
+  const auto secret = server_->admin_key();
+  auto threads =
+      send_keyed_starts(clients, server_->port(), secret, go, mutex, requests);
   std::this_thread::sleep_for(400ms);
   const auto signalled_at = std::chrono::steady_clock::now();
   ASSERT_EQ(::kill(server_->pid(), SIGTERM), 0);
@@ -359,32 +387,11 @@ TEST_F(ConnectionTest, SigtermAnswersEveryAdmittedRequest) {
   EXPECT_GT(before_signal, clients);
   EXPECT_GT(drained, 0) << "the signal came after the load";
   start();
-  // The same bytes again (the same Content-Type too).
   auto retries = connect();
-  for (const auto& request : requests) {
-    ASSERT_TRUE(retries.send(keyed_start(request.key, secret, request.order)));
-    auto retry = retries.read_answer(30s);
-    ASSERT_EQ(retry.status, 200u) << request.key << " " << retry.body;
-    if (request.answer.status == 200u) {
-      EXPECT_EQ(retry.body, request.answer.body) << request.key;
-      EXPECT_TRUE(retry.has_header("Idempotent-Replayed: true"))
-          << request.key << " " << retry.head;
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_replays(retries, secret, requests));
   auto client = admin();
   std::map<std::string, int> runs;
-  std::string cursor;
-  do {
-    auto page = client.get("/v1/runs?limit=1000" +
-                           (cursor.empty() ? "" : "&cursor=" + cursor));
-    ASSERT_EQ(page.status, 200u) << page.body;
-    for (auto& run : page.value["runs"]) {
-      runs[run["input"].value("orderId", "")] += 1;
-    }
-    cursor = page.value.value("nextCursor", json()).is_string()
-                 ? page.value["nextCursor"].get<std::string>()
-                 : "";
-  } while (!cursor.empty());
+  ASSERT_NO_FATAL_FAILURE(count_runs_by_order(client, runs));
   for (const auto& request : requests) {
     EXPECT_EQ(runs[request.order], 1) << request.key;
   }

@@ -102,30 +102,24 @@ TEST_F(LongPollTest, LongPollsDoNotDelayOtherTenants) {
                            {{"reason", "test"}});
       },
       200);
-  timed(
-      "start with a hook",
-      [&] {
-        return client.post("/v1/runs", {{"flow", "acme.review-order"},
-                                        {"input", {{"orderId", "LP-4"}}},
-                                        {"hook", {{"token", "review:LP-4"}}}});
-      },
-      200);
-  timed(
-      "start with an instance id",
-      [&] {
-        return client.post("/v1/runs", {{"flow", "acme.review-order"},
-                                        {"input", {{"orderId", "LP-2"}}},
-                                        {"instanceId", "order-LP-2"}});
-      },
-      200);
-  timed(
-      "start with a command id",
-      [&] {
-        return client.post("/v1/runs", {{"flow", "acme.review-order"},
-                                        {"input", {{"orderId", "LP-3"}}},
-                                        {"commandId", "cmd-LP-3"}});
-      },
-      200);
+  const std::pair<const char*, json> starts[] = {
+      {"start with a hook",
+       {{"flow", "acme.review-order"},
+        {"input", {{"orderId", "LP-4"}}},
+        {"hook", {{"token", "review:LP-4"}}}}},
+      {"start with an instance id",
+       {{"flow", "acme.review-order"},
+        {"input", {{"orderId", "LP-2"}}},
+        {"instanceId", "order-LP-2"}}},
+      {"start with a command id",
+       {{"flow", "acme.review-order"},
+        {"input", {{"orderId", "LP-3"}}},
+        {"commandId", "cmd-LP-3"}}},
+  };
+  for (const auto& [what, body] : starts) {
+    timed(
+        what, [&] { return client.post("/v1/runs", body); }, 200);
+  }
   auto key = timed(
       "key creation",
       [&] {

@@ -657,11 +657,9 @@ TEST_F(ServeTest, RaceOf64SameKeyStartsGivesOneRun) {
   EXPECT_EQ(runs_for(client, "R-1"), 1);
 }
 
-// Every route answers as documented, with tenants isolated.
-TEST_F(ServeTest, RoutesAnswerAsDocumented) {
-  auto client = admin();
-  auto health = api_client(server_->address(), "").get("/healthz");
-  EXPECT_EQ(health.status, 200u);
+// Runs: start (waited), get, history, list with filters and cursor. `id`
+// is the first run's.
+void expect_run_routes(api_client& client, std::string& id) {
   auto run = client.post("/v1/runs", review("K-1"));
   ASSERT_EQ(run.status, 200u);
   for (auto field : {"id", "flow", "status", "input", "output", "error",
@@ -671,7 +669,7 @@ TEST_F(ServeTest, RoutesAnswerAsDocumented) {
   EXPECT_EQ(run.value["output"]["orderId"], "K-1");
   std::string created = run.value["createdAt"];
   EXPECT_EQ(created.size(), 24u) << created;  // 2026-01-01T00:00:00.000Z
-  std::string id = run.value["id"];
+  id = run.value["id"].get<std::string>();
   EXPECT_EQ(client.get("/v1/runs/" + id).value["id"], id);
   auto history = client.get("/v1/runs/" + id + "/history");
   ASSERT_EQ(history.status, 200u);
@@ -686,7 +684,11 @@ TEST_F(ServeTest, RoutesAnswerAsDocumented) {
   EXPECT_EQ(next.value["runs"][0]["input"]["orderId"], "K-1");
   EXPECT_EQ(client.get("/v1/runs?status=completed").value["runs"].size(), 2u);
   EXPECT_EQ(client.get("/v1/runs?status=bogus").code(), "invalid-argument");
-  // Cancel a sleeping run; cancelling again is run-finished.
+}
+
+// Cancel a sleeping run (replayed with its key, refused once finished), a
+// retried step, an unknown run.
+void expect_cancel_routes(api_client& client) {
   auto sleeper = client.post(
       "/v1/runs", {{"flow", "acme.sleep"}, {"input", {{"ms", 600000}}}});
   ASSERT_EQ(sleeper.status, 200u) << sleeper.body;
@@ -710,6 +712,16 @@ TEST_F(ServeTest, RoutesAnswerAsDocumented) {
               flaky.value["status"] == "waiting");
   EXPECT_EQ(client.get("/v1/runs/run_missing").code(), "run-not-found");
   EXPECT_EQ(client.get("/v1/runs/run_missing").status, 404u);
+}
+
+// Every route answers as documented, with tenants isolated.
+TEST_F(ServeTest, RoutesAnswerAsDocumented) {
+  auto client = admin();
+  auto health = api_client(server_->address(), "").get("/healthz");
+  EXPECT_EQ(health.status, 200u);
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(expect_run_routes(client, id));
+  ASSERT_NO_FATAL_FAILURE(expect_cancel_routes(client));
   // Another tenant sees none of it.
   auto tenant = client.post("/v1/tenants", {{"name", "acme"}});
   ASSERT_EQ(tenant.status, 201u);

@@ -77,6 +77,44 @@ class StorageFaultServeTest : public ::testing::Test {
   void start() { server_ = std::make_unique<serve_process>(data_dir_); }
   api_client admin() { return {server_->address(), server_->admin_key()}; }
 
+  // While the disk is full: /readyz answers 503 naming the fault in plain
+  // words (never the path), /healthz 200, and the metrics say not ready.
+  void expect_full_disk_reported(api_client& probe, api_client& client) {
+    auto ready = probe.get("/readyz");
+    EXPECT_EQ(ready.status, 503u) << ready.body;
+    EXPECT_EQ(ready.code(), "storage-unavailable");
+    const std::string message = ready.value.value("message", "");
+    EXPECT_NE(message.find("the disk is full"), std::string::npos) << message;
+    EXPECT_EQ(message.find(mount_point_), std::string::npos) << message;
+    EXPECT_EQ(probe.get("/healthz").status, 200u);
+    EXPECT_NE(client.get("/metrics").body.find("durin_storage_ready 0"),
+              std::string::npos);
+  }
+
+  // Starts again every key answered 503; each must now be admitted (202) or
+  // replayed (200). Returns how many were retried.
+  // A storage-error is indefinite and the retry with the key is safe: a
+  // shard whose RocksDB reports a fault of the full period late (several
+  // shards: one not written while full) is retried once it is ready.
+  int retry_refused(api_client& client,
+                    const std::map<std::string, unsigned>& by_key) {
+    int retried = 0;
+    for (const auto& [key, status] : by_key) {
+      if (status != 503) {
+        continue;
+      }
+      ++retried;
+      auto again = client.post("/v1/runs", keyed_start(key), key);
+      for (int attempt = 0; attempt < 5 && again.status == 503; ++attempt) {
+        EXPECT_TRUE(ready_within(std::chrono::milliseconds(10'000)));
+        again = client.post("/v1/runs", keyed_start(key), key);
+      }
+      EXPECT_TRUE(again.status == 202 || again.status == 200)
+          << key << ": " << again.body;
+    }
+    return retried;
+  }
+
   // Fills the tmpfs with a ballast file until `leave` bytes are free.
   void fill(std::uint64_t leave) {
     struct statvfs disk {};
@@ -189,15 +227,7 @@ TEST_F(StorageFaultServeTest, AFullDiskNeverCrashesTheNodeAndItHealsUnaided) {
     EXPECT_GT(refused, 0) << "the disk never filled";
     storage_errors += refused;
 
-    auto ready = probe.get("/readyz");
-    EXPECT_EQ(ready.status, 503u) << ready.body;
-    EXPECT_EQ(ready.code(), "storage-unavailable");
-    const std::string message = ready.value.value("message", "");
-    EXPECT_NE(message.find("the disk is full"), std::string::npos) << message;
-    EXPECT_EQ(message.find(mount_point_), std::string::npos) << message;
-    EXPECT_EQ(probe.get("/healthz").status, 200u);
-    EXPECT_NE(client.get("/metrics").body.find("durin_storage_ready 0"),
-              std::string::npos);
+    expect_full_disk_reported(probe, client);
 
     free_space();
     const auto freed = std::chrono::steady_clock::now();
@@ -216,36 +246,9 @@ TEST_F(StorageFaultServeTest, AFullDiskNeverCrashesTheNodeAndItHealsUnaided) {
 
   // Every refused key, retried, gets one run: refused means not admitted, or
   // admitted once and replayed.
-  int retried = 0;
-  for (const auto& [key, status] : status_by_key) {
-    if (status != 503) {
-      continue;
-    }
-    ++retried;
-    // A storage-error is indefinite and the retry with the key is safe: a
-    // shard whose RocksDB reports a fault of the full period late (several
-    // shards: one not written while full) is retried once it is ready.
-    auto again = client.post("/v1/runs", keyed_start(key), key);
-    for (int attempt = 0; attempt < 5 && again.status == 503; ++attempt) {
-      ASSERT_TRUE(ready_within(recovery_ms_max)) << probe.get("/readyz").body;
-      again = client.post("/v1/runs", keyed_start(key), key);
-    }
-    EXPECT_TRUE(again.status == 202 || again.status == 200)
-        << key << ": " << again.body;
-  }
+  const int retried = retry_refused(client, status_by_key);
   std::map<std::string, int> runs_per_key;
-  std::string cursor;
-  do {
-    auto page = client.get("/v1/runs?limit=100" +
-                           (cursor.empty() ? "" : "&cursor=" + cursor));
-    ASSERT_EQ(page.status, 200u) << page.body;
-    for (auto& run : page.value["runs"]) {
-      const auto& order = run["input"]["orderId"];
-      runs_per_key[order.is_string() ? order.get<std::string>() : ""] += 1;
-    }
-    const auto& next = page.value["nextCursor"];
-    cursor = next.is_string() ? next.get<std::string>() : "";
-  } while (!cursor.empty());
+  ASSERT_NO_FATAL_FAILURE(count_runs_by_order(client, runs_per_key, 100));
   int duplicated = 0;
   int lost = 0;
   for (const auto& [key, status] : status_by_key) {

@@ -273,6 +273,29 @@ TEST(WorkerProcessTest, KilledWorkerAttemptIsDeliveredAgainAndTheRunCompletes) {
   EXPECT_EQ(healthy.terminate(), 0);
 }
 
+// Each run's receipts are the one charge of each of its step ids; the step
+// ids of `run_ids` are added to `expected`.
+void expect_receipts_charged(api_client& client,
+                             const std::vector<std::string>& run_ids,
+                             int charges_per_run,
+                             std::map<std::string, std::string>& charges,
+                             std::set<std::string>& expected) {
+  for (const auto& id : run_ids) {
+    for (int call = 1; call <= charges_per_run; ++call) {
+      expected.insert(id + "/" + std::to_string(call));
+    }
+    auto run = client.get("/v1/runs/" + id).value;
+    ASSERT_EQ(run["output"]["receipts"].size(),
+              static_cast<std::size_t>(charges_per_run));
+    for (const auto& receipt : run["output"]["receipts"]) {
+      // The receipt the run recorded is the one charge of its step id.
+      auto key = receipt["key"].get<std::string>();
+      ASSERT_TRUE(charges.count(key) == 1) << key;
+      EXPECT_EQ(receipt["chargeId"], charges[key]);
+    }
+  }
+}
+
 // 500 runs of two charges each, three worker processes killed at random and
 // one in five charges slower than its lease: steps run more than once, yet
 // the payment service records exactly one charge per step id.
@@ -322,20 +345,8 @@ TEST(WorkerProcessTest,
   ASSERT_TRUE(all_done()) << "runs did not all complete; seed " << seed;
   auto charges = payments.charges();
   std::set<std::string> expected;
-  for (const auto& id : run_ids) {
-    for (int call = 1; call <= charges_per_run; ++call) {
-      expected.insert(id + "/" + std::to_string(call));
-    }
-    auto run = client.get("/v1/runs/" + id).value;
-    ASSERT_EQ(run["output"]["receipts"].size(),
-              static_cast<std::size_t>(charges_per_run));
-    for (const auto& receipt : run["output"]["receipts"]) {
-      // The receipt the run recorded is the one charge of its step id.
-      auto key = receipt["key"].get<std::string>();
-      ASSERT_TRUE(charges.count(key) == 1) << key;
-      EXPECT_EQ(receipt["chargeId"], charges[key]);
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_receipts_charged(
+      client, run_ids, charges_per_run, charges, expected));
   std::set<std::string> charged;
   for (const auto& [key, charge] : charges) {
     charged.insert(key);

@@ -100,6 +100,83 @@ class StorageFaultTest : public ::testing::Test {
     return eventually([this] { return store_->ready(); }, recovery_ms_max);
   }
 
+  // What the writers learned of their batches.
+  struct write_log {
+    std::mutex mutex;
+    std::vector<std::string> acknowledged;
+    std::vector<std::string> not_written;  // "storage unavailable"
+    std::vector<std::string> indefinite;   // the write itself failed
+  };
+
+  // `writers` threads writing fresh runs until `stop`.
+  std::vector<std::thread> start_writers(int writers,
+                                         const std::atomic<bool>& stop,
+                                         write_log& log) {
+    std::vector<std::thread> threads;
+    for (int w = 0; w < writers; ++w) {
+      threads.emplace_back([&, w] {
+        for (int n = 0; !stop.load(); ++n) {
+          const std::string id =
+              "run_w" + std::to_string(w) + "_" + std::to_string(n);
+          auto outcome = write_run(id);
+          std::lock_guard lock(log.mutex);
+          if (outcome.ok()) {
+            log.acknowledged.push_back(id);
+          } else if (outcome.error().message.find("storage unavailable") !=
+                     std::string::npos) {
+            log.not_written.push_back(id);
+            std::this_thread::sleep_for(1ms);
+          } else {
+            log.indefinite.push_back(id);
+          }
+        }
+      });
+    }
+    return threads;
+  }
+
+  // One episode: one or two injected faults (a flush forced for a failed
+  // create), healed after a while; the store must recover. `took_ms` is how
+  // long after the healing it did.
+  void fault_episode(std::mt19937_64& random, int episode,
+                     std::int64_t& took_ms) {
+    const std::array<operation, 3> operations = {
+        operation::write, operation::sync, operation::create};
+    const std::array<fault, 3> kinds = {fault::no_space, fault::no_descriptors,
+                                        fault::io_error};
+    const auto which = operations[random() % operations.size()];
+    const auto kind = kinds[random() % kinds.size()];
+    disk_->fail(which, kind);
+    // Often a second fault at once: a full disk fails appends and syncs.
+    if (random() % 2 == 0) {
+      disk_->fail(operations[random() % operations.size()],
+                  kinds[random() % kinds.size()]);
+    }
+    if (which == operation::create) {
+      force_flush();
+    }
+    // Long enough for a few reopens to fail too.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20 + random() % 30));
+    disk_->heal();
+    const auto healed = std::chrono::steady_clock::now();
+    ASSERT_TRUE(recovers())
+        << "episode " << episode << ": " << store_->health().fault;
+    took_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  std::chrono::steady_clock::now() - healed)
+                  .count();
+  }
+
+  // How many of `ids` `truth` holds.
+  static void count_stored(store& truth, const std::vector<std::string>& ids,
+                           std::size_t& stored) {
+    stored = 0;
+    for (const auto& id : ids) {
+      auto found = truth.get_run(id);
+      ASSERT_TRUE(found.ok()) << found.error().to_string();
+      stored += found->has_value() ? 1 : 0;
+    }
+  }
+
   durin::testing::temp_dir dir_;
   std::shared_ptr<faulty_file_system> disk_ =
       std::make_shared<faulty_file_system>();
@@ -252,59 +329,15 @@ TEST_F(StorageFaultTest, NothingAcknowledgedIsLostAcrossInjectedFaults) {
   constexpr int episodes_max = 400;
   int episodes = 0;
   std::atomic<bool> stop{false};
-  std::mutex mutex;
-  std::vector<std::string> acknowledged;
-  std::vector<std::string> not_written;  // "storage unavailable"
-  std::vector<std::string> indefinite;   // the write itself failed
-  std::vector<std::thread> threads;
-  for (int w = 0; w < writers; ++w) {
-    threads.emplace_back([&, w] {
-      for (int n = 0; !stop.load(); ++n) {
-        const std::string id =
-            "run_w" + std::to_string(w) + "_" + std::to_string(n);
-        auto outcome = write_run(id);
-        std::lock_guard lock(mutex);
-        if (outcome.ok()) {
-          acknowledged.push_back(id);
-        } else if (outcome.error().message.find("storage unavailable") !=
-                   std::string::npos) {
-          not_written.push_back(id);
-          std::this_thread::sleep_for(1ms);
-        } else {
-          indefinite.push_back(id);
-        }
-      }
-    });
-  }
+  write_log log;
+  auto threads = start_writers(writers, stop, log);
   std::int64_t recovery_ms_worst = 0;
   std::int64_t recovery_ms_total = 0;
-  const std::array<operation, 3> operations = {
-      operation::write, operation::sync, operation::create};
-  const std::array<fault, 3> kinds = {fault::no_space, fault::no_descriptors,
-                                      fault::io_error};
   for (int episode = 0; episode < episodes_min ||
                         (disk_->injected() < 200u && episode < episodes_max);
        ++episode, ++episodes) {
-    const auto which = operations[random() % operations.size()];
-    const auto kind = kinds[random() % kinds.size()];
-    disk_->fail(which, kind);
-    // Often a second fault at once: a full disk fails appends and syncs.
-    if (random() % 2 == 0) {
-      disk_->fail(operations[random() % operations.size()],
-                  kinds[random() % kinds.size()]);
-    }
-    if (which == operation::create) {
-      force_flush();
-    }
-    // Long enough for a few reopens to fail too.
-    std::this_thread::sleep_for(std::chrono::milliseconds(20 + random() % 30));
-    disk_->heal();
-    const auto healed = std::chrono::steady_clock::now();
-    ASSERT_TRUE(recovers())
-        << "episode " << episode << ": " << store_->health().fault;
-    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::steady_clock::now() - healed)
-                          .count();
+    std::int64_t took = 0;
+    ASSERT_NO_FATAL_FAILURE(fault_episode(random, episode, took));
     recovery_ms_worst = std::max<std::int64_t>(recovery_ms_worst, took);
     recovery_ms_total += took;
     std::this_thread::sleep_for(std::chrono::milliseconds(random() % 10));
@@ -322,24 +355,13 @@ TEST_F(StorageFaultTest, NothingAcknowledgedIsLostAcrossInjectedFaults) {
   ASSERT_TRUE(reopened.ok()) << reopened.error().to_string();
   auto& truth = **reopened;
   ASSERT_TRUE(truth.ready());
-  std::size_t lost = 0;
-  for (const auto& id : acknowledged) {
-    auto found = truth.get_run(id);
-    ASSERT_TRUE(found.ok()) << found.error().to_string();
-    lost += found->has_value() ? 0 : 1;
-  }
+  std::size_t kept = 0;
+  ASSERT_NO_FATAL_FAILURE(count_stored(truth, log.acknowledged, kept));
+  const std::size_t lost = log.acknowledged.size() - kept;
   std::size_t written_anyway = 0;
-  for (const auto& id : not_written) {
-    auto found = truth.get_run(id);
-    ASSERT_TRUE(found.ok()) << found.error().to_string();
-    written_anyway += found->has_value() ? 1 : 0;
-  }
+  ASSERT_NO_FATAL_FAILURE(count_stored(truth, log.not_written, written_anyway));
   std::size_t landed = 0;
-  for (const auto& id : indefinite) {
-    auto found = truth.get_run(id);
-    ASSERT_TRUE(found.ok());
-    landed += found->has_value() ? 1 : 0;
-  }
+  ASSERT_NO_FATAL_FAILURE(count_stored(truth, log.indefinite, landed));
   std::printf(
       "[ figures  ] %d episodes, %llu faults injected, %llu times not ready, "
       "%llu reopens; %zu acknowledged, %zu lost; %zu refused unwritten, %zu "
@@ -347,13 +369,13 @@ TEST_F(StorageFaultTest, NothingAcknowledgedIsLostAcrossInjectedFaults) {
       "%lld ms worst, %lld ms mean\n",
       episodes, static_cast<unsigned long long>(injected),
       static_cast<unsigned long long>(health.faults),
-      static_cast<unsigned long long>(health.reopens), acknowledged.size(),
-      lost, not_written.size(), written_anyway, indefinite.size(), landed,
-      static_cast<long long>(recovery_ms_worst),
+      static_cast<unsigned long long>(health.reopens), log.acknowledged.size(),
+      lost, log.not_written.size(), written_anyway, log.indefinite.size(),
+      landed, static_cast<long long>(recovery_ms_worst),
       static_cast<long long>(recovery_ms_total / episodes));
   EXPECT_GE(injected, 200u);
   EXPECT_GT(health.faults, 0u);
-  EXPECT_GT(acknowledged.size(), 0u);
+  EXPECT_GT(log.acknowledged.size(), 0u);
   EXPECT_EQ(lost, 0u);
   EXPECT_EQ(written_anyway, 0u);
 }

@@ -908,6 +908,33 @@ TEST_F(CrashTest, RunsSurviveManyKills) {
   expect_all_rules(paths, run_count, false);
 }
 
+// Waits (30 s at most) until the effects file shows `run_count` runs past
+// their first step ("before-sleep"); the child must not end meanwhile.
+void wait_until_past_first_step(child_process& child,
+                                const scenario_paths& paths,
+                                std::size_t run_count) {
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  for (;;) {
+    std::set<std::string> before_sleep;  // step ids: one per run
+    for (const auto& line : read_effects(paths.effects)) {
+      if (line.step_name == "before-sleep" && line.outcome == "ok") {
+        before_sleep.insert(line.step_id);
+      }
+    }
+    if (before_sleep.size() == run_count) {
+      return;
+    }
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+        << "runs never reached their sleep; child stderr:\n"
+        << log_tail(paths.log);
+    const auto ended = child.wait_exit(20ms);
+    ASSERT_FALSE(ended.has_value())
+        << "child ended with " << describe_status(*ended)
+        << " before both runs slept; its stderr:\n"
+        << log_tail(paths.log);
+  }
+}
+
 // Kills the child while both runs' sleeps are armed, stays down past the
 // first run's due time, kills a second incarnation during the second run's
 // sleep, then checks both sleeps fired once, not early, and the runs ended.
@@ -923,26 +950,8 @@ TEST_F(CrashTest, SleepCompletesAfterKillDuringSleep) {
   for (int tries = 0; due_ms.empty(); ++tries) {
     ASSERT_LT(tries, 3) << "never caught both runs inside their sleep";
     auto& child = spawn(paths, args);
-    const auto deadline = std::chrono::steady_clock::now() + 30s;
-    for (;;) {
-      std::set<std::string> before_sleep;  // step ids: one per run
-      for (const auto& line : read_effects(paths.effects)) {
-        if (line.step_name == "before-sleep" && line.outcome == "ok") {
-          before_sleep.insert(line.step_id);
-        }
-      }
-      if (before_sleep.size() == run_count) {
-        break;
-      }
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline)
-          << "runs never reached their sleep; child stderr:\n"
-          << log_tail(paths.log);
-      const auto ended = child.wait_exit(20ms);
-      ASSERT_FALSE(ended.has_value())
-          << "child ended with " << describe_status(*ended)
-          << " before both runs slept; its stderr:\n"
-          << log_tail(paths.log);
-    }
+    ASSERT_NO_FATAL_FAILURE(
+        wait_until_past_first_step(child, paths, run_count));
     std::this_thread::sleep_for(300ms);
     ASSERT_NO_FATAL_FAILURE(
         expect_killed_or_done(child.kill_and_reap(), paths));

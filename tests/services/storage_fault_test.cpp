@@ -13,6 +13,7 @@
 // after a fault-free restart.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -99,19 +100,21 @@ class StorageFaultRuntimeTest : public ::testing::Test {
   testing::temp_dir dir_;
 };
 
-TEST_F(StorageFaultRuntimeTest,
-       RunsFinishAndNothingAcknowledgedIsLostAcrossStorageFaults) {
-  auto disk = std::make_shared<faulty_file_system>(7);
-  auto rt = open(disk);
-  ASSERT_TRUE(rt);
-  std::mt19937_64 random(11);
-  constexpr int threads_count = 4;
-  constexpr int episodes = 40;
-  std::atomic<bool> stop{false};
+// What the starting threads learned: acknowledged commands with their runs,
+// refused ones to retry, and the refusals by error code.
+struct command_log {
   std::mutex mutex;
   std::map<std::string, std::string> acknowledged;  // key -> run id
   std::vector<std::string> failed;                  // keys to retry
   std::map<std::string, int> failures_by_code;
+};
+
+// `threads_count` threads starting runs, each with a fresh command id, until
+// `stop`; a refusal must not name the data directory.
+std::vector<std::thread> start_commands(runtime& rt, int threads_count,
+                                        const std::atomic<bool>& stop,
+                                        command_log& log,
+                                        const std::string& dir) {
   std::vector<std::thread> threads;
   for (int t = 0; t < threads_count; ++t) {
     threads.emplace_back([&, t] {
@@ -121,15 +124,14 @@ TEST_F(StorageFaultRuntimeTest,
         start_options options;
         options.command_id = key;
         auto started =
-            rt->start("test.three-steps", json{{"key", key}}, options);
-        std::lock_guard lock(mutex);
+            rt.start("test.three-steps", json{{"key", key}}, options);
+        std::lock_guard lock(log.mutex);
         if (started) {
-          acknowledged[key] = started->id;
+          log.acknowledged[key] = started->id;
         } else {
-          failed.push_back(key);
-          failures_by_code[std::string(to_code(started.error().code))] += 1;
-          EXPECT_EQ(started.error().message.find(dir_.path()),
-                    std::string::npos)
+          log.failed.push_back(key);
+          log.failures_by_code[std::string(to_code(started.error().code))] += 1;
+          EXPECT_EQ(started.error().message.find(dir), std::string::npos)
               << started.error().message;
         }
         if (!started) {
@@ -138,22 +140,29 @@ TEST_F(StorageFaultRuntimeTest,
       }
     });
   }
-  std::int64_t recovery_ms_worst = 0;
+  return threads;
+}
+
+// `episodes` episodes of one or two injected faults, each healed after a
+// while; the store must be ready again within recovery_ms_max of each
+// healing. `recovery_ms_worst` is the longest it took.
+void inject_fault_episodes(faulty_file_system& disk, persistence::store& store,
+                           std::mt19937_64& random, int episodes,
+                           std::int64_t& recovery_ms_worst) {
   const std::array<operation, 3> operations = {
       operation::write, operation::sync, operation::create};
   const std::array<fault, 3> kinds = {fault::no_space, fault::no_descriptors,
                                       fault::io_error};
-  auto& store = store_of(*rt);
   for (int episode = 0; episode < episodes; ++episode) {
     std::this_thread::sleep_for(std::chrono::milliseconds(30 + random() % 40));
-    disk->fail(operations[random() % operations.size()],
-               kinds[random() % kinds.size()]);
+    disk.fail(operations[random() % operations.size()],
+              kinds[random() % kinds.size()]);
     if (random() % 2 == 0) {
-      disk->fail(operations[random() % operations.size()],
-                 kinds[random() % kinds.size()]);
+      disk.fail(operations[random() % operations.size()],
+                kinds[random() % kinds.size()]);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10 + random() % 30));
-    disk->heal();
+    disk.heal();
     const auto healed = std::chrono::steady_clock::now();
     ASSERT_TRUE(eventually([&] { return store.ready(); }, recovery_ms_max))
         << store.health().fault;
@@ -163,6 +172,67 @@ TEST_F(StorageFaultRuntimeTest,
             std::chrono::steady_clock::now() - healed)
             .count());
   }
+}
+
+// The faults are over: every failed start, retried with its command id,
+// is admitted (and acknowledged).
+void retry_failed(runtime& rt, command_log& log) {
+  for (const auto& key : log.failed) {
+    start_options options;
+    options.command_id = key;
+    result<run_info> retried = make_error(errc::internal, "not tried");
+    ASSERT_TRUE(eventually(
+        [&] {
+          retried = rt.start("test.three-steps", json{{"key", key}}, options);
+          return retried.ok();
+        },
+        recovery_ms_max))
+        << key << ": " << retried.error().to_string();
+    log.acknowledged[key] = retried->id;
+  }
+}
+
+// Each acknowledged command has exactly its one run, completed: {lost,
+// duplicated} (both expected 0).
+std::pair<std::size_t, std::size_t> check_runs(
+    const std::map<std::string, std::vector<run_info>>& found,
+    const std::map<std::string, std::string>& acknowledged) {
+  std::size_t lost = 0;
+  std::size_t duplicated = 0;
+  for (const auto& [key, run_id] : acknowledged) {
+    auto runs = found.find(key);
+    if (runs == found.end()) {
+      ++lost;
+      continue;
+    }
+    duplicated += runs->second.size() - 1;
+    bool has_acknowledged = false;
+    for (const auto& run : runs->second) {
+      has_acknowledged = has_acknowledged || run.id == run_id;
+      EXPECT_EQ(run.status, run_status::completed) << key;
+    }
+    EXPECT_TRUE(has_acknowledged) << key;
+  }
+  EXPECT_EQ(lost, 0u);
+  EXPECT_EQ(duplicated, 0u);
+  return std::make_pair(lost, duplicated);
+}
+
+TEST_F(StorageFaultRuntimeTest,
+       RunsFinishAndNothingAcknowledgedIsLostAcrossStorageFaults) {
+  auto disk = std::make_shared<faulty_file_system>(7);
+  auto rt = open(disk);
+  ASSERT_TRUE(rt);
+  std::mt19937_64 random(11);
+  constexpr int threads_count = 4;
+  constexpr int episodes = 40;
+  std::atomic<bool> stop{false};
+  command_log log;
+  auto threads = start_commands(*rt, threads_count, stop, log, dir_.path());
+  std::int64_t recovery_ms_worst = 0;
+  auto& store = store_of(*rt);
+  ASSERT_NO_FATAL_FAILURE(
+      inject_fault_episodes(*disk, store, random, episodes, recovery_ms_worst));
   stop = true;
   for (auto& thread : threads) {
     thread.join();
@@ -170,59 +240,24 @@ TEST_F(StorageFaultRuntimeTest,
   const auto injected = disk->injected();
   const auto health = store.health();
   ASSERT_TRUE(store.ready());
-
-  // The faults are over: retry every failed start with its command id.
-  for (const auto& key : failed) {
-    start_options options;
-    options.command_id = key;
-    result<run_info> retried = make_error(errc::internal, "not tried");
-    ASSERT_TRUE(eventually(
-        [&] {
-          retried = rt->start("test.three-steps", json{{"key", key}}, options);
-          return retried.ok();
-        },
-        recovery_ms_max))
-        << key << ": " << retried.error().to_string();
-    acknowledged[key] = retried->id;
-  }
+  ASSERT_NO_FATAL_FAILURE(retry_failed(*rt, log));
 
   // Every admitted run finishes without a restart.
-  for (const auto& [key, run_id] : acknowledged) {
+  for (const auto& [key, run_id] : log.acknowledged) {
     auto done = rt->wait(run_id, finish_max);
     ASSERT_TRUE(done.ok()) << key << ": " << done.error().to_string();
     EXPECT_EQ(done->status, run_status::completed) << key;
   }
-  auto check = [&](runtime& node) {
-    auto found = runs_by_key(node);
-    std::size_t lost = 0;
-    std::size_t duplicated = 0;
-    for (const auto& [key, run_id] : acknowledged) {
-      auto runs = found.find(key);
-      if (runs == found.end()) {
-        ++lost;
-        continue;
-      }
-      duplicated += runs->second.size() - 1;
-      bool has_acknowledged = false;
-      for (const auto& run : runs->second) {
-        has_acknowledged = has_acknowledged || run.id == run_id;
-        EXPECT_EQ(run.status, run_status::completed) << key;
-      }
-      EXPECT_TRUE(has_acknowledged) << key;
-    }
-    EXPECT_EQ(lost, 0u);
-    EXPECT_EQ(duplicated, 0u);
-    return std::make_pair(lost, duplicated);
-  };
-  const auto [lost, duplicated] = check(*rt);
+  const auto [lost, duplicated] =
+      check_runs(runs_by_key(*rt), log.acknowledged);
   rt.reset();
 
   // A restart without faults sees the same.
   auto again = open(nullptr);
   ASSERT_TRUE(again);
-  check(*again);
+  check_runs(runs_by_key(*again), log.acknowledged);
   std::string codes;
-  for (const auto& [code, count] : failures_by_code) {
+  for (const auto& [code, count] : log.failures_by_code) {
     codes += " " + code + "=" + std::to_string(count);
   }
   std::printf(
@@ -232,8 +267,8 @@ TEST_F(StorageFaultRuntimeTest,
       "worst\n",
       episodes, static_cast<unsigned long long>(injected),
       static_cast<unsigned long long>(health.faults),
-      static_cast<unsigned long long>(health.reopens), acknowledged.size(),
-      failed.size(), codes.c_str(), lost, duplicated,
+      static_cast<unsigned long long>(health.reopens), log.acknowledged.size(),
+      log.failed.size(), codes.c_str(), lost, duplicated,
       static_cast<long long>(recovery_ms_worst));
   EXPECT_GE(injected, 20u);
   EXPECT_GT(health.faults, 0u);

@@ -207,4 +207,24 @@ inline json wait_run(
   return last;
 }
 
+// Every run of the node, counted by its input's orderId ("" for none), read
+// `page_runs` at a time. A page that is not 200 fails the test: call it under
+// ASSERT_NO_FATAL_FAILURE.
+inline void count_runs_by_order(api_client& client,
+                                std::map<std::string, int>& runs,
+                                int page_runs = 1000) {
+  std::string cursor;
+  do {
+    auto page = client.get("/v1/runs?limit=" + std::to_string(page_runs) +
+                           (cursor.empty() ? "" : "&cursor=" + cursor));
+    ASSERT_EQ(page.status, 200u) << page.body;
+    for (auto& run : page.value["runs"]) {
+      const auto& order = run["input"]["orderId"];
+      runs[order.is_string() ? order.get<std::string>() : ""] += 1;
+    }
+    const auto& next = page.value["nextCursor"];
+    cursor = next.is_string() ? next.get<std::string>() : "";
+  } while (!cursor.empty());
+}
+
 }  // namespace durin::testing

@@ -1,0 +1,266 @@
+// The store's readiness: RocksDB statuses in plain words, the listener of
+// background errors, the first fault that makes the store not ready, and
+// the recovery thread that reopens the database with backoff until a
+// synced probe write proves writes work again (store.hpp,
+// persistence/README.md invariant 8).
+#include <rocksdb/db.h>
+#include <rocksdb/listener.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+
+#include "persistence/keys.hpp"
+#include "persistence/storage_error.hpp"
+#include "persistence/store.hpp"
+#include "persistence/store_internal.hpp"
+
+namespace durin::persistence {
+
+using namespace store_detail;
+
+// ---- storage faults ---------------------------------------------------------
+
+std::string plain_words(const rocksdb::Status& status) {
+  // The status's text names files; it is only searched, never shown.
+  const std::string text = status.ToString();
+  auto says = [&text](std::string_view words) {
+    return text.find(words) != std::string::npos;
+  };
+  if (status.IsNoSpace() || says("No space left on device")) {
+    return "the disk is full";
+  }
+  if (says("Too many open files")) {  // EMFILE, and ENFILE ("in system")
+    return "the process has no file descriptors left";
+  }
+  if (says("Input/output error")) {
+    return "an I/O error on the data disk";
+  }
+  if (says("lock file") || says("lock hold")) {
+    return "the data directory is in use by another open";
+  }
+  if (says("Permission denied")) {
+    return "permission denied on the data directory";
+  }
+  if (says("Read-only file system")) {
+    return "the data disk is read-only";
+  }
+  if (status.IsCorruption()) {
+    return "corrupt data on the data disk";
+  }
+  if (status.IsIOError()) {
+    return "an I/O error on the data disk";
+  }
+  if (status.IsIncomplete() || status.IsBusy() || status.IsTryAgain()) {
+    return "the storage engine stalled";
+  }
+  if (status.IsShutdownInProgress()) {
+    return "the storage engine is shutting down";
+  }
+  return "the storage engine failed";
+}
+
+bool transient_fault(const rocksdb::Status& status) {
+  const std::string text = status.ToString();
+  return status.IsNoSpace() ||
+         text.find("No space left on device") != std::string::npos ||
+         text.find("Too many open files") != std::string::npos ||
+         text.find("Input/output error") != std::string::npos;
+}
+
+error storage_failure(std::string_view what, const rocksdb::Status& status) {
+  return make_error(errc::storage_error,
+                    std::string(what) + ": " + plain_words(status));
+}
+namespace {
+
+// Written (synced) by every reopen: the proof that writes work again.
+constexpr std::string_view probe_name = "storage_probe";
+
+const char* reason_words(rocksdb::BackgroundErrorReason reason) {
+  switch (reason) {
+    case rocksdb::BackgroundErrorReason::kFlush:
+    case rocksdb::BackgroundErrorReason::kFlushNoWAL:
+      return "a flush failed";
+    case rocksdb::BackgroundErrorReason::kCompaction:
+      return "a compaction failed";
+    case rocksdb::BackgroundErrorReason::kWriteCallback:
+      return "a write failed";
+    case rocksdb::BackgroundErrorReason::kMemTable:
+      return "a memtable switch failed";
+    case rocksdb::BackgroundErrorReason::kManifestWrite:
+    case rocksdb::BackgroundErrorReason::kManifestWriteNoWAL:
+      return "a manifest write failed";
+  }
+  return "background work failed";
+}
+
+std::int64_t elapsed_ms(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now() - since)
+      .count();
+}
+
+}  // namespace
+void store::fault_listener::OnBackgroundError(
+    rocksdb::BackgroundErrorReason reason, rocksdb::Status* error) {
+  if (error != nullptr && !error->ok()) {
+    owner_.report_fault(
+        generation_, plain_words(*error) + " (" + reason_words(reason) + ")");
+  }
+}
+
+void store::fault_listener::OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason,
+                                                 rocksdb::Status,
+                                                 bool* auto_recovery) {
+  *auto_recovery = false;
+}
+
+void store::report_fault(std::uint64_t generation, const std::string& fault) {
+  auto& health = *health_;
+  {
+    std::lock_guard lock(health.mutex);
+    if (generation != generation_.load(std::memory_order_acquire)) {
+      return;  // a database already closed
+    }
+    if (health.ready.load(std::memory_order_acquire)) {
+      health.ready.store(false, std::memory_order_release);
+      health.fault = fault;
+      health.faults += 1;
+      health.since = std::chrono::steady_clock::now();
+    } else if (health.fault.empty()) {
+      health.fault = fault;
+    }
+  }
+  health.wake.notify_all();
+}
+
+storage_health store::health() const {
+  auto& health = *health_;
+  std::lock_guard lock(health.mutex);
+  storage_health out;
+  out.ready = health.ready.load(std::memory_order_acquire);
+  out.faults = health.faults;
+  out.reopens = health.reopens;
+  if (!out.ready) {
+    out.fault =
+        health.fault.empty() ? "the database is reopening" : health.fault;
+    out.not_ready_ms = elapsed_ms(health.since);
+  }
+  return out;
+}
+
+bool store::ready() const {
+  return health_->ready.load(std::memory_order_acquire);
+}
+
+void store::set_health_listener(health_listener listener) {
+  std::lock_guard calling(health_->listener_mutex);
+  health_->listener = std::move(listener);
+}
+
+store::pin store::hold() const {
+  pin pinned;
+  if (!ready()) {
+    return pinned;
+  }
+  pinned.lock_ = std::shared_lock(db_mutex_);
+  if (!ready() || !db_) {
+    pinned.lock_ = {};
+  }
+  return pinned;
+}
+
+error store::unavailable() const {
+  return make_error(errc::storage_error,
+                    "storage unavailable: " + health().fault +
+                        "; nothing was written, retry later");
+}
+
+void store::recover_loop() {
+  auto& health = *health_;
+  std::unique_lock lock(health.mutex);
+  std::int64_t backoff_ms = options_.reopen_backoff_ms_min;
+  while (!health.stopping) {
+    const bool ready_now = health.ready.load(std::memory_order_acquire);
+    if (ready_now != health.announced_ready) {
+      // One log line and one listener call per change of readiness.
+      health.announced_ready = ready_now;
+      const std::string fault = health.fault;
+      const std::int64_t took_ms = elapsed_ms(health.since);
+      lock.unlock();
+      if (ready_now) {
+        std::fprintf(stderr,
+                     "durin: storage ready again after %lld ms (the database "
+                     "was reopened)\n",
+                     static_cast<long long>(took_ms));
+      } else {
+        std::fprintf(stderr,
+                     "durin: storage not ready: %s; reads and writes are "
+                     "refused until the database reopens\n",
+                     fault.c_str());
+      }
+      {
+        std::lock_guard calling(health.listener_mutex);
+        if (health.listener) {
+          health.listener(this->health());
+        }
+      }
+      lock.lock();
+      backoff_ms = options_.reopen_backoff_ms_min;
+      continue;
+    }
+    if (ready_now) {
+      health.wake.wait(lock, [&] {
+        return health.stopping || !health.ready.load(std::memory_order_acquire);
+      });
+      continue;
+    }
+    health.wake.wait_for(lock, std::chrono::milliseconds(backoff_ms),
+                         [&] { return health.stopping; });
+    if (health.stopping) {
+      break;
+    }
+    lock.unlock();
+    auto reopened = guarded("reopen", [this] { return reopen(); });
+    lock.lock();
+    if (!reopened) {
+      health.fault = reopened.error().message;
+      backoff_ms = std::min(backoff_ms * 2, options_.reopen_backoff_ms_max);
+    }
+  }
+}
+
+status store::reopen() {
+  std::unique_lock exclusive(db_mutex_);
+  close_database();
+  if (const auto opened = open_database(); !opened.ok()) {
+    close_database();
+    return storage_failure("reopen", opened);
+  }
+  if (auto checked = check_schema(); !checked) {
+    close_database();
+    return checked;
+  }
+  std::string now;
+  keys::put_u64(now,
+                static_cast<std::uint64_t>(
+                    std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count()));
+  if (const auto probed = write_meta(probe_name, now); !probed.ok()) {
+    // Left open: the next attempt closes it first.
+    return storage_failure("reopen: probe write", probed);
+  }
+  auto& health = *health_;
+  {
+    std::lock_guard lock(health.mutex);
+    health.ready.store(true, std::memory_order_release);
+    health.fault.clear();
+    health.reopens += 1;
+  }
+  health.wake.notify_all();
+  return {};
+}
+}  // namespace durin::persistence

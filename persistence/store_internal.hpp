@@ -1,0 +1,111 @@
+// What the store's own files (store*.cpp, tokens.cpp) share, and nothing
+// else includes: family names, how errors name a record, the exception
+// guard that keeps every failure a value, small RocksDB helpers, and the
+// store's readiness state with the listener that feeds it. The store's
+// contract is in store.hpp.
+#pragma once
+
+#include <rocksdb/listener.h>
+#include <rocksdb/options.h>
+#include <rocksdb/slice.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "durin/error.hpp"
+#include "persistence/store.hpp"
+
+namespace durin::persistence {
+
+namespace store_detail {
+
+// Indexed by `family`; the names are on disk and never change.
+inline constexpr std::array<const char*, family_count> family_names = {
+    "runs",   "history", "timers",   "active",  "meta",
+    "tokens", "inbox",   "requests", "tenants", "api_keys"};
+const char* name_of(family which);
+
+// `text` quoted for an error message: printable ASCII as is, other bytes as
+// \xHH, cut at 128 bytes, because ids in corrupt keys are arbitrary.
+std::string printable(std::string_view text);
+
+// "history: run 'run_1' event 3: checksum mismatch"
+error corrupt(family which, std::string_view subject,
+              const std::string& problem);
+
+// Runs `body`, turning any exception (RocksDB is built without them, but
+// allocation and the standard library may throw) into storage-error, so that
+// none escapes persistence.
+template <class Body>
+auto guarded(std::string_view what, Body&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const std::exception& failure) {
+    return make_error(errc::storage_error,
+                      std::string(what) + ": " + failure.what());
+  } catch (...) {
+    return make_error(errc::storage_error,
+                      std::string(what) + ": unknown exception");
+  }
+}
+
+// Options of a durable write: sync = true.
+rocksdb::WriteOptions sync_write();
+
+// The smallest key greater than every key starting with `prefix`; empty when
+// there is none (the prefix is all 0xFF).
+std::string prefix_successor(std::string prefix);
+
+inline bool starts_with(const rocksdb::Slice& key, std::string_view prefix) {
+  return key.size() >= prefix.size() &&
+         std::string_view(key.data(), prefix.size()) == prefix;
+}
+
+inline std::string_view view(const rocksdb::Slice& slice) {
+  return {slice.data(), slice.size()};
+}
+
+}  // namespace store_detail
+
+// Readiness, and the recovery thread that restores it. `mutex` orders
+// changes of readiness; `ready` is read without it by every operation.
+struct store::health_state {
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::atomic<bool> ready{true};
+  std::string fault;
+  std::uint64_t faults = 0;
+  std::uint64_t reopens = 0;
+  std::chrono::steady_clock::time_point since;
+  bool announced_ready = true;  // what the log and the listener last said
+  bool stopping = false;
+  std::mutex listener_mutex;  // held while the listener runs
+  health_listener listener;
+  std::thread thread;
+};
+// Tells the store of every background error of one database generation and
+// turns RocksDB's own recovery off (see db_options). Defined in
+// store_faults.cpp.
+class store::fault_listener final : public rocksdb::EventListener {
+ public:
+  fault_listener(store& owner, std::uint64_t generation)
+      : owner_(owner), generation_(generation) {}
+
+  void OnBackgroundError(rocksdb::BackgroundErrorReason reason,
+                         rocksdb::Status* error) override;
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason, rocksdb::Status,
+                            bool* auto_recovery) override;
+
+ private:
+  store& owner_;
+  std::uint64_t generation_;
+};
+
+}  // namespace durin::persistence
