@@ -213,17 +213,7 @@ void api::dispatch(http_request http, reply_fn reply,
   if (!parse_target(*r, reply)) {
     return;
   }
-  bool path_known = false;
-  for (const auto& candidate : routes()) {
-    if (matches(candidate.pattern, r->path, nullptr)) {
-      path_known = true;
-      if (candidate.method == r->http.method) {
-        r->matched = &candidate;
-        matches(candidate.pattern, r->path, &r->params);
-        break;
-      }
-    }
-  }
+  const bool path_known = match_route(*r);
   if (!authenticate(*r, r->matched, reply)) {
     return;
   }
@@ -244,8 +234,27 @@ void api::dispatch(http_request http, reply_fn reply,
   if (chosen.has(keyed) && !hold_key(r, reply)) {
     return;
   }
+  run_handler(r, std::move(reply));
+}
+
+bool api::match_route(request& r) {
+  bool path_known = false;
+  for (const auto& candidate : routes()) {
+    if (matches(candidate.pattern, r.path, nullptr)) {
+      path_known = true;
+      if (candidate.method == r.http.method) {
+        r.matched = &candidate;
+        matches(candidate.pattern, r.path, &r.params);
+        break;
+      }
+    }
+  }
+  return path_known;
+}
+
+void api::run_handler(const request_ptr& r, reply_fn reply) {
   const bool hold = r->key && test_hold_ms() > 0;
-  auto run = [this, r, reply, hold] {
+  auto run = [this, r, reply = std::move(reply), hold] {
     if (hold) {
       std::this_thread::sleep_for(std::chrono::milliseconds(test_hold_ms()));
     }
@@ -261,8 +270,8 @@ void api::dispatch(http_request http, reply_fn reply,
                            std::string("unexpected error: ") + e.what()));
     }
   };
-  if (chosen.has(blocks) || hold) {
-    offload(std::move(run));
+  if (r->matched->has(blocks) || hold) {
+    r->offload(std::move(run));
   } else {
     run();
   }

@@ -137,6 +137,11 @@ class api {
 
   // The pipeline's steps; each answers a problem itself and returns false.
   bool parse_target(request& r, const reply_fn& reply);
+  // The route for the request's method and path (r.matched, r.params);
+  // whether any route has that path.
+  bool match_route(request& r);
+  // The matched route's handler: inline, or on a worker when it may block.
+  void run_handler(const request_ptr& r, reply_fn reply);
   bool authenticate(request& r, const route* matched, const reply_fn& reply);
   bool read_body(request& r, const route& matched, const reply_fn& reply);
   // Decides a keyed request's key: true to go on (key held, `reply` now

@@ -1,0 +1,99 @@
+// The runtime's private half (durin::runtime's pimpl), shared by the files
+// that implement it: opening (runtime_open.cpp) and the calls
+// (runtime.cpp). It owns the node and, when the runtime made it, the actor
+// system; close() stops everything in the order the node's invariants need
+// (no actor outlives a service it uses).
+#pragma once
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "durin/runtime.hpp"
+#include "persistence/store.hpp"
+#include "services/node.hpp"
+#include "services/start.hpp"
+
+namespace durin {
+
+class runtime_impl {
+ public:
+  services::node services;
+  std::unique_ptr<caf::actor_system_config> own_config;
+  std::unique_ptr<caf::actor_system> own_system;
+  caf::actor_system* system = nullptr;
+  std::atomic<bool> closing{false};
+  // Activate a shard's runs again after its store reopened (see open()).
+  std::vector<std::thread> reactivators;
+
+  ~runtime_impl() { close(); }
+
+  void close() {
+    if (closing.exchange(true)) {
+      return;
+    }
+    services.closing = true;
+    for (auto& shard : services.shards) {
+      // Waits for a listener call that may be running.
+      shard->store->set_health_listener(nullptr);
+    }
+    for (auto& thread : reactivators) {
+      if (thread.joinable()) {
+        thread.join();
+      }
+    }
+    for (auto& shard : services.shards) {
+      shard->timers->stop();
+    }
+    if (services.tasks) {
+      services.tasks->stop();
+    }
+    if (services.lingering) {
+      services.lingering->stop();
+    }
+    for (auto& shard : services.shards) {
+      shard->runs->close();
+      shard->tokens->close();
+    }
+    if (services.executor) {
+      services.executor->stop();
+    }
+    for (auto& shard : services.shards) {
+      shard->committer->stop();
+    }
+    services.events.clear();
+    own_system.reset();
+  }
+
+  status recover(services::shard& shard) {
+    auto active = shard.store->active_runs();
+    if (!active) {
+      return active.error();
+    }
+    for (auto& run_id : *active) {
+      auto record = shard.store->get_run(run_id);
+      // A run waiting on a timer is activated by the timer; the others
+      // (and any whose record is unreadable, to report it) start now.
+      if (record && *record && (*record)->status == run_status::waiting) {
+        continue;
+      }
+      shard.runs->activate(run_id);
+    }
+    return {};
+  }
+
+  // Opens every shard's store and makes its committer, timers and
+  // directories (runtime_open.cpp).
+  status open_shards(caf::actor_system& system,
+                     const persistence::store_options& store_options);
+
+  result<run_info> get(std::string_view run_id, std::string_view tenant) const {
+    return services::get_run(services, run_id, tenant);
+  }
+};
+
+}  // namespace durin
