@@ -23,6 +23,7 @@
 #include "actors/run_actor.hpp"
 #include "actors/run_engine.hpp"
 #include "actors/token_actor.hpp"
+#include "actors/type_ids.hpp"
 #include "durin/caf.hpp"
 #include "persistence/keys.hpp"
 #include "services/node.hpp"
@@ -82,6 +83,9 @@ class runtime_impl {
     for (auto& shard : services.shards) {
       shard->runs->close();
       shard->tokens->close();
+    }
+    if (services.relay) {
+      services.relay->stop();
     }
     if (services.executor) {
       services.executor->stop();
@@ -179,6 +183,7 @@ result<std::unique_ptr<runtime>> runtime_access::open(
   // a short spin a worker blocks on its condition variable, which every
   // enqueue from outside signals.
   auto config = std::make_unique<caf::actor_system_config>();
+  add_message_types(*config);
   config->set("work-stealing.aggressive-poll-attempts", std::size_t{100});
   config->set("work-stealing.moderate-poll-attempts", std::size_t{0});
   if (options.actor_threads > 0) {
@@ -265,11 +270,11 @@ status runtime_impl::open_shards(
     shard->store = std::move(*store);
     shard->committer = std::make_unique<persistence::committer>(*shard->store);
     auto* home = shard.get();
-    shard->runs = std::make_unique<services::directory>(
+    shard->runs = std::make_unique<services::directory<actors::run_actor>>(
         [&system, home](const std::string& run_id) {
           return actors::spawn_run_actor(system, *home, run_id);
         });
-    shard->tokens = std::make_unique<services::directory>(
+    shard->tokens = std::make_unique<services::directory<actors::token_actor>>(
         [&system, home](const std::string& address) {
           return actors::spawn_token_actor(system, *home, address);
         });
@@ -277,10 +282,12 @@ status runtime_impl::open_shards(
         *shard->store, *services.clock,
         [home](const persistence::timer_record& timer) {
           // A retention timer names a token; the others name a run.
-          auto& target = timer.kind == persistence::timer_kind::token_retention
-                             ? *home->tokens
-                             : *home->runs;
-          target.deliver(timer.run_id, actors::timer_atom::value, timer);
+          if (timer.kind == persistence::timer_kind::token_retention) {
+            home->tokens->deliver(timer.run_id, actors::timer_atom::value,
+                                  timer);
+          } else {
+            home->runs->deliver(timer.run_id, actors::timer_atom::value, timer);
+          }
         });
     // A store that comes up not ready (a full disk at start) or reopens
     // after a storage fault: its runs are activated again once it is ready.
@@ -338,6 +345,12 @@ result<std::unique_ptr<runtime>> runtime_access::open(
   if (auto problem = options_problem(options); !problem.empty()) {
     return make_error(errc::invalid_argument, problem);
   }
+  if (!actors::has_message_types(system)) {
+    return make_error(errc::invalid_argument,
+                      "the actor system's config lacks durin's message types: "
+                      "call durin::add_message_types(config) before building "
+                      "the system (durin/caf.hpp)");
+  }
   auto impl = std::make_unique<runtime_impl>();
   auto& services = impl->services;
   impl->system = &system;
@@ -352,11 +365,20 @@ result<std::unique_ptr<runtime>> runtime_access::open(
   task_options.default_lease_ms = options.task_lease.count();
   services.tasks = std::make_unique<services::task_service>(
       services.clock,
-      [node](const std::string& run_id, actors::step_report report) {
-        return node->runs_of(run_id).deliver(
-            run_id, actors::step_done_atom::value, std::move(report));
+      [node](const std::string& run_id, actors::step_report report,
+             std::function<void(services::report_answer)> reply) {
+        auto& runs = node->runs_of(run_id);
+        if (!reply) {
+          return runs.deliver(run_id, actors::step_done_atom::value,
+                              std::move(report));
+        }
+        node->relay->ask_unless_dropped<services::report_answer>(
+            runs, run_id, std::move(reply), actors::step_done_atom::value,
+            std::move(report));
+        return true;
       },
       task_options);
+  services.relay = std::make_unique<services::reply_relay>(system);
   services.lingering =
       std::make_unique<services::linger_list>(actors::token_linger / 2);
   if (auto opened = impl->open_shards(system, store_options); !opened) {
@@ -424,19 +446,15 @@ void runtime::resume_hook_async(std::string_view token, json payload,
                         std::to_string(input_bytes_max)));
     return;
   }
-  // Shared: if the token's actor cannot be reached, the request (and its
-  // callback) is dropped undelivered and `done` is still ours to call.
-  auto answer = std::make_shared<std::function<void(result<std::string>)>>(
-      std::move(done));
-  actors::resume_request request{
-      std::move(bytes),
-      options.resume_id.empty() ? options.command_id : options.resume_id,
-      [answer](result<std::string> outcome) { (*answer)(std::move(outcome)); }};
+  actors::resume_request request{std::move(bytes), options.resume_id.empty()
+                                                       ? options.command_id
+                                                       : options.resume_id};
+  auto& services = impl_->services;
   auto address = persistence::keys::token(options.tenant, token);
-  if (!impl_->services.tokens_of(address).deliver(
-          address, actors::resume_atom::value, std::move(request))) {
-    (*answer)(make_error(errc::shutting_down, "the runtime is closing"));
-  }
+  auto& tokens = services.tokens_of(address);
+  services.relay->ask<std::string>(tokens, std::move(address), std::move(done),
+                                   actors::resume_atom::value,
+                                   std::move(request));
 }
 
 result<std::string> runtime::resume_hook(std::string_view token, json payload,
@@ -714,14 +732,14 @@ result<run_info> runtime::cancel_once(std::string_view run_id,
   }
   auto answer = std::make_shared<std::promise<result<run_info>>>();
   auto future = answer->get_future();
-  actors::cancel_request request{options.reason, options.command_id,
-                                 [answer](result<run_info> outcome) {
-                                   answer->set_value(std::move(outcome));
-                                 }};
-  if (!impl_->services.runs_of(now->id).deliver(
-          now->id, actors::cancel_atom::value, std::move(request))) {
-    return make_error(errc::shutting_down, "the runtime is closing");
-  }
+  auto& services = impl_->services;
+  services.relay->ask<run_info>(
+      services.runs_of(now->id), now->id,
+      [answer](result<run_info> outcome) {
+        answer->set_value(std::move(outcome));
+      },
+      actors::cancel_atom::value,
+      actors::cancel_request{options.reason, options.command_id});
   if (future.wait_for(cancel_answer_timeout) != std::future_status::ready) {
     return make_error(errc::timeout,
                       "the cancel of run " + now->id +
