@@ -60,8 +60,8 @@ struct node {
   std::unique_ptr<task_service> tasks;
   std::vector<std::unique_ptr<shard>> shards;  // one, unless --shards N
   shard_map map;
-  // Answers to callers that are not actors, for all shards (started after
-  // the directories, stopped after they closed).
+  // Answers to callers that are not actors, for all shards (made before
+  // the shards' directories, stopped after they closed).
   std::unique_ptr<reply_relay> relay;
   run_events events;  // runs settling and ending, after durability
   std::atomic<bool> closing{false};  // set first when the runtime closes
