@@ -1,15 +1,17 @@
-// The messages run actors exchange with the node's services. Local only: run
-// actors are never addressed from another node directly (the cluster forwards
-// requests, not these), so the types are whitelisted rather than serialisable.
+// The messages of a node's actors: run actors, token actors and the services
+// that talk to them. Every type is plain data with an `inspect` overload and a
+// type id (actors/type_ids.hpp), so it serialises and may cross a node.
+// Replies travel as CAF responses (the actors' typed interfaces name them),
+// never as callbacks inside a message.
 #pragma once
 
-#include <cstdint>
-#include <functional>
-#include <memory>
-#include <string>
-
-#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
+#include <caf/meta/load_callback.hpp>
+#include <caf/meta/type_name.hpp>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
 
 #include "actors/admission.hpp"
 #include "durin/caf.hpp"
@@ -25,6 +27,8 @@ using services::step_outcome;
 using services::step_task;
 
 using activate_atom = caf::atom_constant<caf::atom("activate")>;
+// To a run actor: a run whose admission rides in its first write.
+using admit_atom = caf::atom_constant<caf::atom("admit")>;
 using committed_atom = caf::atom_constant<caf::atom("committed")>;
 using step_done_atom = caf::atom_constant<caf::atom("stepdone")>;
 using timer_atom = caf::atom_constant<caf::atom("timer")>;
@@ -46,38 +50,35 @@ using lost_atom = caf::atom_constant<caf::atom("hklost")>;
 // To run actors: a run they watch ended; (run_info as recorded).
 using watched_atom = caf::atom_constant<caf::atom("watched")>;
 
-// A run admitted just now: its record, and no history yet.
+// A run admitted just now: its record, and no history yet. Sent with
+// activate_atom when its admission is durable already, with admit_atom when
+// the admission rides in the run's first write (a start answered once its run
+// settles): the run actor answers that once the write is durable.
 struct fresh_run {
   persistence::run_record record;
   // How the start that made it is answered (plain data, see admission.hpp).
   start_answer answer;
-  // Set when the admission is not written yet (a start answered once its
-  // run settles): it rides in the run's first write, and the actor calls
-  // this once that write is durable (with `info`) or failed.
-  std::function<void(result<run_info>)> admitted;
-  run_info info;
+  run_info info;  // the answer to admit_atom
 };
 
+// An attempt's outcome. Sent as a request by a reporter that wants to know
+// whether it was recorded (answered once that is durable), else one-way.
 struct step_report {
   std::uint64_t call = 0;
   std::string attempt_id;
   step_outcome outcome;
-  // Told whether the outcome was recorded, once that is durable; may be
-  // null. Runs on the run actor's thread: it must not block.
-  std::function<void(report_answer)> reply;
 };
 
 struct cancel_request {
   std::string reason;
   std::string command_id;  // recorded in the run-cancelled event
-  std::function<void(result<run_info>)> reply;  // runs on the actor's thread
 };
 
-// A start with a hook: the run and its token, admitted in one write.
+// A start with a hook: the run and its token, admitted in one write. The
+// token actor answers the run as admitted, or why not.
 struct start_claim {
   persistence::run_record run;
   persistence::token_record token;  // owner, retention, metadata filled in
-  std::function<void(result<run_info>)> reply;
   start_answer answer;  // the caller's key, written in the admission batch
 };
 
@@ -100,10 +101,10 @@ struct claim_outcome {
   std::string owner;  // when not owned
 };
 
+// Answered with the owner's run id once the payload is durable.
 struct resume_request {
   std::string payload;  // MessagePack
   std::string resume_id;
-  std::function<void(result<std::string>)> reply;  // the owner's run id
 };
 
 // A run asks for the payloads addressed to it from `from_sequence` on.
@@ -133,19 +134,146 @@ struct hook_loss {
   std::uint64_t last_sequence = 0;
 };
 
+// -- How each message serialises -------------------------------------------
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, start_answer& x) {
+  bool has_key = x.key.has_value();
+  auto key = has_key ? *x.key : persistence::start_key{};
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    x.key = has_key ? std::optional(std::move(key)) : std::nullopt;
+    return caf::none;
+  });
+  return f(caf::meta::type_name("durin::actors::start_answer"), has_key, key,
+           x.when_settled, load);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, fresh_run& x) {
+  return f(caf::meta::type_name("durin::actors::fresh_run"), x.record, x.answer,
+           x.info);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_report& x) {
+  return f(caf::meta::type_name("durin::actors::step_report"), x.call,
+           x.attempt_id, x.outcome);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, cancel_request& x) {
+  return f(caf::meta::type_name("durin::actors::cancel_request"), x.reason,
+           x.command_id);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, start_claim& x) {
+  return f(caf::meta::type_name("durin::actors::start_claim"), x.run, x.token,
+           x.answer);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, hook_claim& x) {
+  return f(caf::meta::type_name("durin::actors::hook_claim"), x.run_id, x.call,
+           x.metadata, x.retain_until_ms, x.force, x.webhook, x.spec_version);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, claim_outcome& x) {
+  return f(caf::meta::type_name("durin::actors::claim_outcome"), x.token,
+           x.call, x.owned, x.owner);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, resume_request& x) {
+  return f(caf::meta::type_name("durin::actors::resume_request"), x.payload,
+           x.resume_id);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, subscription& x) {
+  return f(caf::meta::type_name("durin::actors::subscription"), x.run_id,
+           x.from_sequence);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, owner_notice& x) {
+  return f(caf::meta::type_name("durin::actors::owner_notice"), x.run_id,
+           x.at_ms);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, hook_delivery& x) {
+  return f(caf::meta::type_name("durin::actors::hook_delivery"), x.token,
+           x.sequence, x.payload);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, hook_loss& x) {
+  return f(caf::meta::type_name("durin::actors::hook_loss"), x.token,
+           x.new_owner, x.last_sequence);
+}
+
 }  // namespace durin::actors
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(durin::status)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(durin::actors::fresh_run)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(durin::actors::step_report)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(durin::actors::cancel_request)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(durin::persistence::timer_record)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(durin::actors::start_claim)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(durin::actors::hook_claim)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(durin::actors::claim_outcome)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(durin::actors::resume_request)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(durin::actors::subscription)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(durin::actors::owner_notice)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(durin::actors::hook_delivery)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(durin::actors::hook_loss)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<std::function<void()>>)
+// The stored records and step outcomes that messages carry. Declared here,
+// not beside their types: persistence/ and the step executor know no CAF.
+namespace durin::persistence {
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, run_record& x) {
+  return f(caf::meta::type_name("durin::persistence::run_record"), x.id, x.flow,
+           x.status, x.input, x.output, x.error_code, x.error_message,
+           x.created_at_ms, x.started_at_ms, x.completed_at_ms, x.spec_version,
+           x.tenant, x.start_token);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_record& x) {
+  return f(caf::meta::type_name("durin::persistence::token_record"), x.tenant,
+           x.token, x.owner_run, x.state, x.start_hook, x.webhook, x.owner_call,
+           x.created_at_ms, x.retain_until_ms, x.metadata, x.owner_spec_version,
+           x.next_payload, x.previous_owner, x.previous_owner_last_payload,
+           x.owner_command);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, request_address& x) {
+  return f(caf::meta::type_name("durin::persistence::request_address"),
+           x.tenant, x.caller, x.key);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, start_key& x) {
+  return f(caf::meta::type_name("durin::persistence::start_key"), x.address,
+           x.fingerprint, x.instance_id, x.lease_ms, x.keep_ms);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, timer_record& x) {
+  return f(caf::meta::type_name("durin::persistence::timer_record"), x.due_ms,
+           x.run_id, x.call, x.kind);
+}
+
+}  // namespace durin::persistence
+
+namespace durin::services {
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_outcome& x) {
+  auto value = x.value.dump();
+  auto load = caf::meta::load_callback(
+      [&] { return durin::detail::parse_json_into(x.value, value); });
+  return f(caf::meta::type_name("durin::services::step_outcome"), x.result,
+           value, x.message, x.retry_after_ms, x.error_code, load);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, report_answer& x) {
+  return f(caf::meta::type_name("durin::services::report_answer"), x.recorded,
+           x.reason);
+}
+
+}  // namespace durin::services
+
+#include "actors/type_ids.hpp"

@@ -6,8 +6,10 @@
 #include <caf/typed_event_based_actor.hpp>
 #include <cstdio>
 
+#include "actors/answers.hpp"
 #include "actors/run_engine.hpp"
 #include "persistence/keys.hpp"
+#include "services/node.hpp"
 #include "services/task_service.hpp"
 
 namespace durin::actors {
@@ -47,7 +49,7 @@ struct run_actor_state {
   struct unwritten_admission {
     persistence::run_record record;
     start_answer answer;
-    std::function<void(result<run_info>)> admitted;
+    std::optional<reply_once<run_info>> admitted;
     run_info info;
     bool submitted = false;
     bool with_commit = false;  // the write carries the engine's commit too
@@ -151,7 +153,7 @@ void submit_commit(self_pointer self, commit_plan plan) {
       }
     }
   }
-  auto handle = caf::actor_cast<caf::actor>(self);
+  auto handle = caf::actor_cast<run_actor>(self);
   st.home->committer->submit(std::move(batch), [handle](const status& outcome) {
     caf::anon_send(handle, committed_atom::value, outcome);
   });
@@ -163,7 +165,7 @@ void submit_commit(self_pointer self, commit_plan plan) {
 void dispatch_step(self_pointer self, step_dispatch dispatch) {
   auto& st = self->state;
   auto* service = st.services->tasks.get();
-  auto handle = caf::actor_cast<caf::actor>(self);
+  auto handle = caf::actor_cast<run_actor>(self);
   auto call = dispatch.call;
   auto attempt_id = dispatch.info.attempt_id;
   auto refuse = [&](std::string message) {
@@ -171,7 +173,7 @@ void dispatch_step(self_pointer self, step_dispatch dispatch) {
     overloaded.result = step_outcome::kind::retryable;
     overloaded.message = std::move(message);
     caf::anon_send(handle, step_done_atom::value,
-                   step_report{call, attempt_id, std::move(overloaded), {}});
+                   step_report{call, attempt_id, std::move(overloaded)});
   };
   if (dispatch.task_queue.empty() && !dispatch.timeouts.any()) {
     // Fast path: nothing can expire, so no lease to track. The engine
@@ -181,7 +183,7 @@ void dispatch_step(self_pointer self, step_dispatch dispatch) {
                    [handle, call, attempt_id](step_outcome outcome) {
                      caf::anon_send(
                          handle, step_done_atom::value,
-                         step_report{call, attempt_id, std::move(outcome), {}});
+                         step_report{call, attempt_id, std::move(outcome)});
                    },
                    [service](const step_progress&) {
                      return !service->run_cancelled(step_metadata().run_id);
@@ -458,6 +460,28 @@ void activate(self_pointer self, std::optional<persistence::run_record> fresh) {
   drain(self);
 }
 
+// Starts a run admitted just now; `admitted`, when set, is answered once the
+// run's first write (which carries its admission) is durable.
+void activate_fresh(self_pointer self, const fresh_run& run,
+                    std::optional<reply_once<run_info>> admitted) {
+  auto& st = self->state;
+  if (st.engine) {
+    if (admitted) {
+      (*admitted)(make_error(errc::internal,
+                             "run " + run.record.id + " is active already"));
+    }
+    return;
+  }
+  if (run.answer.when_settled && run.answer.key) {
+    st.settle_key = run.answer.key;
+  }
+  if (admitted) {
+    st.admitting = run_actor_state::unwritten_admission{
+        run.record, run.answer, std::move(admitted), run.info};
+  }
+  activate(self, run.record);
+}
+
 run_actor::behavior_type run_actor_behavior(self_pointer self, shard* home,
                                             std::string run_id) {
   self->state.services = home->owner;
@@ -473,16 +497,17 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, shard* home,
         }
       },
       [self](activate_atom, const fresh_run& run) {
-        if (!self->state.engine) {
-          if (run.answer.when_settled && run.answer.key) {
-            self->state.settle_key = run.answer.key;
-          }
-          if (run.admitted) {
-            self->state.admitting = run_actor_state::unwritten_admission{
-                run.record, run.answer, run.admitted, run.info};
-          }
-          activate(self, run.record);
-        }
+        activate_fresh(self, run, std::nullopt);
+      },
+      [self](admit_atom,
+             const fresh_run& run) -> caf::typed_response_promise<run_info> {
+        auto promise = self->make_response_promise<run_info>();
+        reply_once<run_info> admitted(
+            promise, make_error(errc::storage_error,
+                                "the admission of run " + run.record.id +
+                                    " may or may not be durable"));
+        activate_fresh(self, run, admitted);
+        return promise;
       },
       [self](committed_atom, const status& outcome) {
         auto& st = self->state;
@@ -491,9 +516,9 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, shard* home,
           admission = std::move(st.admitting);
           st.admitting.reset();
           if (outcome) {
-            admission->admitted(admission->info);
+            (*admission->admitted)(admission->info);
           } else {
-            admission->admitted(make_error(
+            (*admission->admitted)(make_error(
                 errc::storage_error,
                 "the admission of run " + st.run_id +
                     " may or may not be durable: " + outcome.error().message));
@@ -516,14 +541,26 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, shard* home,
         }
         drain(self);
       },
-      [self](step_done_atom, const step_report& report) {
+      [self](step_done_atom, const step_report& report)
+          -> caf::typed_response_promise<report_answer> {
+        auto promise = self->make_response_promise<report_answer>();
+        // Only a reporter that asked is told (the in-node path does not); a
+        // dropped answer leaves the report indefinite to it.
+        std::function<void(report_answer)> reply;
+        if (promise.pending()) {
+          reply_once<report_answer> once(
+              promise,
+              make_error(errc::storage_error, "the outcome was not confirmed"));
+          reply = [once](report_answer answer) { once(std::move(answer)); };
+        }
         if (self->state.engine) {
           self->state.engine->on_step_outcome(report.call, report.attempt_id,
-                                              report.outcome, report.reply);
-        } else if (report.reply) {
-          report.reply(report_answer{false, "stale_attempt"});
+                                              report.outcome, reply);
+        } else if (reply) {
+          reply(report_answer{false, "stale_attempt"});
         }
         drain(self);
+        return promise;
       },
       [self](timer_atom, const persistence::timer_record& timer) {
         if (self->state.engine) {
@@ -531,19 +568,27 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, shard* home,
         }
         drain(self);
       },
-      [self](cancel_atom, const cancel_request& request) {
+      [self](cancel_atom, const cancel_request& request)
+          -> caf::typed_response_promise<run_info> {
+        auto promise = self->make_response_promise<run_info>();
+        reply_once<run_info> reply(
+            promise,
+            make_error(errc::storage_error,
+                       "the cancel of run " + self->state.run_id +
+                           " was not confirmed (the run reloads after a "
+                           "failed write); it may still apply"));
         if (self->state.engine) {
-          self->state.engine->cancel(request.reason, request.command_id,
-                                     request.reply);
+          self->state.engine->cancel(request.reason, request.command_id, reply);
           // Reports of the run's attempt are refused run_cancelled from now.
           self->state.services->tasks->cancel_run(self->state.run_id);
         } else {
-          request.reply(
+          reply(
               make_error(errc::storage_error,
                          "run " + self->state.run_id +
                              " cannot be loaded right now; retry the cancel"));
         }
         drain(self);
+        return promise;
       },
       [self](claimed_atom, const claim_outcome& outcome) {
         if (self->state.engine) {
@@ -584,10 +629,9 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, shard* home,
 
 }  // namespace
 
-caf::actor spawn_run_actor(caf::actor_system& system, shard& home,
-                           const std::string& run_id) {
-  return caf::actor_cast<caf::actor>(
-      system.spawn(run_actor_behavior, &home, run_id));
+run_actor spawn_run_actor(caf::actor_system& system, shard& home,
+                          const std::string& run_id) {
+  return system.spawn(run_actor_behavior, &home, run_id);
 }
 
 }  // namespace durin::actors

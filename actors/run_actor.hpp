@@ -4,13 +4,23 @@
 // executor, timers in the timer service. It answers nobody before the write
 // an answer depends on is durable, and passivates when idle on a far timer.
 //
-// Protocol (all one-way; replies travel in the messages' callbacks):
+// Its whole protocol is the typed interface below. Requests are answered
+// through response promises: exactly once, also when the answer is dropped
+// (a run that reloads after a failed write answers what it held with an
+// error, so a requester never waits for an answer that cannot come).
 #pragma once
 
+#include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
+#include <cstdint>
+#include <string>
 
 #include "actors/messages.hpp"
-#include "services/node.hpp"
+
+namespace durin::services {
+struct node;
+struct shard;
+}  // namespace durin::services
 
 namespace durin::actors {
 
@@ -20,16 +30,20 @@ using services::shard;
 using run_actor = caf::typed_actor<
     // Loads the run and its history from storage and replays it.
     caf::reacts_to<activate_atom>,
-    // Starts a run admitted just now (no storage read).
+    // Starts a run whose admission is durable (no storage read).
     caf::reacts_to<activate_atom, fresh_run>,
+    // Starts a run whose admission rides in its first write; answers the
+    // run as admitted once that write is durable, or storage-error.
+    caf::replies_to<admit_atom, fresh_run>::with<run_info>,
     // The write handed to the committer last is durable (or failed).
     caf::reacts_to<committed_atom, status>,
-    // A step attempt ended.
-    caf::reacts_to<step_done_atom, step_report>,
+    // A step attempt ended; whether it was recorded, once that is durable
+    // (recorded = false with a reason when refused).
+    caf::replies_to<step_done_atom, step_report>::with<report_answer>,
     // A durable timer fired.
     caf::reacts_to<timer_atom, persistence::timer_record>,
-    // Cancels the run.
-    caf::reacts_to<cancel_atom, cancel_request>,
+    // Cancels the run; answers its final state once durable.
+    caf::replies_to<cancel_atom, cancel_request>::with<run_info>,
     // Discards the engine and activates again (after a failed write).
     caf::reacts_to<reload_atom>,
     // From token actors: a claim's answer, a payload, a token lost.
@@ -42,7 +56,7 @@ using run_actor = caf::typed_actor<
     caf::reacts_to<linger_atom, std::uint64_t>>;
 
 // Spawns the actor of `run_id` on `system`. `services` must outlive it.
-caf::actor spawn_run_actor(caf::actor_system& system, shard& home,
-                           const std::string& run_id);
+run_actor spawn_run_actor(caf::actor_system& system, shard& home,
+                          const std::string& run_id);
 
 }  // namespace durin::actors

@@ -3,14 +3,17 @@
 #include "actors/identity.hpp"
 
 #include <caf/actor_system.hpp>
-#include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
 #include <cstdio>
 #include <deque>
 
+#include "actors/answers.hpp"
 #include "actors/messages.hpp"
 #include "actors/run_engine.hpp"
+#include "persistence/assert.hpp"
 #include "persistence/keys.hpp"
+#include "services/node.hpp"
 
 namespace durin::actors {
 
@@ -33,6 +36,14 @@ struct token_actor_state {
   bool loaded = false;
   std::optional<token_record> record;
   std::size_t in_flight = 0;  // writes not yet answered by the committer
+  // What to do once each write in flight is durable or failed, in
+  // submission order (the committer answers in that order), by ticket.
+  struct continuation {
+    std::uint64_t ticket = 0;
+    std::function<void(bool)> then;
+  };
+  std::deque<continuation> committing;
+  std::uint64_t next_ticket = 1;
   // Writes in flight that may change the owner; while there are any, the
   // shared held_tokens entry stays erased.
   std::size_t owner_writes = 0;
@@ -49,7 +60,7 @@ struct token_actor_state {
   static inline const char* name = "durin.token";
 };
 
-using self_pointer = caf::stateful_actor<token_actor_state>*;
+using self_pointer = token_actor::stateful_pointer<token_actor_state>;
 
 std::int64_t now_ms(self_pointer self) {
   return self->state.services->clock->now_ms();
@@ -96,21 +107,39 @@ void write(self_pointer self, persistence::write_batch batch,
     ++st.owner_writes;
     st.services->held.erase(st.address);
   }
-  auto handle = caf::actor_cast<caf::actor>(self);
-  auto done = std::make_shared<std::function<void(bool)>>(
-      [self, keeps_owner, then = std::move(then)](bool ok) {
-        if (!keeps_owner) {
-          --self->state.owner_writes;
-        }
-        then(ok);
-      });
+  auto ticket = st.next_ticket++;
+  st.committing.push_back(
+      {ticket, [self, keeps_owner, then = std::move(then)](bool ok) {
+         if (!keeps_owner) {
+           DURIN_ASSERT(self->state.owner_writes > 0,
+                        "an owner write ends that was never counted");
+           --self->state.owner_writes;
+         }
+         then(ok);
+       }});
+  auto handle = caf::actor_cast<token_actor>(self);
   st.home->committer->submit(
-      std::move(batch), [handle, done](const status& outcome) {
-        caf::anon_send(handle, committed_atom::value,
-                       outcome.ok() ? status{} : outcome,
-                       std::make_shared<std::function<void()>>(
-                           [done, ok = outcome.ok()] { (*done)(ok); }));
+      std::move(batch), [handle, ticket](const status& outcome) {
+        caf::anon_send(handle, committed_atom::value, outcome, ticket);
       });
+}
+
+// The write with `ticket` is durable (`outcome` ok) or failed: its
+// continuation runs, then whatever waited for it.
+void on_committed(self_pointer self, const status& outcome,
+                  std::uint64_t ticket) {
+  auto& st = self->state;
+  DURIN_ASSERT(!st.committing.empty() && st.committing.front().ticket == ticket,
+               "the committer answers a token's writes in submission order");
+  auto then = std::move(st.committing.front().then);
+  st.committing.pop_front();
+  --st.in_flight;
+  if (!outcome.ok()) {
+    st.loaded = false;  // indefinite: read the truth again
+  }
+  then(outcome.ok());
+  publish(self);
+  run_waiting(self);
 }
 
 // Deletes the token's payloads and resume ids. A token that never received
@@ -137,9 +166,14 @@ void deliver_to_run(self_pointer self, const std::string& run_id,
   self->state.services->runs_of(run_id).deliver(run_id, xs...);
 }
 
-// The owner ended at `at_ms`: keep the token for its retention, or free it.
-void apply_owner_end(self_pointer self, std::int64_t at_ms) {
+// The owner `owner_run` ended at `at_ms`: keep the token for its
+// retention, or free it.
+void apply_owner_end(self_pointer self, const std::string& owner_run,
+                     std::int64_t at_ms) {
   auto& st = self->state;
+  DURIN_ASSERT(st.record && st.record->state == token_state::active &&
+                   st.record->owner_run == owner_run,
+               "only the token's active owner ends its ownership");
   auto record = *st.record;
   auto batch = st.home->store->batch();
   if (record.retain_until_ms > at_ms && record.retain_until_ms > now_ms(self)) {
@@ -184,7 +218,8 @@ bool ensure_loaded(self_pointer self) {
     auto owner = st.services->shard_of_run(st.record->owner_run)
                      .store->get_run(st.record->owner_run);
     if (owner && (!*owner || is_terminal((*owner)->status))) {
-      apply_owner_end(self, *owner ? (*owner)->completed_at_ms : 0);
+      apply_owner_end(self, st.record->owner_run,
+                      *owner ? (*owner)->completed_at_ms : 0);
       return false;  // the request waits for that write
     }
   }
@@ -207,7 +242,7 @@ void arm_linger(self_pointer self) {
   auto& st = self->state;
   if (!st.linger_armed) {
     st.linger_armed = true;
-    st.services->lingering->add(caf::actor_cast<caf::actor>(self),
+    st.services->lingering->add(caf::actor_cast<token_actor>(self),
                                 st.requests_served);
   }
 }
@@ -246,6 +281,7 @@ void maybe_leave(self_pointer self,
     arm_linger(self);
     return;
   }
+  DURIN_ASSERT(st.committing.empty(), "a token passivates with no write left");
   auto* actor = self;
   // The entry goes with the actor, under the directory's lock, before a new
   // actor for the token can exist and publish its own. An owner's release
@@ -314,13 +350,28 @@ bool settle_ended_owner(self_pointer self) {
   if (!owner || (*owner && !is_terminal((*owner)->status))) {
     return false;  // not ended yet (or unreadable): the owner still holds
   }
-  apply_owner_end(self, *owner ? (*owner)->completed_at_ms : 0);
+  apply_owner_end(self, record->owner_run,
+                  *owner ? (*owner)->completed_at_ms : 0);
   return true;
 }
 
 // Puts `request` back at the head of the queue, behind the write in flight.
 void retry_first(self_pointer self, std::function<void()> request) {
   self->state.waiting.push_front({false, std::move(request)});
+}
+
+// Makes `next` the token's record and its owner the only one: granted only
+// when the token is free, or to a force-claim taking it over (whose loss the
+// previous owner is told), never beside another active owner.
+void grant(self_pointer self, const token_record& next) {
+  auto& record = self->state.record;
+  DURIN_ASSERT(next.state == token_state::active && !next.owner_run.empty(),
+               "a token is granted to one active owner");
+  DURIN_ASSERT(is_free(self) || next.previous_owner == record->owner_run ||
+                   record->owner_run == next.owner_run ||
+                   record->state == token_state::retained,
+               "an active owner loses its token only to a force-claim");
+  record = next;
 }
 
 hook_info describe(const token_record& record) {
@@ -338,10 +389,13 @@ hook_info describe(const token_record& record) {
   return info;
 }
 
-void handle_start(self_pointer self, start_claim& claim) {
+void handle_start(self_pointer self, start_claim& claim,
+                  const reply_once<run_info>& reply) {
   auto& st = self->state;
   if (!is_free(self) && settle_ended_owner(self)) {
-    retry_first(self, [self, claim]() mutable { handle_start(self, claim); });
+    retry_first(self, [self, claim, reply]() mutable {
+      handle_start(self, claim, reply);
+    });
     return;
   }
   if (!is_free(self)) {
@@ -351,13 +405,16 @@ void handle_start(self_pointer self, start_claim& claim) {
       auto owner = st.services->shard_of_run(st.record->owner_run)
                        .store->get_run(st.record->owner_run);
       if (owner && *owner) {
-        claim.reply(describe_run(**owner));
+        reply(describe_run(**owner));
         return;
       }
     }
-    claim.reply(token_held_error(st.token, st.record->owner_run));
+    reply(token_held_error(st.token, st.record->owner_run));
     return;
   }
+  DURIN_ASSERT(claim.token.owner_run == claim.run.id &&
+                   claim.token.state == token_state::active,
+               "a start claims its token for the run it admits");
   auto batch = st.home->store->batch();
   if (st.record) {
     release(batch, *st.record);  // a retention that has passed
@@ -368,8 +425,7 @@ void handle_start(self_pointer self, start_claim& claim) {
                         .token = &claim.token,
                         .answer = &claim.answer,
                         .now_ms = st.services->clock->now_ms()});
-  st.record = claim.token;
-  auto reply = std::move(claim.reply);
+  grant(self, claim.token);
   write(self, std::move(batch), [self, reply, info](bool ok) {
     if (ok) {
       publish_and_offer(self);
@@ -450,7 +506,9 @@ void handle_claim(self_pointer self, const hook_claim& claim) {
     batch.put_webhook_tenant(next.token, next.tenant);
   }
   auto previous = record ? record->owner_run : std::string();
-  record = next;
+  DURIN_ASSERT(free || take_over,
+               "a claim is granted only on a free token, or by force");
+  grant(self, next);
   write(self, std::move(batch), [self, answer, loss, previous](bool ok) {
     if (ok) {
       publish_and_offer(self);
@@ -462,23 +520,24 @@ void handle_claim(self_pointer self, const hook_claim& claim) {
   });
 }
 
-void handle_resume(self_pointer self, resume_request& request) {
+void handle_resume(self_pointer self, resume_request& request,
+                   const reply_once<std::string>& reply) {
   auto& st = self->state;
   if (!request.resume_id.empty()) {
     auto seen =
         st.home->store->get_resume(st.tenant, st.token, request.resume_id);
     if (!seen) {
-      request.reply(seen.error());
+      reply(seen.error());
       return;
     }
     if (*seen) {
-      request.reply((*seen)->owner_run);
+      reply((*seen)->owner_run);
       return;
     }
   }
   auto& record = st.record;
   if (!record || record->state != token_state::active) {
-    request.reply(make_error(
+    reply(make_error(
         errc::hook_not_found,
         "no running run owns " + describe_token(st.token) +
             (record ? " (run " + record->owner_run + " ended and retains it)"
@@ -496,7 +555,6 @@ void handle_resume(self_pointer self, resume_request& request) {
     batch.put_resume(st.tenant, st.token, request.resume_id,
                      {payload.sequence, payload.owner_run});
   }
-  auto reply = std::move(request.reply);
   auto delivered = [self, reply, payload](bool ok) {
     if (!ok) {
       reply(make_error(errc::storage_error,
@@ -542,6 +600,8 @@ void handle_dispose(self_pointer self, const owner_notice& notice) {
       st.record->owner_run != notice.run_id) {
     return;  // not (or no longer) its token
   }
+  DURIN_ASSERT(st.record->owner_run == notice.run_id,
+               "only the token's owner disposes it");
   auto batch = st.home->store->batch();
   release(batch, *st.record);
   st.record.reset();
@@ -559,13 +619,14 @@ void handle_owner_end(self_pointer self, const owner_notice& notice) {
     publish(self);
     return;
   }
-  apply_owner_end(self, notice.at_ms);
+  apply_owner_end(self, notice.run_id, notice.at_ms);
 }
 
 void handle_retention(self_pointer self) {
   auto& st = self->state;
   if (st.record && st.record->state == token_state::retained &&
       st.record->retain_until_ms <= now_ms(self)) {
+    DURIN_ASSERT(is_free(self), "a retention ends only with no active owner");
     auto batch = st.home->store->batch();
     release(batch, *st.record);
     st.record.reset();
@@ -573,8 +634,8 @@ void handle_retention(self_pointer self) {
   }
 }
 
-caf::behavior token_actor_behavior(self_pointer self, shard* home,
-                                   std::string address) {
+token_actor::behavior_type token_actor_behavior(self_pointer self, shard* home,
+                                                std::string address) {
   auto& st = self->state;
   st.services = home->owner;
   st.home = home;
@@ -585,38 +646,47 @@ caf::behavior token_actor_behavior(self_pointer self, shard* home,
     st.token = decoded->token;
   }
   return {
-      [self](committed_atom, const status& outcome,
-             const std::shared_ptr<std::function<void()>>& then) {
-        auto& st = self->state;
-        --st.in_flight;
-        if (!outcome.ok()) {
-          st.loaded = false;  // indefinite: read the truth again
-        }
-        (*then)();
-        publish(self);
-        run_waiting(self);
+      [self](committed_atom, const status& outcome, std::uint64_t ticket) {
+        on_committed(self, outcome, ticket);
       },
       [self](reload_atom) { run_waiting(self); },
       [self](linger_atom, std::uint64_t since) {
         self->state.linger_armed = false;
         maybe_leave(self, since);
       },
-      // The directory activates every actor it spawns; a token loads
-      // lazily, with its first request.
       [](activate_atom) {},
-      [self](start_claim_atom, start_claim& claim) {
-        serve(self, [self, claim]() mutable { handle_start(self, claim); });
+      [self](start_claim_atom,
+             start_claim& claim) -> caf::typed_response_promise<run_info> {
+        auto promise = self->make_response_promise<run_info>();
+        reply_once<run_info> reply(
+            promise, make_error(errc::shutting_down,
+                                "the token's actor stopped before the start "
+                                "was decided"));
+        serve(self, [self, claim = std::move(claim), reply]() mutable {
+          handle_start(self, claim, reply);
+        });
+        return promise;
       },
       [self](claim_atom, const hook_claim& claim) {
         serve(self, [self, claim] { handle_claim(self, claim); });
       },
-      [self](resume_atom, resume_request& request) {
+      [self](resume_atom, resume_request& request)
+          -> caf::typed_response_promise<std::string> {
+        auto promise = self->make_response_promise<std::string>();
+        reply_once<std::string> reply(
+            promise, make_error(errc::shutting_down,
+                                "the token's actor stopped before the resume "
+                                "was recorded"));
         // A resume id is checked against the store, so such a resume waits
         // until the writes before it are durable.
         bool pipelined = request.resume_id.empty();
         serve(
-            self, [self, request]() mutable { handle_resume(self, request); },
+            self,
+            [self, request = std::move(request), reply]() mutable {
+              handle_resume(self, request, reply);
+            },
             pipelined);
+        return promise;
       },
       [self](subscribe_atom, const subscription& request) {
         serve(self, [self, request] { handle_subscribe(self, request); });
@@ -643,8 +713,8 @@ error token_held_error(std::string_view token, const std::string& owner_run) {
   return conflict;
 }
 
-caf::actor spawn_token_actor(caf::actor_system& system, shard& home,
-                             const std::string& address) {
+token_actor spawn_token_actor(caf::actor_system& system, shard& home,
+                              const std::string& address) {
   return system.spawn(token_actor_behavior, &home, address);
 }
 

@@ -3,56 +3,57 @@
 #include <caf/attachable.hpp>
 #include <caf/exit_reason.hpp>
 
+#include "actors/run_actor.hpp"
+#include "actors/token_actor.hpp"
+
 namespace durin::services {
 
-directory::directory(spawn_function spawn) : spawn_(std::move(spawn)) {}
+template <class Handle>
+directory<Handle>::directory(spawn_function spawn) : spawn_(std::move(spawn)) {}
 
-directory::shard& directory::shard_of(const std::string& run_id) {
-  return shards_[std::hash<std::string>{}(run_id) % shard_count];
+template <class Handle>
+typename directory<Handle>::shard& directory<Handle>::shard_of(
+    const std::string& id) {
+  return shards_[std::hash<std::string>{}(id) % shard_count];
 }
 
-caf::actor directory::find_or_spawn(shard& target, const std::string& run_id,
-                                    const fresh_run* fresh) {
-  auto it = target.actors.find(run_id);
+template <class Handle>
+Handle directory<Handle>::find_or_spawn(shard& target, const std::string& id,
+                                        bool activate_from_storage) {
+  auto it = target.actors.find(id);
   if (it != target.actors.end()) {
     return it->second;
   }
   {
     std::lock_guard<std::mutex> lock(live_mutex_);
     if (closing_) {
-      return caf::actor{};
+      return Handle{};
     }
     ++live_;
   }
-  auto handle = spawn_(run_id);
+  auto handle = spawn_(id);
   handle->attach_functor([this] { actor_gone(); });
-  if (fresh != nullptr) {
-    caf::anon_send(handle, actors::activate_atom::value, *fresh);
-  } else {
+  if (activate_from_storage) {
     caf::anon_send(handle, actors::activate_atom::value);
   }
-  target.actors.emplace(run_id, handle);
+  target.actors.emplace(id, handle);
   return handle;
 }
 
-bool directory::activate(const std::string& run_id) {
-  auto& shard = shard_of(run_id);
+template <class Handle>
+bool directory<Handle>::activate(const std::string& id) {
+  auto& shard = shard_of(id);
   std::lock_guard<std::mutex> lock(shard.mutex);
-  return static_cast<bool>(find_or_spawn(shard, run_id, nullptr));
+  return static_cast<bool>(find_or_spawn(shard, id, true));
 }
 
-bool directory::activate_fresh(fresh_run run) {
-  auto& shard = shard_of(run.record.id);
+template <class Handle>
+bool directory<Handle>::try_passivate(const std::string& id,
+                                      const caf::actor_addr& actor,
+                                      const std::function<bool()>& idle) {
+  auto& shard = shard_of(id);
   std::lock_guard<std::mutex> lock(shard.mutex);
-  return static_cast<bool>(find_or_spawn(shard, run.record.id, &run));
-}
-
-bool directory::try_passivate(const std::string& run_id,
-                              const caf::actor_addr& actor,
-                              const std::function<bool()>& idle) {
-  auto& shard = shard_of(run_id);
-  std::lock_guard<std::mutex> lock(shard.mutex);
-  auto it = shard.actors.find(run_id);
+  auto it = shard.actors.find(id);
   if (it == shard.actors.end() || it->second.address() != actor || !idle()) {
     return false;
   }
@@ -60,39 +61,45 @@ bool directory::try_passivate(const std::string& run_id,
   return true;
 }
 
-void directory::remove(const std::string& run_id,
-                       const caf::actor_addr& actor) {
+template <class Handle>
+void directory<Handle>::remove(const std::string& id,
+                               const caf::actor_addr& actor) {
   {
-    auto& shard = shard_of(run_id);
+    auto& shard = shard_of(id);
     std::lock_guard<std::mutex> lock(shard.mutex);
-    auto it = shard.actors.find(run_id);
+    auto it = shard.actors.find(id);
     if (it != shard.actors.end() && it->second.address() == actor) {
       shard.actors.erase(it);
     }
   }
-  clear_blocked(run_id);
+  clear_blocked(id);
 }
 
-void directory::set_blocked(const std::string& run_id, std::string reason) {
+template <class Handle>
+void directory<Handle>::set_blocked(const std::string& id, std::string reason) {
   std::lock_guard<std::mutex> lock(blocked_mutex_);
-  blocked_[run_id] = std::move(reason);
+  blocked_[id] = std::move(reason);
 }
 
-void directory::clear_blocked(const std::string& run_id) {
+template <class Handle>
+void directory<Handle>::clear_blocked(const std::string& id) {
   std::lock_guard<std::mutex> lock(blocked_mutex_);
-  blocked_.erase(run_id);
+  blocked_.erase(id);
 }
 
-std::optional<std::string> directory::blocked(const std::string& run_id) const {
+template <class Handle>
+std::optional<std::string> directory<Handle>::blocked(
+    const std::string& id) const {
   std::lock_guard<std::mutex> lock(blocked_mutex_);
-  auto it = blocked_.find(run_id);
+  auto it = blocked_.find(id);
   if (it == blocked_.end()) {
     return std::nullopt;
   }
   return it->second;
 }
 
-std::size_t directory::active() const {
+template <class Handle>
+std::size_t directory<Handle>::active() const {
   std::size_t total = 0;
   for (auto& shard : shards_) {
     std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(shard.mutex));
@@ -101,13 +108,15 @@ std::size_t directory::active() const {
   return total;
 }
 
-void directory::actor_gone() {
+template <class Handle>
+void directory<Handle>::actor_gone() {
   std::lock_guard<std::mutex> lock(live_mutex_);
   --live_;
   live_changed_.notify_all();
 }
 
-void directory::close() {
+template <class Handle>
+void directory<Handle>::close() {
   {
     std::lock_guard<std::mutex> lock(live_mutex_);
     closing_ = true;
@@ -123,5 +132,8 @@ void directory::close() {
   std::unique_lock<std::mutex> lock(live_mutex_);
   live_changed_.wait(lock, [this] { return live_ == 0; });
 }
+
+template class directory<actors::run_actor>;
+template class directory<actors::token_actor>;
 
 }  // namespace durin::services

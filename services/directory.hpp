@@ -1,11 +1,16 @@
-// The directory maps run ids to the actors running them. Runs are virtual
-// actors: a message for a run without an actor spawns one, which activates
-// from storage before it reads the message. A run idle on a far timer leaves
-// the directory (passivates) only when its mailbox is empty, checked under
-// the same lock every sender takes, so no message is ever lost to a stopping
-// actor.
+// The directory maps ids (run ids; token addresses) to the actors running
+// them, keeping each actor's typed handle. Its actors are virtual: a message
+// for an id without an actor spawns one, which activates from storage before
+// it reads the message. An actor leaves the directory (passivates) only when
+// its mailbox is empty, checked under the same lock every sender takes, so
+// no message is ever lost to a stopping actor.
 //
-// Thread-safety: all methods may be called from any thread.
+// `Handle` is the actors' typed interface (actors::run_actor,
+// actors::token_actor); each must accept activate_atom. Instantiated for
+// those two in directory.cpp.
+//
+// Thread-safety: all methods may be called from any thread; `send` functions
+// run under a lock and must only send (never block or call the directory).
 #pragma once
 
 #include <array>
@@ -15,8 +20,8 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
-#include <caf/actor.hpp>
 #include <caf/actor_addr.hpp>
 #include <caf/send.hpp>
 
@@ -24,64 +29,87 @@
 
 namespace durin::services {
 
-using actors::fresh_run;
-
+template <class Handle>
 class directory {
  public:
-  // Spawns the actor of a run; it must expect activate_atom first.
-  using spawn_function = std::function<caf::actor(const std::string& run_id)>;
+  // Spawns the actor of an id; its first message comes from the directory.
+  using spawn_function = std::function<Handle(const std::string& id)>;
 
   explicit directory(spawn_function spawn);
 
-  // Sends (xs...) to the run's actor, spawning and activating it from
+  // Sends (xs...) to the id's actor, spawning and activating it from
   // storage when it has none. False once the directory is closing.
   template <class... Ts>
-  bool deliver(const std::string& run_id, Ts&&... xs) {
-    auto& shard = shard_of(run_id);
-    std::lock_guard<std::mutex> lock(shard.mutex);
-    auto handle = find_or_spawn(shard, run_id, nullptr);
+  bool deliver(const std::string& id, Ts&&... xs) {
+    return with_actor(id, [&](const Handle& handle) {
+      caf::anon_send(handle, std::forward<Ts>(xs)...);
+    });
+  }
+
+  // Calls `send(handle)` with the id's actor (spawned and activated from
+  // storage when it has none) under the lock that passivation takes, so what
+  // `send` sends is never lost: for an actor that sends a request to the id's
+  // actor. False (and `send` not called) once the directory is closing.
+  template <class Send>
+  bool with_actor(const std::string& id, Send&& send) {
+    auto& target = shard_of(id);
+    std::lock_guard<std::mutex> lock(target.mutex);
+    auto handle = find_or_spawn(target, id, true);
     if (!handle) {
       return false;
     }
-    caf::anon_send(handle, std::forward<Ts>(xs)...);
+    send(handle);
     return true;
   }
 
-  // Makes sure the run has an actor (which activates from storage).
-  bool activate(const std::string& run_id);
+  // Like with_actor, for an id admitted just now: `send` sends a new actor
+  // its first message instead of the activation from storage.
+  template <class Send>
+  bool with_new_actor(const std::string& id, Send&& send) {
+    auto& target = shard_of(id);
+    std::lock_guard<std::mutex> lock(target.mutex);
+    auto handle = find_or_spawn(target, id, false);
+    if (!handle) {
+      return false;
+    }
+    send(handle);
+    return true;
+  }
 
-  // Spawns the actor of a run admitted just now, without reading storage.
-  bool activate_fresh(fresh_run run);
+  // Makes sure the id has an actor (which activates from storage).
+  bool activate(const std::string& id);
 
-  // Removes the run's actor if `idle()` holds under the lock (its mailbox is
+  // Removes the id's actor if `idle()` holds under the lock (its mailbox is
   // empty). The actor must quit when this returns true.
-  bool try_passivate(const std::string& run_id, const caf::actor_addr& actor,
+  bool try_passivate(const std::string& id, const caf::actor_addr& actor,
                      const std::function<bool()>& idle);
 
-  // The run's actor ended (finished, or failed to activate).
-  void remove(const std::string& run_id, const caf::actor_addr& actor);
+  // The id's actor ended (finished, or failed to activate).
+  void remove(const std::string& id, const caf::actor_addr& actor);
 
   // Blocked runs, as reported by their actors, for runtime::get.
-  void set_blocked(const std::string& run_id, std::string reason);
-  void clear_blocked(const std::string& run_id);
-  std::optional<std::string> blocked(const std::string& run_id) const;
+  void set_blocked(const std::string& id, std::string reason);
+  void clear_blocked(const std::string& id);
+  std::optional<std::string> blocked(const std::string& id) const;
 
   std::size_t active() const;
 
-  // Refuses new spawns, stops every run actor and waits until all are gone.
+  // Refuses new spawns, stops every actor and waits until all are gone.
   void close();
 
  private:
   struct shard {
     std::mutex mutex;
-    std::unordered_map<std::string, caf::actor> actors;
+    std::unordered_map<std::string, Handle> actors;
   };
   static constexpr std::size_t shard_count = 32;
 
-  shard& shard_of(const std::string& run_id);
-  // REQUIRES: shard.mutex held.
-  caf::actor find_or_spawn(shard& target, const std::string& run_id,
-                           const fresh_run* fresh);
+  shard& shard_of(const std::string& id);
+  // The id's actor, spawned when it has none (and then sent activate_atom
+  // when `activate_from_storage`); null once closing. REQUIRES:
+  // target.mutex held.
+  Handle find_or_spawn(shard& target, const std::string& id,
+                       bool activate_from_storage);
   void actor_gone();
 
   spawn_function spawn_;

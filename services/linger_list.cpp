@@ -2,13 +2,13 @@
 
 #include <caf/send.hpp>
 
-#include "actors/messages.hpp"
-
 namespace durin::services {
 
 linger_list::linger_list(std::chrono::milliseconds period)
-    : entries_(period, [](std::pair<caf::actor, std::uint64_t>& entry) {
-        caf::anon_send(entry.first, actors::linger_atom::value, entry.second);
-      }) {}
+    : entries_(period,
+               [](std::pair<actors::token_actor, std::uint64_t>& entry) {
+                 caf::anon_send(entry.first, actors::linger_atom::value,
+                                entry.second);
+               }) {}
 
 }  // namespace durin::services

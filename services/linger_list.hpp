@@ -11,11 +11,11 @@
 // Thread-safety: add() and stop() may be called from any thread.
 #pragma once
 
-#include <caf/actor.hpp>
 #include <chrono>
 #include <cstdint>
 #include <utility>
 
+#include "actors/token_actor.hpp"
 #include "services/due_list.hpp"
 
 namespace durin::services {
@@ -24,7 +24,7 @@ class linger_list {
  public:
   explicit linger_list(std::chrono::milliseconds period);
 
-  void add(caf::actor actor, std::uint64_t stamp) {
+  void add(actors::token_actor actor, std::uint64_t stamp) {
     entries_.add({std::move(actor), stamp});
   }
 
@@ -32,7 +32,7 @@ class linger_list {
   void stop() { entries_.stop(); }
 
  private:
-  due_list<std::pair<caf::actor, std::uint64_t>> entries_;
+  due_list<std::pair<actors::token_actor, std::uint64_t>> entries_;
 };
 
 }  // namespace durin::services

@@ -13,6 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "actors/run_actor.hpp"
+#include "actors/token_actor.hpp"
 #include "durin/clock.hpp"
 #include "durin/registry.hpp"
 #include "durin/runtime.hpp"
@@ -21,6 +23,7 @@
 #include "services/directory.hpp"
 #include "services/held_tokens.hpp"
 #include "services/linger_list.hpp"
+#include "services/reply_relay.hpp"
 #include "services/run_events.hpp"
 #include "services/shard_map.hpp"
 #include "services/step_executor.hpp"
@@ -42,8 +45,9 @@ struct shard {
   std::unique_ptr<persistence::store> store;
   std::unique_ptr<persistence::committer> committer;
   std::unique_ptr<timer_service> timers;
-  std::unique_ptr<directory> runs;
-  std::unique_ptr<directory> tokens;  // key: keys::token(tenant, token)
+  std::unique_ptr<directory<actors::run_actor>> runs;
+  // key: keys::token(tenant, token)
+  std::unique_ptr<directory<actors::token_actor>> tokens;
 };
 
 struct node {
@@ -56,6 +60,9 @@ struct node {
   std::unique_ptr<task_service> tasks;
   std::vector<std::unique_ptr<shard>> shards;  // one, unless --shards N
   shard_map map;
+  // Answers to callers that are not actors, for all shards (made before
+  // the shards' directories, stopped after they closed).
+  std::unique_ptr<reply_relay> relay;
   run_events events;  // runs settling and ending, after durability
   std::atomic<bool> closing{false};  // set first when the runtime closes
   held_tokens held;  // written by token actors, read by starts (all shards)
@@ -77,10 +84,10 @@ struct node {
   shard& shard_of_key(const persistence::request_address& key) {
     return *shards[map.of_key(key)];
   }
-  directory& runs_of(std::string_view run_id) {
+  directory<actors::run_actor>& runs_of(std::string_view run_id) {
     return *shard_of_run(run_id).runs;
   }
-  directory& tokens_of(std::string_view address) {
+  directory<actors::token_actor>& tokens_of(std::string_view address) {
     return *shard_of_token(address).tokens;
   }
   // The node's storage health: ready while every shard's store takes

@@ -24,6 +24,7 @@
 #include "actors/run_actor.hpp"
 #include "actors/run_engine.hpp"
 #include "actors/token_actor.hpp"
+#include "actors/type_ids.hpp"
 #include "durin/caf.hpp"
 #include "persistence/keys.hpp"
 #include "services/node.hpp"
@@ -96,19 +97,15 @@ void runtime::resume_hook_async(std::string_view token, json payload,
                         std::to_string(input_bytes_max)));
     return;
   }
-  // Shared: if the token's actor cannot be reached, the request (and its
-  // callback) is dropped undelivered and `done` is still ours to call.
-  auto answer = std::make_shared<std::function<void(result<std::string>)>>(
-      std::move(done));
-  actors::resume_request request{
-      std::move(bytes),
-      options.resume_id.empty() ? options.command_id : options.resume_id,
-      [answer](result<std::string> outcome) { (*answer)(std::move(outcome)); }};
+  actors::resume_request request{std::move(bytes), options.resume_id.empty()
+                                                       ? options.command_id
+                                                       : options.resume_id};
+  auto& services = impl_->services;
   auto address = persistence::keys::token(options.tenant, token);
-  if (!impl_->services.tokens_of(address).deliver(
-          address, actors::resume_atom::value, std::move(request))) {
-    (*answer)(make_error(errc::shutting_down, "the runtime is closing"));
-  }
+  auto& tokens = services.tokens_of(address);
+  services.relay->ask<std::string>(tokens, std::move(address), std::move(done),
+                                   actors::resume_atom::value,
+                                   std::move(request));
 }
 
 result<std::string> runtime::resume_hook(std::string_view token, json payload,
@@ -386,14 +383,14 @@ result<run_info> runtime::cancel_once(std::string_view run_id,
   }
   auto answer = std::make_shared<std::promise<result<run_info>>>();
   auto future = answer->get_future();
-  actors::cancel_request request{options.reason, options.command_id,
-                                 [answer](result<run_info> outcome) {
-                                   answer->set_value(std::move(outcome));
-                                 }};
-  if (!impl_->services.runs_of(now->id).deliver(
-          now->id, actors::cancel_atom::value, std::move(request))) {
-    return make_error(errc::shutting_down, "the runtime is closing");
-  }
+  auto& services = impl_->services;
+  services.relay->ask<run_info>(
+      services.runs_of(now->id), now->id,
+      [answer](result<run_info> outcome) {
+        answer->set_value(std::move(outcome));
+      },
+      actors::cancel_atom::value,
+      actors::cancel_request{options.reason, options.command_id});
   if (future.wait_for(cancel_answer_timeout) != std::future_status::ready) {
     return make_error(errc::timeout,
                       "the cancel of run " + now->id +

@@ -59,6 +59,9 @@ class runtime_impl {
       shard->runs->close();
       shard->tokens->close();
     }
+    if (services.relay) {
+      services.relay->stop();
+    }
     if (services.executor) {
       services.executor->stop();
     }

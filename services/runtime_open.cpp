@@ -13,6 +13,8 @@
 #include "actors/run_actor.hpp"
 #include "actors/run_engine.hpp"
 #include "actors/token_actor.hpp"
+#include "actors/type_ids.hpp"
+#include "durin/caf.hpp"
 #include "durin/limits.hpp"
 #include "services/runtime_access.hpp"
 #include "services/runtime_impl.hpp"
@@ -76,6 +78,7 @@ result<std::unique_ptr<runtime>> runtime_access::open(
   // a short spin a worker blocks on its condition variable, which every
   // enqueue from outside signals.
   auto config = std::make_unique<caf::actor_system_config>();
+  add_message_types(*config);
   config->set("work-stealing.aggressive-poll-attempts", std::size_t{100});
   config->set("work-stealing.moderate-poll-attempts", std::size_t{0});
   if (options.actor_threads > 0) {
@@ -162,11 +165,11 @@ status runtime_impl::open_shards(
     shard->store = std::move(*store);
     shard->committer = std::make_unique<persistence::committer>(*shard->store);
     auto* home = shard.get();
-    shard->runs = std::make_unique<services::directory>(
+    shard->runs = std::make_unique<services::directory<actors::run_actor>>(
         [&system, home](const std::string& run_id) {
           return actors::spawn_run_actor(system, *home, run_id);
         });
-    shard->tokens = std::make_unique<services::directory>(
+    shard->tokens = std::make_unique<services::directory<actors::token_actor>>(
         [&system, home](const std::string& address) {
           return actors::spawn_token_actor(system, *home, address);
         });
@@ -174,10 +177,12 @@ status runtime_impl::open_shards(
         *shard->store, *services.clock,
         [home](const persistence::timer_record& timer) {
           // A retention timer names a token; the others name a run.
-          auto& target = timer.kind == persistence::timer_kind::token_retention
-                             ? *home->tokens
-                             : *home->runs;
-          target.deliver(timer.run_id, actors::timer_atom::value, timer);
+          if (timer.kind == persistence::timer_kind::token_retention) {
+            home->tokens->deliver(timer.run_id, actors::timer_atom::value,
+                                  timer);
+          } else {
+            home->runs->deliver(timer.run_id, actors::timer_atom::value, timer);
+          }
         });
     // A store that comes up not ready (a full disk at start) or reopens
     // after a storage fault: its runs are activated again once it is ready.
@@ -236,7 +241,7 @@ std::string open_problem(runtime_options& options) {
 }
 
 // The node-wide services every shard shares.
-void make_shared_services(services::node& node) {
+void make_shared_services(services::node& node, caf::actor_system& system) {
   const auto& options = node.options;
   node.executor = std::make_unique<services::step_executor>(
       options.step_threads, options.step_queue_max);
@@ -245,11 +250,20 @@ void make_shared_services(services::node& node) {
   task_options.default_lease_ms = options.task_lease.count();
   node.tasks = std::make_unique<services::task_service>(
       node.clock,
-      [at](const std::string& run_id, actors::step_report report) {
-        return at->runs_of(run_id).deliver(
-            run_id, actors::step_done_atom::value, std::move(report));
+      [at](const std::string& run_id, actors::step_report report,
+           std::function<void(services::report_answer)> reply) {
+        auto& runs = at->runs_of(run_id);
+        if (!reply) {
+          return runs.deliver(run_id, actors::step_done_atom::value,
+                              std::move(report));
+        }
+        at->relay->ask_unless_dropped<services::report_answer>(
+            runs, run_id, std::move(reply), actors::step_done_atom::value,
+            std::move(report));
+        return true;
       },
       task_options);
+  node.relay = std::make_unique<services::reply_relay>(system);
   node.lingering =
       std::make_unique<services::linger_list>(actors::token_linger / 2);
 }
@@ -262,6 +276,12 @@ result<std::unique_ptr<runtime>> runtime_access::open(
   if (auto problem = open_problem(options); !problem.empty()) {
     return make_error(errc::invalid_argument, problem);
   }
+  if (!actors::has_message_types(system)) {
+    return make_error(errc::invalid_argument,
+                      "the actor system's config lacks durin's message types: "
+                      "call durin::add_message_types(config) before building "
+                      "the system (durin/caf.hpp)");
+  }
   auto impl = std::make_unique<runtime_impl>();
   auto& services = impl->services;
   impl->system = &system;
@@ -269,7 +289,7 @@ result<std::unique_ptr<runtime>> runtime_access::open(
       options.clock ? options.clock : std::make_shared<durin::system_clock>();
   services.options = options;
   services.flows = std::move(flows);
-  make_shared_services(services);
+  make_shared_services(services, system);
   if (auto opened = impl->open_shards(system, store_options); !opened) {
     return opened.error();
   }

@@ -80,32 +80,14 @@ void answer_existing_or(const node& node, const std::string& tenant,
   }
   done(std::move(outcome));
 }
-// A start's answer that is given exactly once: by a call, or as
-// shutting-down when the last holder drops it uncalled (an actor system
-// stopping with the message that carried it).
-class answer_once {
- public:
-  explicit answer_once(std::function<void(result<run_info>)> done)
-      : done_(std::move(done)) {}
-  answer_once(const answer_once&) = delete;
-  answer_once& operator=(const answer_once&) = delete;
-  ~answer_once() {
-    if (done_) {
-      done_(make_error(errc::shutting_down,
-                       "the runtime closed before the start was admitted"));
-    }
-  }
-  void operator()(result<run_info> outcome) {
-    auto done = std::move(done_);
-    done_ = nullptr;
-    if (done) {
-      done(std::move(outcome));
-    }
-  }
-
- private:
-  std::function<void(result<run_info>)> done_;
-};
+// Starts the actor of a run whose admission is durable.
+bool activate_fresh(node& node, actors::fresh_run run) {
+  auto id = run.record.id;
+  return node.runs_of(id).with_new_actor(
+      id, [&](const actors::run_actor& actor) {
+        caf::anon_send(actor, actors::activate_atom::value, std::move(run));
+      });
+}
 
 // What refuses a start before anything is drawn or written: a closing
 // node, bad names, an unknown flow, input the flow cannot take.
@@ -202,33 +184,29 @@ void start_with_token(node& node, persistence::run_record record,
   token.owner_command = start.options.command_id;
   auto* at = &node;
   auto address = persistence::keys::token(record.tenant, hook.token);
-  auto answer = std::make_shared<done_fn>(std::move(done));
-  actors::start_claim claim{
-      record, std::move(token),
-      [at, record, info = std::move(info), answer,
-       settle = start.answer](result<run_info> admitted) mutable {
-        if (admitted && admitted->id != record.id) {
-          (*answer)(std::move(admitted));  // a repeated command's first run
-          return;
-        }
-        if (admitted) {
-          at->runs_of(record.id).activate_fresh(
-              {std::move(record), std::move(settle)});
-          (*answer)(std::move(info));
-          return;
-        }
-        // If the admission did land, the run must not wait for a restart:
-        // activation finds out.
-        if (admitted.error().code == errc::start_outcome_unknown) {
-          at->runs_of(record.id).activate(record.id);
-        }
-        (*answer)(std::move(admitted));
-      }};
-  claim.answer = start.answer;
-  if (!node.tokens_of(address).deliver(address, actors::start_claim_atom::value,
-                                       std::move(claim))) {
-    (*answer)(make_error(errc::shutting_down, "the runtime is closing"));
-  }
+  // Runs on the node's reply relay, once the token's actor decided.
+  auto admitted = [at, record, info = std::move(info), settle = start.answer,
+                   done = std::move(done)](result<run_info> outcome) mutable {
+    if (outcome && outcome->id != record.id) {
+      done(std::move(outcome));  // a repeated command's first run
+      return;
+    }
+    if (outcome) {
+      activate_fresh(*at, {std::move(record), std::move(settle)});
+      done(std::move(info));
+      return;
+    }
+    // If the admission did land, the run must not wait for a restart:
+    // activation finds out.
+    if (outcome.error().code == errc::start_outcome_unknown) {
+      at->runs_of(record.id).activate(record.id);
+    }
+    done(std::move(outcome));
+  };
+  actors::start_claim claim{std::move(record), std::move(token), start.answer};
+  node.relay->ask<run_info>(node.tokens_of(address), address,
+                            std::move(admitted),
+                            actors::start_claim_atom::value, std::move(claim));
 }
 
 // A plain start answered once its run settles: the admission rides in the
@@ -237,15 +215,11 @@ void start_with_token(node& node, persistence::run_record record,
 void start_in_first_write(node& node, persistence::run_record record,
                           run_info info, actors::start_answer settle,
                           done_fn done) {
-  auto answer = std::make_shared<answer_once>(std::move(done));
-  if (!node.runs_of(record.id).activate_fresh(
-          {std::move(record), std::move(settle),
-           [answer](result<run_info> admitted) {
-             (*answer)(std::move(admitted));
-           },
-           std::move(info)})) {
-    (*answer)(make_error(errc::shutting_down, "the runtime is closing"));
-  }
+  auto id = record.id;
+  auto& runs = node.runs_of(id);
+  node.relay->ask_fresh<run_info>(
+      runs, std::move(id), std::move(done), actors::admit_atom::value,
+      actors::fresh_run{std::move(record), std::move(settle), std::move(info)});
 }
 
 void start_plain(node& node, persistence::run_record record, run_info info,
@@ -268,7 +242,7 @@ void start_plain(node& node, persistence::run_record record, run_info info,
                   " may or may not be durable: " + outcome.error().message));
           return;
         }
-        at->runs_of(record.id).activate_fresh({std::move(record), {}});
+        activate_fresh(*at, {std::move(record), {}, {}});
         done(std::move(info));
       });
 }

@@ -179,8 +179,7 @@ report_verdict task_service::report(const std::string& tenant,
                report_verdict::stale_attempt);
   }
   report.outcome = std::move(outcome);
-  report.reply = reply;
-  if (!deliver_(run_id, std::move(report)) && reply) {
+  if (!deliver_(run_id, std::move(report), reply) && reply) {
     reply(report_answer{false, to_string(report_verdict::task_not_found)});
   }
   return report_verdict::accepted;
@@ -362,7 +361,7 @@ std::vector<task_service::expiry> task_service::collect_expired() {
                                   : "; lease owner " + entry.view.owner);
     entry.view.timeout = to_string(kind);
     expiry lapse{entry.spec.run_id,
-                 step_report{entry.spec.call, id, std::move(outcome), {}}};
+                 step_report{entry.spec.call, id, std::move(outcome)}};
     ++redeliveries_;
     ++counters_[entry.spec.tenant].redeliveries;
     end_locked(it, attempt_state::expired, report_verdict::stale_attempt);

@@ -107,7 +107,7 @@ void task_service::reap_loop() {
     if (leases) {
       auto lapsed = collect_expired();
       for (auto& lapse : lapsed) {
-        deliver_(lapse.run_id, std::move(lapse.report));
+        deliver_(lapse.run_id, std::move(lapse.report), nullptr);
       }
     }
     lock.lock();

@@ -199,9 +199,11 @@ struct task_stats {
 
 class task_service {
  public:
-  // Where a finished or timed-out attempt goes: the run's actor.
+  // Where a finished or timed-out attempt goes: the run's actor. `reply`,
+  // when set, is told whether the run recorded it (see report()).
   using deliver_function =
-      std::function<bool(const std::string& run_id, step_report report)>;
+      std::function<bool(const std::string& run_id, step_report report,
+                         std::function<void(report_answer)> reply)>;
 
   task_service(std::shared_ptr<durin::clock> clock, deliver_function deliver,
                task_service_options options = {});

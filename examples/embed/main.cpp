@@ -1,7 +1,7 @@
 // Embedding durin in a CAF application: the application owns the actor
-// system and its own actors; durin runs on the same system. An `order_desk`
-// actor starts a flow without blocking and receives the run's end as an
-// ordinary actor message.
+// system and its own actors; durin runs on the same system, whose config
+// registers durin's message types. An `order_desk` actor starts a flow
+// without blocking and receives the run's end as an ordinary actor message.
 //
 // Usage: embed_example DATA_DIR   (exits 0 when the flow completed)
 #include <caf/all.hpp>
@@ -59,6 +59,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   caf::actor_system_config config;
+  // durin's message types, registered before the system is built: without
+  // them runtime::open refuses the system (durin/caf.hpp).
+  durin::add_message_types(config);
   caf::actor_system system{config};
 
   durin::registry flows;

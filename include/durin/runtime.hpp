@@ -152,7 +152,8 @@ class runtime {
   static result<std::unique_ptr<runtime>> open(runtime_options options,
                                                registry flows);
   // The same on the embedding application's actor system, which must outlive
-  // the runtime.
+  // the runtime and whose config registered durin's message types
+  // (durin::add_message_types, durin/caf.hpp); invalid-argument otherwise.
   static result<std::unique_ptr<runtime>> open(runtime_options options,
                                                registry flows,
                                                caf::actor_system& system);

@@ -13,9 +13,10 @@ namespace durin::testing {
 
 class temp_dir {
  public:
-  temp_dir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "durin-test-XXXXXX").string();
+  temp_dir() : temp_dir(std::filesystem::temp_directory_path()) {}
+  // Under `base`, e.g. /dev/shm for a test whose every step fsyncs.
+  explicit temp_dir(const std::filesystem::path& base) {
+    std::string pattern = (base / "durin-test-XXXXXX").string();
     path_ = ::mkdtemp(pattern.data());
   }
   ~temp_dir() {
