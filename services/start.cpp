@@ -279,14 +279,14 @@ void start_after_remote_key(node& node, start_request start, done_fn done) {
     auto erase = key_home.store->batch();
     persistence::remove_request(erase, address);
     auto refused = std::make_shared<result<run_info>>(std::move(outcome));
-    key_home.committer->submit(std::move(erase),
-                               [refused, done = std::move(done)](const status&) {
-                                 done(std::move(*refused));
-                               });
+    key_home.committer->submit(
+        std::move(erase), [refused, done = std::move(done)](const status&) {
+          done(std::move(*refused));
+        });
   };
   key_home.committer->submit(
-      std::move(batch), [at, pending, done = std::move(done)](
-                            const status& written) mutable {
+      std::move(batch),
+      [at, pending, done = std::move(done)](const status& written) mutable {
         if (!written) {
           done(make_error(errc::storage_error,
                           "the request key of a start could not be written: " +
