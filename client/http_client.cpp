@@ -70,7 +70,7 @@ class http_connection_impl {
     }
     stream_.emplace(io_);
     stream_->expires_after(std::chrono::milliseconds(timeout_ms_));
-    stream_->connect(endpoints, ec);
+    ec = await([&](auto done) { stream_->async_connect(endpoints, done); });
     if (ec) {
       stream_.reset();
       return make_error(errc::shutting_down,
@@ -99,16 +99,17 @@ class http_connection_impl {
     if (!body.empty() || method == "POST" || method == "DELETE") {
       request.prepare_payload();
     }
-    beast::error_code ec;
     stream_->expires_after(std::chrono::milliseconds(timeout_ms_));
     retry_ok_ = false;
-    http::write(*stream_, request, ec);
+    auto ec =
+        await([&](auto done) { http::async_write(*stream_, request, done); });
     if (ec) {
       // The server may have answered early (413) and stopped reading: read
       // its answer if there is one.
       http::response_parser<http::string_body> early;
-      beast::error_code read_ec;
-      http::read(*stream_, buffer_, early, read_ec);
+      stream_->expires_after(std::chrono::milliseconds(timeout_ms_));
+      auto read_ec = await(
+          [&](auto done) { http::async_read(*stream_, buffer_, early, done); });
       if (!read_ec) {
         return to_response(early.release());
       }
@@ -119,7 +120,9 @@ class http_connection_impl {
     }
     http::response_parser<http::string_body> parser;
     parser.body_limit(64 << 20);
-    http::read(*stream_, buffer_, parser, ec);
+    stream_->expires_after(std::chrono::milliseconds(timeout_ms_));
+    ec = await(
+        [&](auto done) { http::async_read(*stream_, buffer_, parser, done); });
     // The server closed a reused keep-alive connection before reading the
     // request (its idle timeout): nothing was processed, send it again.
     retry_ok_ = !parser.got_some() &&
@@ -137,6 +140,18 @@ class http_connection_impl {
                         "the server closed the connection: " + ec.message());
     }
     return to_response(parser.release());
+  }
+
+  // Runs one asynchronous operation to its end on this thread: the stream's
+  // expiry (timeout_ms) bounds only asynchronous operations, never the
+  // blocking ones.
+  template <class Initiate>
+  beast::error_code await(Initiate initiate) {
+    beast::error_code outcome = asio::error::operation_aborted;
+    initiate([&outcome](beast::error_code ec, auto&&...) { outcome = ec; });
+    io_.restart();
+    io_.run();
+    return outcome;
   }
 
   result<http_response> to_response(http::response<http::string_body> message) {

@@ -35,6 +35,7 @@ class http_connection {
   http_connection(http_connection&&) noexcept;
 
   // Sends one request and reads the answer; (re)connects when needed.
+  // `timeout_ms` bounds the connect, the send and the answer, each.
   // Response header names are lower-case. Transport failures:
   // invalid-argument (the host does not resolve), shutting-down (cannot
   // connect, or the server closed the connection), timeout (no answer in

@@ -22,10 +22,13 @@ namespace durin::testing {
 class child_process {
  public:
   // `env` holds extra "NAME=value" entries; `descriptors_max` > 0 sets the
-  // child's RLIMIT_NOFILE (soft and hard), like `prlimit --nofile`.
+  // child's RLIMIT_NOFILE (soft and hard), like `prlimit --nofile`. A
+  // non-empty `stderr_path` gets the child's stderr appended (else it is
+  // the test's).
   child_process(const char* program, std::vector<std::string> args,
                 std::vector<std::string> env, bool capture_stdout,
-                rlim_t descriptors_max = 0) {
+                rlim_t descriptors_max = 0,
+                const std::string& stderr_path = "") {
     int out[2] = {-1, -1};
     if (capture_stdout && ::pipe(out) != 0) {
       throw std::runtime_error("pipe");
@@ -50,6 +53,11 @@ class child_process {
       } else {
         int null = ::open("/dev/null", O_WRONLY);
         ::dup2(null, 1);
+      }
+      if (!stderr_path.empty()) {
+        int log =
+            ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+        ::dup2(log, 2);
       }
       for (auto& entry : env) {
         ::putenv(entry.data());
@@ -103,6 +111,10 @@ class child_process {
   // SIGTERM, then the exit code (-1 when it did not exit normally within
   // `limit`, after which it is killed).
   int terminate(std::chrono::milliseconds limit = std::chrono::seconds(30)) {
+    // kill(-1, ...) would signal every process of the user.
+    if (pid_ <= 0) {
+      return -1;
+    }
     ::kill(pid_, SIGTERM);
     int status = 0;
     auto deadline = std::chrono::steady_clock::now() + limit;
