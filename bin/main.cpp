@@ -23,6 +23,8 @@
 #include "bin/example_flows.hpp"
 #include "bin/worker_steps.hpp"
 #include "client/http_client.hpp"
+#include "cluster/membership.hpp"
+#include "cluster/node.hpp"
 #include "durin/durin.hpp"
 #include "durin/worker.hpp"
 #include "gateway/auth.hpp"
@@ -213,6 +215,61 @@ struct serve_limits {
   std::uint32_t shards = 1;
 };
 
+// `durin serve --etcd`: a node of a cluster (cluster/node.hpp).
+struct cluster_flags {
+  std::string etcd;
+  std::string cluster;
+  std::string node_id;
+  std::string peer_listen = "127.0.0.1:0";
+  std::int64_t lease_ttl_s = 5;
+  std::uint32_t shards = durin::cluster::shards_default;  // init
+  std::vector<std::string> nodes;                         // init
+};
+
+// `durin cluster init`: the cluster's config, once.
+int cluster_init_command(const cluster_flags& flags) {
+  auto etcd = durin::cluster::etcd_client::make(flags.etcd);
+  if (!etcd) {
+    std::cerr << durin::to_code(etcd.error().code) << ": "
+              << etcd.error().message << "\n";
+    return 2;
+  }
+  auto made = durin::cluster::init_cluster(*etcd, flags.cluster, flags.shards,
+                                           flags.nodes);
+  if (!made) {
+    std::cerr << durin::to_code(made.error().code) << ": "
+              << made.error().message << "\n";
+    return 1;
+  }
+  std::cout << "cluster '" << flags.cluster << "' initialised with "
+            << made->shards << " shards"
+            << (flags.nodes.empty()
+                    ? std::string("; they are placed over the nodes "
+                                  "that join")
+                    : "; placed over the nodes named")
+            << "\nevery node's data dir gets the admin API key (admin.key)"
+            << std::endl;
+  return 0;
+}
+
+// `durin cluster status`: read from etcd, as GET /v1/cluster answers.
+int cluster_status_command(const cluster_flags& flags) {
+  auto etcd = durin::cluster::etcd_client::make(flags.etcd);
+  if (!etcd) {
+    std::cerr << durin::to_code(etcd.error().code) << ": "
+              << etcd.error().message << "\n";
+    return 2;
+  }
+  auto status = durin::cluster::read_status(*etcd, flags.cluster);
+  if (!status) {
+    std::cerr << durin::to_code(status.error().code) << ": "
+              << status.error().message << "\n";
+    return 1;
+  }
+  std::cout << status->dump(2) << std::endl;
+  return 0;
+}
+
 // `durin admin reset-key`: offline, with no node running on the data dir
 // (the store's lock refuses a second opener), a new admin key of tenant
 // `default`, written to DATA_DIR/admin.key. The way back when every admin
@@ -247,10 +304,33 @@ int reset_key_command(const std::string& data_dir) {
 }
 
 int serve_command(const std::string& data_dir, const std::string& listen,
-                  const serve_limits& limits, bool bench_flows) {
+                  const serve_limits& limits, bool bench_flows,
+                  const cluster_flags& cluster) {
   durin::gateway::serve_options options;
   options.data_dir = data_dir;
   options.shards = limits.shards;
+  if (!cluster.etcd.empty() || !cluster.cluster.empty() ||
+      !cluster.node_id.empty()) {
+    if (cluster.etcd.empty() || cluster.cluster.empty() ||
+        cluster.node_id.empty()) {
+      std::cerr << "invalid-argument: a cluster node needs --etcd, --cluster "
+                   "and --node-id\n";
+      return 2;
+    }
+    durin::cluster::node_options joined;
+    joined.members.etcd = cluster.etcd;
+    joined.members.cluster = cluster.cluster;
+    joined.members.node_id = cluster.node_id;
+    joined.members.lease_ttl_s = cluster.lease_ttl_s;
+    joined.peers.listen = cluster.peer_listen;
+    auto member = durin::cluster::cluster_node::open(joined);
+    if (!member) {
+      std::cerr << durin::to_code(member.error().code) << ": "
+                << member.error().message << "\n";
+      return 1;
+    }
+    options.cluster = std::move(*member);
+  }
   auto colon = listen.rfind(':');
   if (colon == std::string::npos) {
     std::cerr << "invalid-argument: --listen is HOST:PORT\n";
@@ -446,6 +526,7 @@ struct cli {
   int timeout_ms = 60'000;
   std::string listen = "127.0.0.1:7070";
   serve_limits limits;
+  cluster_flags cluster;
   bool bench_flows = false;
   client_options client;
   std::string id;
@@ -538,9 +619,44 @@ void add_local_commands(CLI::App& app, cli& c) {
       ->capture_default_str();
   serve->add_flag("--bench-flows", c.bench_flows,
                   "also register bench.noop and bench.ten-steps");
+  serve->add_option("--etcd", c.cluster.etcd,
+                    "etcd client URLs (comma-separated): join a cluster");
+  serve->add_option("--cluster", c.cluster.cluster, "the cluster's name");
+  serve->add_option("--node-id", c.cluster.node_id,
+                    "this node's id in the cluster (unique, stable)");
+  serve->add_option("--peer-listen", c.cluster.peer_listen,
+                    "HOST:PORT for the other nodes (port 0: any free port)");
+  serve
+      ->add_option("--lease-ttl-s", c.cluster.lease_ttl_s,
+                   "the node lease's TTL in etcd, 2 to 60 s; the node stops "
+                   "serving before it could expire")
+      ->capture_default_str();
   on_chosen(serve, c, [](cli& c) {
-    return serve_command(c.data_dir, c.listen, c.limits, c.bench_flows);
+    return serve_command(c.data_dir, c.listen, c.limits, c.bench_flows,
+                         c.cluster);
   });
+
+  auto* cluster = app.add_subcommand("cluster", "a cluster's config in etcd");
+  cluster->require_subcommand(1);
+  auto* init = cluster->add_subcommand(
+      "init", "write a cluster's config once (shard count, hash version)");
+  auto* status = cluster->add_subcommand(
+      "status", "the cluster's nodes and shards, as etcd holds them");
+  for (auto* sub : {init, status}) {
+    sub->add_option("--etcd", c.cluster.etcd, "etcd client URLs")->required();
+    sub->add_option("--cluster", c.cluster.cluster, "the cluster's name")
+        ->required();
+  }
+  init->add_option("--shards", c.cluster.shards,
+                   "shards of the cluster, 1 to 1024 (fixed)")
+      ->capture_default_str();
+  init->add_option("--nodes", c.cluster.nodes,
+                   "node ids to place the shards over now (rendezvous "
+                   "hashing); without it, over the nodes that join")
+      ->delimiter(',');
+  on_chosen(init, c, [](cli& c) { return cluster_init_command(c.cluster); });
+  on_chosen(status, c,
+            [](cli& c) { return cluster_status_command(c.cluster); });
 
   auto* admin = app.add_subcommand("admin", "offline maintenance of a node");
   admin->require_subcommand(1);

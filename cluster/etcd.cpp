@@ -1,5 +1,6 @@
 #include "cluster/etcd.hpp"
 
+#include <algorithm>
 #include <mutex>
 #include <optional>
 
@@ -233,6 +234,20 @@ result<std::int64_t> etcd_client::keep_alive(std::int64_t lease_id) {
                           " (it expired or was revoked)");
   }
   return *ttl;
+}
+
+result<std::int64_t> etcd_client::time_to_live(std::int64_t lease_id) {
+  auto answer =
+      state_->call("/v3/lease/timetolive", {{"ID", std::to_string(lease_id)}});
+  if (!answer) {
+    return answer.error();
+  }
+  auto ttl = detail::int64_field(*answer, "TTL");
+  if (!ttl) {
+    return ttl.error();
+  }
+  // etcd answers -1 for a lease it does not have.
+  return std::max<std::int64_t>(0, *ttl);
 }
 
 status etcd_client::revoke(std::int64_t lease_id) {

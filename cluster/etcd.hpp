@@ -101,6 +101,8 @@ class etcd_client {
   // etcd no longer has the lease (it expired or was revoked): its keys are
   // gone, and the caller must grant a new one and acquire again.
   result<std::int64_t> keep_alive(std::int64_t lease_id);
+  // Seconds the lease has left; 0 when etcd no longer has it.
+  result<std::int64_t> time_to_live(std::int64_t lease_id);
   // Ends the lease and deletes its keys now. invalid-argument when etcd has
   // no such lease.
   status revoke(std::int64_t lease_id);

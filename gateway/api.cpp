@@ -96,6 +96,8 @@ const std::vector<api::route>& api::routes() {
       {"GET", {"healthz"}, m::health, access::open, 0, &api::health},
       {"GET", {"readyz"}, m::health, access::open, 0, &api::readiness},
       {"GET", {"metrics"}, m::metrics, access::metrics, 0, &api::prometheus},
+      {"GET", {"v1", "cluster"}, m::other, access::admin, blocks,
+       &api::cluster_view},
       {"POST", {"v1", "webhooks", "{}"}, m::webhooks, access::open, blocks,
        &api::webhook},
       {"POST", {"v1", "runs"}, m::start, access::operate, json_body | keyed,
@@ -217,6 +219,38 @@ void api::dispatch(http_request http, reply_fn reply,
   if (!authenticate(*r, r->matched, reply)) {
     return;
   }
+  dispatch_known(r, std::move(reply), path_known);
+}
+
+void api::dispatch_forwarded(http_request http, principal caller,
+                             reply_fn reply, const offload_fn& offload) {
+  auto r = std::make_shared<request>();
+  r->http = std::move(http);
+  r->began = clock_type::now();
+  r->offload = offload;
+  r->caller = std::move(caller);
+  r->forwarded = true;
+  reply = [this, r, reply = std::move(reply),
+           once = std::make_shared<std::atomic<bool>>(false)](
+              http_response response) {
+    if (once->exchange(true)) {
+      return;
+    }
+    // Observed where it was answered; the forwarding node counts it too,
+    // under its own route.
+    observe(r->matched ? r->matched->metric : metrics::route::other,
+            response.status, r->began);
+    reply(std::move(response));
+  };
+  if (!parse_target(*r, reply)) {
+    return;
+  }
+  const bool path_known = match_route(*r);
+  dispatch_known(r, std::move(reply), path_known);
+}
+
+void api::dispatch_known(const request_ptr& r, reply_fn reply,
+                         bool path_known) {
   if (r->matched == nullptr) {
     if (path_known) {
       reply(error_response(
@@ -229,6 +263,9 @@ void api::dispatch(http_request http, reply_fn reply,
   }
   const route& chosen = *r->matched;
   if (!read_body(*r, chosen, reply)) {
+    return;
+  }
+  if (placement_ != nullptr && !place(r, reply)) {
     return;
   }
   if (chosen.has(keyed) && !hold_key(r, reply)) {

@@ -38,6 +38,7 @@
 #include "gateway/http_server.hpp"
 #include "gateway/idempotency.hpp"
 #include "gateway/metrics.hpp"
+#include "gateway/placement.hpp"
 #include "gateway/wire_format.hpp"
 #include "services/due_list.hpp"
 #include "services/run_events.hpp"
@@ -86,6 +87,18 @@ class api {
   // The blocking form of dispatch: waits for the answer (jobs that would be
   // offloaded run on the calling thread).
   http_response handle(const http_request& request);
+
+  // In a cluster: where each request's shard is served (gateway/
+  // placement.hpp). Set before the first dispatch; null (the default)
+  // serves every shard here.
+  void set_placement(placement* where) { placement_ = where; }
+
+  // A request another node forwarded here, from a caller it authenticated:
+  // the pipeline of dispatch without authentication. Answered 421
+  // not-owner when this node does not serve the request's shard (it is
+  // never forwarded again).
+  void dispatch_forwarded(http_request request, principal caller,
+                          reply_fn reply, const offload_fn& offload);
 
   // Hands no more waited starts over to an offload (call once the gateway
   // has stopped, before it is destroyed).
@@ -144,6 +157,15 @@ class api {
   void run_handler(const request_ptr& r, reply_fn reply);
   bool authenticate(request& r, const route* matched, const reply_fn& reply);
   bool read_body(request& r, const route& matched, const reply_fn& reply);
+  // In a cluster: goes on when the request's shard is served here,
+  // forwards it to its owner or answers 503 otherwise (false then).
+  bool place(const request_ptr& r, reply_fn& reply);
+  // The shard the request's ids resolve to; nullopt for a route that is
+  // not a shard's (health, lists, keys, tasks) or a start that may go to
+  // any shard.
+  std::optional<std::uint32_t> home_shard(const request& r) const;
+  // The rest of the pipeline once the caller is known.
+  void dispatch_known(const request_ptr& r, reply_fn reply, bool path_known);
   // Decides a keyed request's key: true to go on (key held, `reply` now
   // keeps the outcome before it answers), false when answered already.
   bool hold_key(const request_ptr& r, reply_fn& reply);
@@ -154,6 +176,7 @@ class api {
   http_response health(request& r);
   http_response readiness(request& r);  // gateway/readiness.hpp
   http_response prometheus(request& r);
+  http_response cluster_view(request& r);  // gateway/placement.cpp
   http_response get_run(request& r);
   http_response list_runs(request& r);
   http_response run_history(request& r);
@@ -195,8 +218,16 @@ class api {
   void answer(async_start& start, http_response response,
               idempotency::stored already);
   void hand_over(std::shared_ptr<async_start> start);
+  // A keyed start whose run lives on another node (gateway/start_route.cpp).
+  void start_elsewhere(const std::shared_ptr<async_start>& start,
+                       const persistence::start_key& key);
+  void forward_start(const std::shared_ptr<async_start>& start);
+  void on_started_elsewhere(const std::shared_ptr<async_start>& start,
+                            http_response response);
+  void resume_elsewhere(const std::shared_ptr<async_start>& start, bool wait);
 
   runtime& node_;
+  placement* placement_ = nullptr;
   auth& keys_;
   idempotency& requests_;
   metrics& metrics_;
@@ -218,7 +249,8 @@ struct api::request {
   std::vector<std::string> params;  // the segments the pattern's {} matched
   std::multimap<std::string, std::string> query;
   principal caller;
-  json body;  // parsed when the route takes JSON; {} when empty
+  bool forwarded = false;  // by another node, which authenticated it
+  json body;               // parsed when the route takes JSON; {} when empty
   // Set while a keyed request runs.
   std::optional<persistence::request_address> key;
   std::string fingerprint;

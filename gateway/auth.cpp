@@ -98,7 +98,13 @@ result<bool> auth::write_secret(const std::string& path,
   return true;
 }
 
-result<bool> auth::bootstrap(const std::string& admin_key_path) {
+std::string auth::new_secret() {
+  return "dk_key_" + random_hex(key_id_random_bytes) + "_" +
+         random_hex(secret_random_bytes);
+}
+
+result<bool> auth::bootstrap(const std::string& admin_key_path,
+                             std::string_view secret) {
   auto existing = keys_.get_tenant("default");
   if (!existing) {
     return existing.error();
@@ -108,6 +114,18 @@ result<bool> auth::bootstrap(const std::string& admin_key_path) {
   }
   persistence::tenant_record tenant{"default", "default", now_ms_()};
   auto key = make_key("default", "admin", key_role::admin);
+  if (!secret.empty()) {
+    // dk_<key id>_<hex>, as authenticate reads it.
+    constexpr std::size_t id_size = 4 + 2 * key_id_random_bytes;
+    if (secret.size() != 3 + id_size + 1 + 2 * secret_random_bytes ||
+        secret.substr(0, 3) != "dk_") {
+      return make_error(errc::invalid_argument,
+                        "the cluster's admin key is malformed");
+    }
+    key.record.id = std::string(secret.substr(3, id_size));
+    key.secret = std::string(secret);
+    key.record.secret_sha256 = sha256_hex(key.secret);
+  }
   // The file first: a crash between the two leaves a file with an unknown
   // key and no tenant, and the next start makes both again.
   if (auto written = write_secret(admin_key_path, key.secret); !written) {

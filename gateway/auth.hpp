@@ -68,7 +68,12 @@ class auth {
   // Creates tenant `default` with an admin key when it does not exist, and
   // writes the secret to `admin_key_path` (mode 0600). Answers true when it
   // created them.
-  result<bool> bootstrap(const std::string& admin_key_path);
+  // With `secret` (a cluster's admin key, from new_secret on any node):
+  // that key, so that the same admin key works on every node.
+  result<bool> bootstrap(const std::string& admin_key_path,
+                         std::string_view secret = {});
+  // A fresh key secret ("dk_<key id>_<hex>").
+  static std::string new_secret();
   // Offline recovery (`durin admin reset-key`): a new admin key of tenant
   // `default`, its secret written to `admin_key_path` (mode 0600). Creates
   // the tenant when missing. Keys already there stay as they are.

@@ -23,13 +23,24 @@ http_response api::health(request&) {
 }
 
 http_response api::readiness(request&) {
+  if (placement_ != nullptr && !placement_->live()) {
+    return error_response(
+        503, "cluster-lease-lost",
+        "this node holds no live lease in etcd now (etcd unreachable, or "
+        "the node was paused): it serves none of its shards until it "
+        "acquires them again, by itself");
+  }
   return readiness_response(node_);
 }
 
 http_response api::prometheus(request&) {
   http_response response;
   response.content_type = "text/plain; version=0.0.4";
-  response.body = metrics_.render(extra_metrics_ ? extra_metrics_() : "");
+  std::string extra = extra_metrics_ ? extra_metrics_() : "";
+  if (placement_ != nullptr) {
+    extra += placement_->metrics_text();
+  }
+  response.body = metrics_.render(extra);
   return response;
 }
 
@@ -51,6 +62,42 @@ http_response api::get_run(request& ctx) {
   }
   return run_response(200, *run);
 }
+
+namespace {
+
+// Pages of runs (newest first, each with its nextCursor) as one page.
+json merge_pages(std::vector<json>& pages, std::size_t limit) {
+  std::string floor;
+  std::vector<json> merged;
+  for (auto& page : pages) {
+    if (page["nextCursor"].is_string()) {
+      floor = std::max(floor, page["nextCursor"].get<std::string>());
+    }
+    for (auto& run : page["runs"]) {
+      merged.push_back(std::move(run));
+    }
+  }
+  std::sort(merged.begin(), merged.end(), [](const json& a, const json& b) {
+    return a.value("id", "") > b.value("id", "");
+  });
+  json runs = json::array();
+  bool more = !floor.empty();
+  for (auto& run : merged) {
+    const auto id = run.value("id", "");
+    if ((!floor.empty() && id < floor) || runs.size() == limit) {
+      more = true;
+      break;
+    }
+    runs.push_back(std::move(run));
+  }
+  json next = nullptr;
+  if (more && !runs.empty()) {
+    next = runs.back()["id"];
+  }
+  return json{{"runs", std::move(runs)}, {"nextCursor", std::move(next)}};
+}
+
+}  // namespace
 
 http_response api::list_runs(request& ctx) {
   run_filter filter;
@@ -104,7 +151,33 @@ http_response api::list_runs(request& ctx) {
   }
   json next =
       page->next_cursor.empty() ? json(nullptr) : json(page->next_cursor);
-  return json_response(200, {{"runs", std::move(runs)}, {"nextCursor", next}});
+  if (placement_ == nullptr || ctx.forwarded) {
+    return json_response(200,
+                         {{"runs", std::move(runs)}, {"nextCursor", next}});
+  }
+  // In a cluster every other node lists the shards it serves from the same
+  // cursor, and the pages merge as a node's shards do (services/
+  // runtime.cpp): below the highest cursor of a page that stopped early a
+  // source may have unseen runs, so nothing below it is given.
+  std::vector<json> pages{
+      json{{"runs", std::move(runs)}, {"nextCursor", next}}};
+  for (auto& answer : placement_->ask_every_other_node(ctx.http, ctx.caller)) {
+    if (answer.status != 200) {
+      return answer;  // a node that did not answer: no page with a hole
+    }
+    auto other = json::parse(answer.body, nullptr, false);
+    if (other.is_discarded() || !other.contains("runs")) {
+      return error_response(502, "bad-gateway",
+                            "a node answered a list with no runs");
+    }
+    pages.push_back(std::move(other));
+  }
+  auto merged = merge_pages(pages, filter.limit);
+  if (auto missing = placement_->unserved(); !missing.empty()) {
+    // Said, not hidden: their runs are not in this page (nor the next).
+    merged["unavailableShards"] = missing;
+  }
+  return json_response(200, merged);
 }
 
 namespace {

@@ -21,6 +21,7 @@
 #include "persistence/requests.hpp"
 #include "persistence/store.hpp"
 #include "services/node.hpp"
+#include "services/runtime_access.hpp"
 #include "services/task_service.hpp"
 
 namespace durin::gateway {
@@ -104,9 +105,14 @@ class shard_requests {
     return *stores_[services_.map.of_key(address)];
   }
 
-  // Drops the expired records of every shard; the first failure stops it.
+  // Drops the expired records of every shard this node serves; the first
+  // failure stops it.
   status sweep() {
-    for (auto& requests : stores_) {
+    for (std::size_t index = 0; index < stores_.size(); ++index) {
+      if (services::node::serves_no_more(*services_.shards[index])) {
+        continue;
+      }
+      auto& requests = stores_[index];
       if (auto swept = requests->sweep(wall_ms(), ""); !swept) {
         return swept.error();
       }
@@ -207,12 +213,16 @@ void report_admin_key(std::ostream& out, const std::string& path, bool made) {
 // what it has), the routes' workers, the sweeper, the node.
 void serve_until_signal(const sigset_t& signals, http_server& server,
                         api& routes, sweeper& sweep,
-                        std::unique_ptr<runtime>& node, std::ostream& out) {
+                        std::unique_ptr<runtime>& node, cluster_member* cluster,
+                        std::ostream& out) {
   int received = 0;
   sigwait(&signals, &received);
   out << "stopping (signal " << received << ")" << std::endl;
   server.stop();
   routes.close();
+  if (cluster != nullptr) {
+    cluster->leave();
+  }
   sweep.stop();
   node.reset();
   out << "stopped" << std::endl;
@@ -227,9 +237,15 @@ int serve(serve_options options, registry flows, std::ostream& out,
   std::filesystem::create_directories(options.data_dir, fs_error);
   // The runtime's own actor system: its workers block after a short spin
   // (see runtime::open) instead of sleeping in a polling loop.
-  auto node =
-      runtime::open({.data_dir = options.data_dir, .shards = options.shards},
-                    std::move(flows));
+  auto* cluster = options.cluster.get();
+  if (cluster != nullptr) {
+    options.shards = cluster->shards();
+  }
+  auto node = runtime_access::open(
+      {.data_dir = options.data_dir, .shards = options.shards},
+      std::move(flows), {},
+      cluster != nullptr ? cluster->fences()
+                         : std::vector<std::shared_ptr<persistence::fence>>{});
   if (!node) {
     return fail(err, node.error());
   }
@@ -240,14 +256,32 @@ int serve(serve_options options, registry flows, std::ostream& out,
   shard_requests requests(services);
   auto requests_of = [&requests](const persistence::request_address& address)
       -> persistence::request_store& { return requests.of(address); };
-  auto& first = services.first();
-  persistence::auth_store key_store(*first.store, *first.committer);
+  // In a cluster the first shard may be another node's: keys and tenants
+  // live in a store of the node's own (data_dir/node), bootstrapped with
+  // the cluster's admin key.
+  std::unique_ptr<persistence::store> own_store;
+  std::unique_ptr<persistence::committer> own_committer;
+  persistence::store* key_home = services.first().store.get();
+  persistence::committer* key_writer = services.first().committer.get();
+  if (cluster != nullptr) {
+    auto opened = persistence::store::open(options.data_dir + "/node");
+    if (!opened) {
+      return fail(err, opened.error());
+    }
+    own_store = std::move(*opened);
+    own_committer = std::make_unique<persistence::committer>(*own_store);
+    key_home = own_store.get();
+    key_writer = own_committer.get();
+  }
+  persistence::auth_store key_store(*key_home, *key_writer);
   auth keys(key_store, wall_ms);
   const std::string admin_key_path = options.data_dir + "/admin.key";
+  const std::string admin_secret =
+      cluster != nullptr ? cluster->admin_key() : std::string();
   // On a store not ready at start (a full disk), the admin key is set up by
   // the sweeper once it is; the node serves /healthz and /readyz meanwhile.
-  auto created = keys.bootstrap(admin_key_path);
-  const bool bootstrap_pending = !created && !first.store->ready();
+  auto created = keys.bootstrap(admin_key_path, admin_secret);
+  const bool bootstrap_pending = !created && !key_home->ready();
   if (!created && !bootstrap_pending) {
     return fail(err, created.error());
   }
@@ -260,6 +294,9 @@ int serve(serve_options options, registry flows, std::ostream& out,
     return metrics_text(services, **node);
   };
   api routes(**node, keys, held, counters, commit_metrics, options.api);
+  if (cluster != nullptr) {
+    routes.set_placement(&cluster->attach(routes));
+  }
   // Every request takes one way through the api (gateway/api.hpp): on the
   // io thread that read it, handing to the worker pool only what may block.
   options.http.dispatch = [&routes](http_request request, reply_fn reply,
@@ -276,7 +313,7 @@ int serve(serve_options options, registry flows, std::ostream& out,
   auto report_bootstrap = [&out, &admin_key_path](bool made) {
     report_admin_key(out, admin_key_path, made);
   };
-  sweeper sweep(*first.store, keys, requests, admin_key_path,
+  sweeper sweep(*key_home, keys, requests, admin_key_path,
                 options.sweep_interval_ms, bootstrap_pending, report_bootstrap);
   if (bootstrap_pending) {
     out << "storage not ready (" << services.health().fault
@@ -284,9 +321,18 @@ int serve(serve_options options, registry flows, std::ostream& out,
   } else {
     report_bootstrap(*created);
   }
-  out << "listening on " << options.http.address << ":" << (*server)->port()
-      << std::endl;
-  serve_until_signal(signals, **server, routes, sweep, *node, out);
+  const std::string http_address =
+      options.http.address + ":" + std::to_string((*server)->port());
+  if (cluster != nullptr) {
+    if (auto joined = cluster->join(http_address); !joined) {
+      (*server)->stop();
+      routes.close();
+      sweep.stop();
+      return fail(err, joined.error());
+    }
+  }
+  out << "listening on " << http_address << std::endl;
+  serve_until_signal(signals, **server, routes, sweep, *node, cluster, out);
   return 0;
 }
 

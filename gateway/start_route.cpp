@@ -119,6 +119,22 @@ void api::start_run(const request_ptr& r, reply_fn reply) {
     return;
   }
   auto& node = services::services_of(node_);
+  if (r->forwarded) {
+    // A start whose key lives on the forwarding node (start_elsewhere):
+    // its run id, drawn there and named by the key's marker, in this
+    // node's shard.
+    if (auto id = r->http.header("x-durin-run-id"); !id.empty()) {
+      start->run_id = std::string(id);
+    }
+  }
+  if (!r->recorded_run_id.empty() && placement_ != nullptr &&
+      placement_->locate(node.map.of_run(r->recorded_run_id)) !=
+          placement::where::here) {
+    // The run the key's marker names lives on another node: asked there.
+    start->run_id = r->recorded_run_id;
+    resume_elsewhere(start, s->wait);
+    return;
+  }
   if (!r->recorded_run_id.empty()) {
     auto run = node_.get(r->recorded_run_id, r->caller.tenant);
     if (run || run.error().code != errc::run_not_found) {
@@ -155,6 +171,13 @@ void api::start_run(const request_ptr& r, reply_fn reply) {
   }
   request.run_id = start->run_id;
   start->key_in_admission = services::key_kept_with_admission(node, request);
+  if (placement_ != nullptr && request.answer.key && !start->key_in_admission) {
+    const auto run_shard = node.map.of_run(start->run_id);
+    if (placement_->locate(run_shard) != placement::where::here) {
+      start_elsewhere(start, *request.answer.key);
+      return;
+    }
+  }
   if (s->wait) {
     start->subscription = node.events.subscribe(
         start->run_id, services::run_events::until::settled,
@@ -166,6 +189,101 @@ void api::start_run(const request_ptr& r, reply_fn reply) {
                       [this, start, wait = s->wait](result<run_info> started) {
                         on_admitted(start, wait, std::move(started));
                       });
+}
+
+// ---- a keyed start whose run lives on another node (a cluster) ------------
+//
+// The key's marker naming the run is made durable here, in the key's shard,
+// then the start (without its key) is forwarded to the node that serves the
+// run's shard, with the run id to use; its answer is kept for the key here.
+// A crash in between leaves a marker naming a run that may not exist: the
+// retry asks the run's node for it (resume_elsewhere) and starts that very
+// run id when it is not there.
+
+void api::start_elsewhere(const std::shared_ptr<async_start>& start,
+                          const persistence::start_key& key) {
+  auto& node = services::services_of(node_);
+  start->r->stored = idempotency::stored::marker;
+  services::write_key_marker(
+      node, key, start->run_id, [this, start](const status& written) {
+        if (!written) {
+          answer(*start,
+                 error_response(make_error(
+                     errc::storage_error,
+                     "the request key of a start could not be written: " +
+                         written.error().message)),
+                 idempotency::stored::marker);
+          return;
+        }
+        forward_start(start);
+      });
+}
+
+void api::forward_start(const std::shared_ptr<async_start>& start) {
+  auto& node = services::services_of(node_);
+  wire::http_request sub;
+  sub.method = "POST";
+  sub.target = "/v1/runs";
+  sub.headers = {{"content-type", "application/json"},
+                 {"x-durin-run-id", start->run_id}};
+  sub.body = start->r->body.dump();
+  placement_->forward(
+      node.map.of_run(start->run_id), std::move(sub), start->r->caller,
+      [this, start](http_response response) {
+        start->r->offload([this, start, response = std::move(response)]() {
+          on_started_elsewhere(start, response);
+        });
+      });
+}
+
+void api::on_started_elsewhere(const std::shared_ptr<async_start>& start,
+                               http_response response) {
+  if (response.status == 409) {
+    auto body = json::parse(response.body, nullptr, false);
+    if (!body.is_discarded() &&
+        body.value("conflictingRunId", std::string()) == start->run_id) {
+      // Its token is held by this very run: an earlier try admitted it.
+      resume_elsewhere(start, start->r->body.value("wait", true));
+      return;
+    }
+  }
+  if (response.status >= 400 && response.status < 500) {
+    // Refused for certain, no run admitted: the marker goes first.
+    auto& node = services::services_of(node_);
+    auto done = std::make_shared<http_response>(std::move(response));
+    services::remove_key_marker(node, *start->r->key, [this, start, done] {
+      start->r->offload([this, start, done] {
+        answer(*start, std::move(*done), idempotency::stored::nothing);
+      });
+    });
+    return;
+  }
+  if (response.status < 300) {
+    metrics_.count_start();
+  }
+  answer(*start, std::move(response), idempotency::stored::marker);
+}
+
+void api::resume_elsewhere(const std::shared_ptr<async_start>& start,
+                           bool wait) {
+  auto& node = services::services_of(node_);
+  wire::http_request get;
+  get.method = "GET";
+  get.target = "/v1/runs/" + start->run_id;
+  placement_->forward(
+      node.map.of_run(start->run_id), std::move(get), start->r->caller,
+      [this, start, wait](http_response response) {
+        if (response.status == 404) {
+          forward_start(start);  // never admitted: that very run now
+          return;
+        }
+        if (response.status == 200 && !wait) {
+          response.status = 202;
+        }
+        start->r->offload([this, start, response = std::move(response)]() {
+          answer(*start, std::move(response), idempotency::stored::marker);
+        });
+      });
 }
 
 void api::on_admitted(const std::shared_ptr<async_start>& start, bool wait,

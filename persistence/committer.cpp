@@ -277,9 +277,34 @@ status committer::write_group(write_batch& target, std::size_t batches,
   if (injected == fault::fail_before_write) {
     return make_error(errc::storage_error, "injected fault: group not written");
   }
+  // In a cluster every group write carries the epoch this node holds the
+  // shard at and the next log position, and none is written once the
+  // lease's deadline has passed (persistence/README.md, invariant 11).
+  const auto& fence = store_.guard();
+  std::uint64_t epoch = 0;
+  std::uint64_t position = 0;
+  if (fence) {
+    if (!fence->open()) {
+      (void)store_.hold();  // makes the store not ready: it reports why
+      return store_.unavailable();
+    }
+    epoch = fence->epoch();
+    position = store_.log_position() + 1;
+    target.put_position(epoch, position);
+  }
   DURIN_TEST_KILL_POINT("committer.before_write");
   status written = store_.write(target);  // sync=true: durable when ok
   DURIN_TEST_KILL_POINT("committer.after_write");
+  if (fence && written) {
+    store_.advanced_to(position);
+    if (!fence->open() || fence->epoch() != epoch) {
+      // The deadline passed during the write: it landed, but an answer now
+      // would come from a node that no longer holds the shard.
+      written = make_error(errc::storage_error,
+                           "the shard's lease ended during the write; it "
+                           "may or may not count, retry with the same key");
+    }
+  }
   if (written) {
     std::lock_guard lock(mutex_);
     stats_.group_writes += 1;

@@ -234,6 +234,19 @@ result<std::unique_ptr<store>> store::open(const std::string& dir,
           rocksdb::NewCompositeEnv(opened->options_.file_system));
     }
     auto& health = *opened->health_;
+    store* self = opened.get();
+    if (const auto& fence = opened->options_.fence) {
+      fence->on_grant([self] { self->poke(); });
+    }
+    if (opened->options_.fence && !opened->options_.fence->open()) {
+      // Not this node's shard now: opened once the fence is granted.
+      health.ready.store(false, std::memory_order_release);
+      health.fault = std::string(fenced_words);
+      health.since = std::chrono::steady_clock::now();
+      health.announced_ready = false;
+      health.thread = std::thread([self] { self->recover_loop(); });
+      return opened;
+    }
     const rocksdb::Status first = opened->open_database();
     if (first.ok()) {
       if (auto checked = opened->check_schema(); !checked) {
@@ -255,7 +268,9 @@ result<std::unique_ptr<store>> store::open(const std::string& dir,
       health.faults = 1;
       health.since = std::chrono::steady_clock::now();
     }
-    store* self = opened.get();
+    if (opened->options_.fence && health.ready.load()) {
+      opened->options_.fence->set_ready(true);
+    }
     health.thread = std::thread([self] { self->recover_loop(); });
     return opened;
   });
@@ -375,6 +390,24 @@ status store::check_schema() {
                           std::to_string(found) + "; this build reads " +
                           std::to_string(schema_version));
   }
+  return load_log_position();
+}
+
+status store::load_log_position() {
+  auto stored = read_meta(position_name);
+  if (!stored) {
+    return stored.error();
+  }
+  std::uint64_t position = 0;
+  if (stored->has_value()) {
+    if ((*stored)->size() != 8) {
+      return corrupt(family::meta, printable(position_name),
+                     "value of " + std::to_string((*stored)->size()) +
+                         " bytes, expected a u64");
+    }
+    position = keys::get_u64((*stored)->data());
+  }
+  log_position_.store(position, std::memory_order_release);
   return {};
 }
 

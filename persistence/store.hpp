@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "durin/error.hpp"
+#include "persistence/fence.hpp"
 #include "persistence/records.hpp"
 
 namespace rocksdb {
@@ -83,6 +84,10 @@ struct store_options {
   // does not grow with its shard count. Null: the store's own.
   std::shared_ptr<rocksdb::Cache> block_cache;
   std::shared_ptr<rocksdb::WriteBufferManager> write_buffers;
+  // In a cluster: the node's right to use this shard (persistence/fence.hpp).
+  // While it is closed the store is not ready, its database closed, and it
+  // reopens as soon as the fence is granted. Null: always open.
+  std::shared_ptr<persistence::fence> fence;
 };
 
 // The shared memory of `shards` stores (store_options above): the block
@@ -97,6 +102,9 @@ struct storage_health {
   std::uint64_t faults = 0;       // changes from ready to not ready since open
   std::uint64_t reopens = 0;      // successful reopens since open
   std::int64_t not_ready_ms = 0;  // how long it has been not ready
+  // Not ready because its fence is closed: this node does not hold the
+  // shard now, which is no fault of the disk.
+  bool fenced = false;
 };
 
 class store {
@@ -242,6 +250,18 @@ class store {
   // storage-error naming why the store is not ready.
   error unavailable() const;
 
+  // The shard's log position: how many fenced group writes it has taken
+  // (persistence/README.md, invariant 11). Read at every open; only the
+  // committer advances it, with the write that records it. 0 outside a
+  // cluster, where writes are not counted.
+  std::uint64_t log_position() const {
+    return log_position_.load(std::memory_order_acquire);
+  }
+  void advanced_to(std::uint64_t position) {
+    log_position_.store(position, std::memory_order_release);
+  }
+  const std::shared_ptr<fence>& guard() const { return options_.fence; }
+
  private:
   store() = default;
   status check_schema();  // REQUIRES: as open_database
@@ -260,6 +280,8 @@ class store {
   void recover_loop();
   // One attempt: close, open, check the schema, probe with a synced write.
   status reopen();
+  // The fence was granted: the recovery thread tries at once.
+  void poke();
 
   store_options options_;
   std::shared_ptr<health_state> health_;
@@ -278,7 +300,10 @@ class store {
   std::shared_ptr<rocksdb::Cache> cache_;      // one block cache across reopens
   std::shared_ptr<rocksdb::Logger> info_log_;  // the LOG file, across reopens
   std::atomic<std::uint64_t> generation_{0};   // of db_; +1 on every open
-  std::vector<std::uint32_t> family_ids_;      // of the first open
+  std::atomic<std::uint64_t> log_position_{0};
+  // Reads the log position from `meta`. REQUIRES: as check_schema.
+  status load_log_position();
+  std::vector<std::uint32_t> family_ids_;  // of the first open
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;  // indexed by family
   // RocksDB's required `default` family, and families found on disk that
@@ -319,6 +344,8 @@ class write_batch {
   // tenant (no real tenant is empty).
   void put_webhook_tenant(std::string_view token, std::string_view tenant);
   void delete_webhook_tenant(std::string_view token);
+  // The shard's epoch and log position (the committer, in a cluster).
+  void put_position(std::uint64_t epoch, std::uint64_t position);
 
   std::size_t count() const;       // operations in the batch
   std::size_t size_bytes() const;  // bytes of the batch's representation

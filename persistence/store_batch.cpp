@@ -160,6 +160,22 @@ void write_batch::delete_timer(const timer_record& timer) {
   }
 }
 
+void write_batch::put_position(std::uint64_t epoch, std::uint64_t position) {
+  std::string value;
+  keys::put_u64(value, epoch);
+  auto put = put_to(family::meta, keys::meta(store_detail::epoch_name),
+                    codec::encode_bytes(value));
+  if (put.ok()) {
+    value.clear();
+    keys::put_u64(value, position);
+    put = put_to(family::meta, keys::meta(store_detail::position_name),
+                 codec::encode_bytes(value));
+  }
+  if (!put.ok()) {
+    refuse("shard position: " + put.ToString());
+  }
+}
+
 void write_batch::put_active(std::string_view run_id) {
   if (!keys::fits(run_id)) {
     refuse("run id of " + std::to_string(run_id.size()) +

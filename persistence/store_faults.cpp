@@ -124,6 +124,9 @@ void store::report_fault(std::uint64_t generation, const std::string& fault) {
     if (generation != generation_.load(std::memory_order_acquire)) {
       return;  // a database already closed
     }
+    if (options_.fence) {
+      options_.fence->set_ready(false);
+    }
     if (health.ready.load(std::memory_order_acquire)) {
       health.ready.store(false, std::memory_order_release);
       health.fault = fault;
@@ -141,6 +144,16 @@ storage_health store::health() const {
   std::lock_guard lock(health.mutex);
   storage_health out;
   out.ready = health.ready.load(std::memory_order_acquire);
+  out.fenced = options_.fence && !options_.fence->open();
+  if (out.fenced && out.ready) {
+    // Its deadline passed with no read or write since: not ready all the
+    // same (the next use reports it).
+    out.ready = false;
+    out.fault = std::string(fenced_words);
+    out.faults = health.faults;
+    out.reopens = health.reopens;
+    return out;
+  }
   out.faults = health.faults;
   out.reopens = health.reopens;
   if (!out.ready) {
@@ -160,9 +173,24 @@ void store::set_health_listener(health_listener listener) {
   health_->listener = std::move(listener);
 }
 
+void store::poke() {
+  {
+    std::lock_guard lock(health_->mutex);
+    health_->poked = true;
+  }
+  health_->wake.notify_all();
+}
+
 store::pin store::hold() const {
   pin pinned;
   if (!ready()) {
+    return pinned;
+  }
+  if (options_.fence && !options_.fence->open()) {
+    // The lease ended: nothing more is read or written until the fence is
+    // granted again and the database reopened (it may have moved).
+    const_cast<store*>(this)->report_fault(
+        generation_.load(std::memory_order_acquire), std::string(fenced_words));
     return pinned;
   }
   pinned.lock_ = std::shared_lock(db_mutex_);
@@ -190,7 +218,9 @@ void store::recover_loop() {
       const std::string fault = health.fault;
       const std::int64_t took_ms = elapsed_ms(health.since);
       lock.unlock();
-      if (ready_now) {
+      if (fault == fenced_words) {
+        // Not a fault of the disk: the cluster's membership says why.
+      } else if (ready_now) {
         std::fprintf(stderr,
                      "durin: storage ready again after %lld ms (the database "
                      "was reopened)\n",
@@ -218,9 +248,13 @@ void store::recover_loop() {
       continue;
     }
     health.wake.wait_for(lock, std::chrono::milliseconds(backoff_ms),
-                         [&] { return health.stopping; });
+                         [&] { return health.stopping || health.poked; });
     if (health.stopping) {
       break;
+    }
+    if (health.poked) {
+      health.poked = false;
+      backoff_ms = options_.reopen_backoff_ms_min;
     }
     lock.unlock();
     auto reopened = guarded("reopen", [this] { return reopen(); });
@@ -235,6 +269,10 @@ void store::recover_loop() {
 status store::reopen() {
   std::unique_lock exclusive(db_mutex_);
   close_database();
+  if (options_.fence && !options_.fence->open()) {
+    // Left closed: another node may own the shard's data now.
+    return make_error(errc::storage_error, std::string(fenced_words));
+  }
   if (const auto opened = open_database(); !opened.ok()) {
     close_database();
     return storage_failure("reopen", opened);
@@ -259,6 +297,9 @@ status store::reopen() {
     health.ready.store(true, std::memory_order_release);
     health.fault.clear();
     health.reopens += 1;
+    if (options_.fence) {
+      options_.fence->set_ready(true);
+    }
   }
   health.wake.notify_all();
   return {};

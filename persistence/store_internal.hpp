@@ -56,6 +56,14 @@ auto guarded(std::string_view what, Body&& body) -> decltype(body()) {
   }
 }
 
+// Meta values of a shard in a cluster: its epoch and log position (u64
+// each), written by the committer with every group write.
+inline constexpr std::string_view epoch_name = "shard_epoch";
+inline constexpr std::string_view position_name = "log_position";
+// Why a store whose fence is closed takes nothing.
+inline constexpr std::string_view fenced_words =
+    "this node does not hold the shard's lease";
+
 // Options of a durable write: sync = true.
 rocksdb::WriteOptions sync_write();
 
@@ -86,6 +94,7 @@ struct store::health_state {
   std::chrono::steady_clock::time_point since;
   bool announced_ready = true;  // what the log and the listener last said
   bool stopping = false;
+  bool poked = false;  // the fence was granted: reopen now, not after backoff
   std::mutex listener_mutex;  // held while the listener runs
   health_listener listener;
   std::thread thread;

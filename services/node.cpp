@@ -8,6 +8,9 @@ persistence::storage_health node::health() const {
   persistence::storage_health out;
   for (const auto& shard : shards) {
     auto one = shard->store->health();
+    if (one.fenced) {
+      continue;  // another node's shard now (a cluster): no fault here
+    }
     if (!one.ready && out.ready) {
       out.ready = false;
       out.fault = shards.size() == 1 ? one.fault
@@ -24,6 +27,9 @@ persistence::storage_health node::health() const {
 result<persistence::store::status_counts> node::runs_by_status() const {
   persistence::store::status_counts total{};
   for (const auto& shard : shards) {
+    if (serves_no_more(*shard)) {
+      continue;  // counted by the node that serves it
+    }
     auto counts = shard->store->runs_by_status();
     if (!counts) {
       return counts.error();
@@ -39,8 +45,29 @@ std::uint32_t node::any_shard() {
   if (shards.size() == 1) {
     return 0;
   }
-  std::lock_guard<std::mutex> lock(ids_mutex_);
-  return static_cast<std::uint32_t>(ids_() % shards.size());
+  std::uint64_t drawn = 0;
+  {
+    std::lock_guard<std::mutex> lock(ids_mutex_);
+    drawn = ids_();
+  }
+  if (!shards.front()->store->guard()) {
+    return static_cast<std::uint32_t>(drawn % shards.size());
+  }
+  // In a cluster: one of the shards this node serves now, from a random
+  // start; any when it serves none (the start is refused as unavailable).
+  const auto count = shards.size();
+  for (std::size_t step = 0; step < count; ++step) {
+    const auto index = (drawn + step) % count;
+    if (shards[index]->store->guard()->serving()) {
+      return static_cast<std::uint32_t>(index);
+    }
+  }
+  return static_cast<std::uint32_t>(drawn % count);
+}
+
+bool node::serves_no_more(const shard& one) {
+  const auto& fence = one.store->guard();
+  return fence && !fence->open();
 }
 
 std::string node::new_run_id(std::uint32_t shard) {

@@ -105,8 +105,11 @@ struct node {
   // shard. Drawn before a start when its caller subscribes to the run's
   // events first.
   std::string new_run_id(std::uint32_t shard);
-  // A plain start's run goes to any shard (spread evenly).
+  // A plain start's run goes to any shard (spread evenly); in a cluster,
+  // any that this node serves.
   std::uint32_t any_shard();
+  // In a cluster: this node does not hold the shard's lease now.
+  static bool serves_no_more(const shard& one);
 
  private:
   std::mutex ids_mutex_;

@@ -266,6 +266,9 @@ result<run_page> runtime::list(const run_filter& filter) const {
   std::vector<persistence::run_record> merged;
   std::string floor;  // the highest cursor of a shard that stopped early
   for (auto& shard : node.shards) {
+    if (services::node::serves_no_more(*shard)) {
+      continue;  // a cluster: listed by the node that serves it
+    }
     auto scan = shard->store->scan_runs(
         filter.cursor, stored_status, filter.flow, filter.limit, list_scan_max,
         filter.tenant, filter.page_bytes_max);

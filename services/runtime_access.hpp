@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "durin/runtime.hpp"
 #include "persistence/store.hpp"
@@ -13,13 +14,15 @@ namespace durin {
 
 class runtime_access {
  public:
-  // runtime::open, with the store opened with `store`.
+  // runtime::open, with the store opened with `store`; in a cluster, shard
+  // i guarded by `fences[i]` (one per shard, or none).
   static result<std::unique_ptr<runtime>> open(
-      runtime_options options, registry flows,
-      persistence::store_options store);
+      runtime_options options, registry flows, persistence::store_options store,
+      std::vector<std::shared_ptr<persistence::fence>> fences = {});
   static result<std::unique_ptr<runtime>> open(
       runtime_options options, registry flows, caf::actor_system& system,
-      persistence::store_options store);
+      persistence::store_options store,
+      std::vector<std::shared_ptr<persistence::fence>> fences = {});
 };
 
 }  // namespace durin

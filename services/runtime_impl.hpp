@@ -29,6 +29,8 @@ class runtime_impl {
   std::atomic<bool> closing{false};
   // Activate a shard's runs again after its store reopened (see open()).
   std::vector<std::thread> reactivators;
+  // In a cluster: shard i's fence (persistence/fence.hpp); empty otherwise.
+  std::vector<std::shared_ptr<persistence::fence>> fences;
 
   ~runtime_impl() { close(); }
 

@@ -69,7 +69,8 @@ result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
 }
 
 result<std::unique_ptr<runtime>> runtime_access::open(
-    runtime_options options, registry flows, persistence::store_options store) {
+    runtime_options options, registry flows, persistence::store_options store,
+    std::vector<std::shared_ptr<persistence::fence>> fences) {
   // CAF's work-stealing workers poll their queue before blocking: 100 busy
   // attempts, then 500 more with a 50 µs sleep each. A node's actors mostly
   // wait for fsyncs, so on a small machine those sleeps are a stream of
@@ -85,8 +86,8 @@ result<std::unique_ptr<runtime>> runtime_access::open(
     config->set("scheduler.max-threads", options.actor_threads);
   }
   auto system = std::make_unique<caf::actor_system>(*config);
-  auto opened =
-      open(std::move(options), std::move(flows), *system, std::move(store));
+  auto opened = open(std::move(options), std::move(flows), *system,
+                     std::move(store), std::move(fences));
   if (!opened) {
     return opened.error();
   }
@@ -158,6 +159,9 @@ status runtime_impl::open_shards(
     auto shard = std::make_unique<services::shard>();
     shard->owner = &services;
     shard->index = index;
+    if (!fences.empty()) {
+      shard_options.fence = fences[index];
+    }
     auto store = persistence::store::open(*dir, shard_options);
     if (!store) {
       return store.error();
@@ -272,9 +276,15 @@ void make_shared_services(services::node& node, caf::actor_system& system) {
 
 result<std::unique_ptr<runtime>> runtime_access::open(
     runtime_options options, registry flows, caf::actor_system& system,
-    persistence::store_options store_options) {
+    persistence::store_options store_options,
+    std::vector<std::shared_ptr<persistence::fence>> fences) {
   if (auto problem = open_problem(options); !problem.empty()) {
     return make_error(errc::invalid_argument, problem);
+  }
+  if (!fences.empty() && fences.size() != options.shards) {
+    return make_error(errc::invalid_argument,
+                      "one fence per shard: " + std::to_string(fences.size()) +
+                          " for " + std::to_string(options.shards) + " shards");
   }
   if (!actors::has_message_types(system)) {
     return make_error(errc::invalid_argument,
@@ -290,6 +300,7 @@ result<std::unique_ptr<runtime>> runtime_access::open(
   services.options = options;
   services.flows = std::move(flows);
   make_shared_services(services, system);
+  impl->fences = std::move(fences);
   if (auto opened = impl->open_shards(system, store_options); !opened) {
     return opened.error();
   }

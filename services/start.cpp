@@ -257,11 +257,6 @@ void start_plain(node& node, persistence::run_record record, run_info info,
 void start_after_remote_key(node& node, start_request start, done_fn done) {
   auto key = std::move(*start.answer.key);
   start.answer.key.reset();
-  auto& key_home = node.shard_of_key(key.address);
-  auto batch = key_home.store->batch();
-  (void)persistence::add_request(
-      batch, key.address,
-      persistence::in_flight_marker(key, node.clock->now_ms(), start.run_id));
   auto* at = &node;
   auto pending = std::make_shared<start_request>(std::move(start));
   // A start refused for certain (no run admitted) leaves nothing for its
@@ -275,17 +270,13 @@ void start_after_remote_key(node& node, start_request start, done_fn done) {
       done(std::move(outcome));
       return;
     }
-    auto& key_home = at->shard_of_key(address);
-    auto erase = key_home.store->batch();
-    persistence::remove_request(erase, address);
     auto refused = std::make_shared<result<run_info>>(std::move(outcome));
-    key_home.committer->submit(
-        std::move(erase), [refused, done = std::move(done)](const status&) {
-          done(std::move(*refused));
-        });
+    remove_key_marker(*at, address, [refused, done = std::move(done)] {
+      done(std::move(*refused));
+    });
   };
-  key_home.committer->submit(
-      std::move(batch),
+  write_key_marker(
+      node, key, pending->run_id,
       [at, pending, done = std::move(done)](const status& written) mutable {
         if (!written) {
           done(make_error(errc::storage_error,
@@ -298,6 +289,26 @@ void start_after_remote_key(node& node, start_request start, done_fn done) {
 }
 
 }  // namespace
+
+void write_key_marker(node& node, const persistence::start_key& key,
+                      const std::string& run_id,
+                      std::function<void(const status&)> done) {
+  auto& key_home = node.shard_of_key(key.address);
+  auto batch = key_home.store->batch();
+  (void)persistence::add_request(
+      batch, key.address,
+      persistence::in_flight_marker(key, node.clock->now_ms(), run_id));
+  key_home.committer->submit(std::move(batch), std::move(done));
+}
+
+void remove_key_marker(node& node, const persistence::request_address& address,
+                       std::function<void()> done) {
+  auto& key_home = node.shard_of_key(address);
+  auto erase = key_home.store->batch();
+  persistence::remove_request(erase, address);
+  key_home.committer->submit(
+      std::move(erase), [done = std::move(done)](const status&) { done(); });
+}
 
 std::uint32_t start_shard(const node& node, const start_options& options) {
   auto keyed = start_token_of(options, node.options);

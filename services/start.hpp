@@ -44,6 +44,17 @@ std::uint32_t start_shard(const node& node, const start_options& options);
 // (the key and the run in one shard); else the caller keeps the answer.
 bool key_kept_with_admission(const node& node, const start_request& start);
 
+// The key's in-flight marker naming `run_id`, written in the key's shard
+// before a start whose run lives in another shard (on this node or, in a
+// cluster, on another): a retry after a crash starts that very run id.
+// `done` runs on the committer's thread.
+void write_key_marker(node& node, const persistence::start_key& key,
+                      const std::string& run_id,
+                      std::function<void(const status&)> done);
+// Removes it (a start refused for certain); `done` runs once written.
+void remove_key_marker(node& node, const persistence::request_address& address,
+                       std::function<void()> done);
+
 // The run now: the durable record, or `blocked` while held for replay.
 // Another tenant's run is run-not-found.
 result<run_info> get_run(const node& node, std::string_view run_id,

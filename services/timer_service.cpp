@@ -86,6 +86,11 @@ void timer_service::reload(std::int64_t now_ms) {
     // Shorter than any timer key, so no timer equals it.
     after = persistence::keys::timer_upper_bound(loaded_until_ms_);
   }
+  if (store_.guard() && (!store_.guard()->open() || !store_.ready())) {
+    // Another node's shard now, or this node's again but still reopening
+    // (its timers are reloaded once it is ready): nothing to say.
+    return;
+  }
   auto loaded = store_.timers_until(until, reload_slice_max, after);
   if (!loaded) {
     std::fprintf(stderr, "durin: timer reload failed: %s\n",

@@ -1,0 +1,670 @@
+#include "cluster/membership.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "gateway/auth.hpp"
+
+namespace durin::cluster {
+
+namespace {
+
+using json = nlohmann::json;
+
+std::int64_t margin_of(const membership_options& options) {
+  if (options.margin_ms > 0) {
+    return options.margin_ms;
+  }
+  return std::max<std::int64_t>(250, options.lease_ttl_s * 1000 / 5);
+}
+
+compare mod_is(std::string key, std::int64_t revision) {
+  compare c;
+  c.key = std::move(key);
+  c.what = compare::target::mod;
+  c.number = revision;
+  return c;
+}
+
+compare absent(std::string key) {
+  compare c;
+  c.key = std::move(key);
+  c.what = compare::target::create;
+  c.number = 0;
+  return c;
+}
+
+request_op put(std::string key, std::string value, std::int64_t lease = 0) {
+  request_op op;
+  op.what = request_op::kind::put;
+  op.key = std::move(key);
+  op.value = std::move(value);
+  op.lease = lease;
+  return op;
+}
+
+}  // namespace
+
+result<std::unique_ptr<membership>> membership::open(
+    membership_options options) {
+  if (!valid_name(options.cluster)) {
+    return make_error(errc::invalid_argument,
+                      "cluster name '" + options.cluster +
+                          "' must be 1 to 64 of A-Z a-z 0-9 . _ -");
+  }
+  if (!valid_name(options.node_id)) {
+    return make_error(errc::invalid_argument,
+                      "node id '" + options.node_id +
+                          "' must be 1 to 64 of A-Z a-z 0-9 . _ -");
+  }
+  if (options.lease_ttl_s < 2 || options.lease_ttl_s > 60) {
+    return make_error(errc::invalid_argument,
+                      "the node lease TTL must be 2 to 60 s");
+  }
+  auto control = etcd_client::make(options.etcd);
+  if (!control) {
+    return control.error();
+  }
+  // A keepalive waits at most a third of the TTL: a slow one must not
+  // outlive the deadline it would extend.
+  auto keeper = etcd_client::make(options.etcd, options.lease_ttl_s * 1000 / 3);
+  if (!keeper) {
+    return keeper.error();
+  }
+  const layout keys(options.cluster);
+  auto stored = control->range(keys.config());
+  if (!stored) {
+    return stored.error();
+  }
+  if (stored->kvs.empty()) {
+    return make_error(errc::invalid_argument,
+                      "cluster '" + options.cluster +
+                          "' is not initialised in etcd: run durin cluster "
+                          "init --etcd URL --cluster " +
+                          options.cluster);
+  }
+  auto config = decode_config(stored->kvs.front().value);
+  if (!config) {
+    return config.error();
+  }
+  return std::unique_ptr<membership>(
+      new membership(std::move(options), std::move(*config),
+                     std::move(*control), std::move(*keeper)));
+}
+
+membership::membership(membership_options options, cluster_config config,
+                       etcd_client control, etcd_client keeper)
+    : options_(std::move(options)),
+      config_(std::move(config)),
+      keys_(options_.cluster),
+      control_(std::move(control)),
+      keeper_(std::move(keeper)),
+      held_(config_.shards) {
+  for (std::uint32_t shard = 0; shard < config_.shards; ++shard) {
+    fences_.push_back(std::make_shared<persistence::fence>());
+  }
+  table_.configs.resize(config_.shards);
+  table_.leases.resize(config_.shards);
+}
+
+membership::~membership() {
+  stop();
+}
+
+void membership::start() {
+  joined_ = clock::now();
+  (void)register_node();
+  keeper_thread_ = std::thread([this] { keep_loop(); });
+  acquirer_thread_ = std::thread([this] { acquire_loop(); });
+}
+
+void membership::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) {
+      return;
+    }
+    stopping_ = true;
+  }
+  woken_.notify_all();
+  if (keeper_thread_.joinable()) {
+    keeper_thread_.join();
+  }
+  if (acquirer_thread_.joinable()) {
+    acquirer_thread_.join();
+  }
+  watch_.reset();
+  for (std::uint32_t shard = 0; shard < config_.shards; ++shard) {
+    fences_[shard]->close();
+    held_[shard].store(0);
+  }
+  if (const auto lease = lease_.exchange(0); lease != 0) {
+    (void)control_.revoke(lease);
+  }
+}
+
+void membership::wake() {
+  {
+    std::lock_guard lock(mutex_);
+    changed_ = true;
+  }
+  woken_.notify_all();
+}
+
+// ---- the node's lease ------------------------------------------------------
+
+bool membership::register_node() {
+  const auto sent = clock::now();
+  auto granted = control_.grant(options_.lease_ttl_s);
+  if (!granted) {
+    return false;
+  }
+  // A previous incarnation of this node (killed before it could revoke):
+  // its lease still holds shard lease keys until it expires. Ended now, so
+  // that a restart serves again at once; the data directory it wrote is
+  // ours, and RocksDB's lock keeps a second process off it.
+  if (auto before = control_.range(keys_.node(options_.node_id));
+      before && !before->kvs.empty()) {
+    if (auto old = decode_node(before->kvs.front().value);
+        old && old->lease != 0 && old->lease != granted->id) {
+      (void)control_.revoke(old->lease);
+    }
+  }
+  node_entry self{options_.node_id, options_.http, options_.peer, granted->id};
+  if (!control_.put(keys_.node(options_.node_id), encode(self), granted->id)) {
+    (void)control_.revoke(granted->id);
+    return false;
+  }
+  const auto ttl_ms = std::min(granted->ttl_s, options_.lease_ttl_s) * 1000;
+  deadline_ticks_.store(
+      (sent + std::chrono::milliseconds(ttl_ms - margin_of(options_)))
+          .time_since_epoch()
+          .count(),
+      std::memory_order_release);
+  lease_.store(granted->id, std::memory_order_release);
+  wake();
+  return true;
+}
+
+void membership::keep_loop() {
+  const auto interval = std::chrono::milliseconds(
+      std::max<std::int64_t>(100, options_.lease_ttl_s * 1000 / 4));
+  const auto keep_ms = options_.lease_ttl_s * 1000 - margin_of(options_);
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    lock.unlock();
+    const auto lease = lease_.load(std::memory_order_acquire);
+    if (lease == 0) {
+      (void)register_node();
+    } else {
+      const auto sent = clock::now();
+      auto kept = keeper_.keep_alive(lease);
+      if (kept) {
+        const auto until = sent + std::chrono::milliseconds(keep_ms);
+        deadline_ticks_.store(until.time_since_epoch().count(),
+                              std::memory_order_release);
+        for (std::uint32_t shard = 0; shard < config_.shards; ++shard) {
+          const auto epoch = held_[shard].load(std::memory_order_acquire);
+          if (epoch == 0) {
+            continue;
+          }
+          // Its lease key was never gone (the node lease lives): the same
+          // tenure goes on. A fence closed by its deadline meanwhile is
+          // granted again, which reopens the store.
+          if (fences_[shard]->open()) {
+            fences_[shard]->extend(epoch, until);
+          } else if (clock::now() < until) {
+            fences_[shard]->grant(epoch, until);
+          }
+        }
+      } else if (kept.error().code == errc::invalid_argument) {
+        std::fprintf(stderr,
+                     "durin: node %s lost its lease in etcd; its shards "
+                     "stop and are acquired again\n",
+                     options_.node_id.c_str());
+        lose_all();
+        lease_.store(0, std::memory_order_release);
+      }
+      // Else etcd did not answer: the deadline runs out by itself, and the
+      // fences close with it.
+    }
+    lock.lock();
+    woken_.wait_for(lock, interval, [this] { return stopping_; });
+  }
+}
+
+void membership::lose_all() {
+  for (std::uint32_t shard = 0; shard < config_.shards; ++shard) {
+    held_[shard].store(0, std::memory_order_release);
+    fences_[shard]->close();
+  }
+}
+
+// ---- the routing table ----------------------------------------------------
+
+status membership::resync() {
+  auto all = control_.range(keys_.prefix(), true);
+  if (!all) {
+    return all.error();
+  }
+  {
+    std::unique_lock lock(table_mutex_);
+    table_.nodes.clear();
+    table_.configs.assign(config_.shards, shard_config{});
+    table_.leases.assign(config_.shards, shard_lease{});
+  }
+  for (const auto& item : all->kvs) {
+    apply(item, false);
+  }
+  watch_.reset();
+  watch_options watched;
+  watched.key = keys_.prefix();
+  watched.prefix = true;
+  watched.start_revision = all->revision + 1;
+  auto started = etcd_watch::start(
+      options_.etcd, watched,
+      [this](std::vector<watch_event> events, std::int64_t) {
+        for (const auto& event : events) {
+          apply(event.now, event.what == watch_event::type::erase);
+        }
+        wake();
+      },
+      [this] {
+        {
+          std::lock_guard lock(mutex_);
+          resync_needed_ = true;
+        }
+        woken_.notify_all();
+      });
+  if (!started) {
+    return started.error();
+  }
+  watch_.emplace(std::move(*started));
+  return {};
+}
+
+void membership::apply(const kv& now, bool erased) {
+  std::unique_lock lock(table_mutex_);
+  const auto& key = now.key;
+  if (key.compare(0, keys_.nodes().size(), keys_.nodes()) == 0) {
+    const auto id = key.substr(keys_.nodes().size());
+    if (erased) {
+      table_.nodes.erase(id);
+    } else if (auto node = decode_node(now.value)) {
+      table_.nodes[id] = std::move(*node);
+    }
+    return;
+  }
+  auto shard = keys_.shard_of_key(key);
+  if (!shard || shard->first >= config_.shards) {
+    return;
+  }
+  if (shard->second) {
+    auto& lease = table_.leases[shard->first];
+    lease = shard_lease{};
+    if (!erased) {
+      if (auto decoded = decode_lease(now.value)) {
+        lease = std::move(*decoded);
+        lease.lease = now.lease;
+        lease.create_revision = now.create_revision;
+      }
+    }
+    return;
+  }
+  auto& config = table_.configs[shard->first];
+  config = shard_config{};
+  if (!erased) {
+    if (auto decoded = decode_shard(now.value)) {
+      config = std::move(*decoded);
+      config.mod_revision = now.mod_revision;
+    }
+  }
+}
+
+// ---- acquisition ------------------------------------------------------------
+
+void membership::acquire_loop() {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    const bool resync_now = resync_needed_;
+    resync_needed_ = false;
+    changed_ = false;
+    lock.unlock();
+    if (resync_now) {
+      if (auto synced = resync(); !synced) {
+        std::lock_guard again(mutex_);
+        resync_needed_ = true;
+      }
+    }
+    acquire_round();
+    lock.lock();
+    woken_.wait_for(lock, std::chrono::milliseconds(200),
+                    [this] { return stopping_ || changed_ || resync_needed_; });
+  }
+}
+
+void membership::acquire_round() {
+  const auto lease = lease_.load(std::memory_order_acquire);
+  if (lease == 0 || clock::now() >= deadline()) {
+    return;
+  }
+  table seen;
+  {
+    std::shared_lock lock(table_mutex_);
+    seen = table_;
+  }
+  for (std::uint32_t shard = 0; shard < config_.shards; ++shard) {
+    const auto& config = seen.configs[shard];
+    const auto& taken = seen.leases[shard];
+    const bool mine = config.owner == options_.node_id &&
+                      config.state == shard_state::active &&
+                      config.mod_revision != 0;
+    if (!mine) {
+      if (held_[shard].load() != 0 ||
+          (taken.create_revision != 0 && taken.node == options_.node_id &&
+           taken.lease == lease)) {
+        release(shard, taken);
+      }
+      continue;
+    }
+    if (taken.create_revision != 0) {
+      if (taken.lease == lease && taken.epoch == config.epoch &&
+          held_[shard].load() != config.epoch) {
+        hold(shard, config.epoch);  // acquired before the watch said so
+      }
+      continue;  // held by us, or still by a lease that has not expired
+    }
+    acquire(shard, config);
+  }
+  place_unplaced(seen);
+}
+
+void membership::acquire(std::uint32_t shard, const shard_config& config) {
+  const auto lease = lease_.load(std::memory_order_acquire);
+  shard_config next = config;
+  next.epoch = config.epoch + 1;
+  shard_lease held{options_.node_id, next.epoch, lease, 0};
+  auto done =
+      control_.txn({mod_is(keys_.shard_config(shard), config.mod_revision),
+                    absent(keys_.shard_lease(shard))},
+                   {put(keys_.shard_config(shard), encode(next)),
+                    put(keys_.shard_lease(shard), encode(held), lease)});
+  if (done && done->succeeded) {
+    hold(shard, next.epoch);
+  }
+}
+
+void membership::hold(std::uint32_t shard, std::uint64_t epoch) {
+  held_[shard].store(epoch, std::memory_order_release);
+  fences_[shard]->grant(epoch, deadline());
+}
+
+void membership::release(std::uint32_t shard, const shard_lease& seen) {
+  held_[shard].store(0, std::memory_order_release);
+  fences_[shard]->close();
+  if (seen.create_revision != 0 && seen.node == options_.node_id) {
+    // Only the very key this node created: a newer owner's stays.
+    compare same;
+    same.key = keys_.shard_lease(shard);
+    same.what = compare::target::create;
+    same.number = seen.create_revision;
+    request_op erase;
+    erase.what = request_op::kind::erase;
+    erase.key = keys_.shard_lease(shard);
+    (void)control_.txn({same}, {erase});
+  }
+}
+
+void membership::place_unplaced(const table& seen) {
+  if (clock::now() - joined_ < std::chrono::milliseconds(options_.settle_ms)) {
+    return;
+  }
+  std::vector<std::string> live;
+  for (const auto& [id, node] : seen.nodes) {
+    live.push_back(id);
+  }
+  if (live.empty()) {
+    return;
+  }
+  for (std::uint32_t shard = 0; shard < config_.shards; ++shard) {
+    const auto& config = seen.configs[shard];
+    if (config.mod_revision == 0 || !config.owner.empty() ||
+        rendezvous(shard, live) != options_.node_id) {
+      continue;
+    }
+    shard_config placed = config;
+    placed.owner = options_.node_id;
+    (void)control_.txn({mod_is(keys_.shard_config(shard), config.mod_revision)},
+                       {put(keys_.shard_config(shard), encode(placed))});
+  }
+}
+
+// ---- routing ----------------------------------------------------------------
+
+route membership::locate(std::uint32_t shard) const {
+  route found;
+  if (shard >= config_.shards) {
+    return found;
+  }
+  if (fences_[shard]->serving()) {
+    found.at = route::where::here;
+    found.node = options_.node_id;
+    found.epoch = fences_[shard]->epoch();
+    return found;
+  }
+  std::shared_lock lock(table_mutex_);
+  const auto& taken = table_.leases[shard];
+  if (taken.create_revision == 0 || taken.node == options_.node_id) {
+    return found;
+  }
+  auto node = table_.nodes.find(taken.node);
+  if (node == table_.nodes.end()) {
+    return found;
+  }
+  found.at = route::where::there;
+  found.node = taken.node;
+  found.peer = node->second.peer;
+  found.epoch = taken.epoch;
+  return found;
+}
+
+std::vector<std::uint32_t> membership::one_shard_per_other_node() const {
+  std::vector<std::uint32_t> out;
+  std::map<std::string, std::uint32_t> first;
+  std::shared_lock lock(table_mutex_);
+  for (std::uint32_t shard = 0; shard < config_.shards; ++shard) {
+    const auto& taken = table_.leases[shard];
+    if (taken.create_revision != 0 && taken.node != options_.node_id &&
+        table_.nodes.count(taken.node) != 0) {
+      first.emplace(taken.node, shard);
+    }
+  }
+  for (const auto& [node, shard] : first) {
+    out.push_back(shard);
+  }
+  return out;
+}
+
+std::vector<std::uint32_t> membership::unserved() const {
+  std::vector<std::uint32_t> out;
+  for (std::uint32_t shard = 0; shard < config_.shards; ++shard) {
+    if (locate(shard).at == route::where::nowhere) {
+      out.push_back(shard);
+    }
+  }
+  return out;
+}
+
+bool membership::local_shard(std::uint32_t& shard) const {
+  for (std::uint32_t index = 0; index < config_.shards; ++index) {
+    if (fences_[index]->serving()) {
+      shard = index;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool membership::any_shard(std::uint32_t& shard) const {
+  if (local_shard(shard)) {
+    return true;
+  }
+  auto others = one_shard_per_other_node();
+  if (others.empty()) {
+    return false;
+  }
+  shard =
+      others[static_cast<std::size_t>(clock::now().time_since_epoch().count()) %
+             others.size()];
+  return true;
+}
+
+std::int64_t membership::lease_left_ms() const {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        deadline() - clock::now())
+                        .count();
+  return std::max<std::int64_t>(0, left);
+}
+
+std::size_t membership::shards_served() const {
+  std::size_t served = 0;
+  for (const auto& fence : fences_) {
+    served += fence->serving() ? 1 : 0;
+  }
+  return served;
+}
+
+result<json> membership::describe() {
+  return read_status(control_, options_.cluster);
+}
+
+// ---- status and init --------------------------------------------------------
+
+result<json> read_status(etcd_client& etcd, const std::string& cluster) {
+  const layout keys(cluster);
+  auto all = etcd.range(keys.prefix(), true);
+  if (!all) {
+    return all.error();
+  }
+  std::optional<cluster_config> config;
+  std::map<std::string, node_entry> nodes;
+  std::map<std::uint32_t, shard_config> configs;
+  std::map<std::uint32_t, shard_lease> leases;
+  for (const auto& item : all->kvs) {
+    if (item.key == keys.config()) {
+      if (auto decoded = decode_config(item.value)) {
+        config = std::move(*decoded);
+      }
+    } else if (item.key.compare(0, keys.nodes().size(), keys.nodes()) == 0) {
+      if (auto node = decode_node(item.value)) {
+        node->lease = item.lease;
+        nodes[item.key.substr(keys.nodes().size())] = std::move(*node);
+      }
+    } else if (auto shard = keys.shard_of_key(item.key)) {
+      if (shard->second) {
+        if (auto lease = decode_lease(item.value)) {
+          lease->lease = item.lease;
+          leases[shard->first] = std::move(*lease);
+        }
+      } else if (auto decoded = decode_shard(item.value)) {
+        configs[shard->first] = std::move(*decoded);
+      }
+    }
+  }
+  if (!config) {
+    return make_error(errc::invalid_argument,
+                      "cluster '" + cluster + "' is not initialised in etcd");
+  }
+  std::map<std::int64_t, std::int64_t> left_ms;  // by lease id
+  for (const auto& [id, node] : nodes) {
+    auto ttl = etcd.time_to_live(node.lease);
+    left_ms[node.lease] = ttl ? *ttl * 1000 : 0;
+  }
+  json node_list = json::array();
+  for (const auto& [id, node] : nodes) {
+    node_list.push_back({{"id", id},
+                         {"http", node.http},
+                         {"peer", node.peer},
+                         {"leaseLeftMs", left_ms[node.lease]}});
+  }
+  json shard_list = json::array();
+  for (std::uint32_t shard = 0; shard < config->shards; ++shard) {
+    const auto& placed = configs[shard];
+    auto taken = leases.find(shard);
+    const bool live =
+        taken != leases.end() && nodes.count(taken->second.node) != 0;
+    shard_list.push_back(
+        {{"id", shard},
+         {"owner", live ? json(taken->second.node) : json(nullptr)},
+         {"placedOn",
+          placed.owner.empty() ? json(nullptr) : json(placed.owner)},
+         {"epoch", placed.epoch},
+         {"state", live ? std::string(to_string(placed.state))
+                        : std::string("unavailable")},
+         {"leaseLeftMs", live ? left_ms[taken->second.lease] : 0}});
+  }
+  return json{{"cluster", cluster},
+              {"shardCount", config->shards},
+              {"hashVersion", config->hash_version},
+              {"nodes", std::move(node_list)},
+              {"shards", std::move(shard_list)}};
+}
+
+result<cluster_config> init_cluster(etcd_client& etcd,
+                                    const std::string& cluster,
+                                    std::uint32_t shards,
+                                    const std::vector<std::string>& nodes) {
+  if (!valid_name(cluster)) {
+    return make_error(
+        errc::invalid_argument,
+        "cluster name '" + cluster + "' must be 1 to 64 of A-Z a-z 0-9 . _ -");
+  }
+  if (shards < 1 || shards > 1024) {
+    return make_error(
+        errc::invalid_argument,
+        "--shards must be 1 to 1024; got " + std::to_string(shards));
+  }
+  for (const auto& node : nodes) {
+    if (!valid_name(node)) {
+      return make_error(
+          errc::invalid_argument,
+          "node id '" + node + "' must be 1 to 64 of A-Z a-z 0-9 . _ -");
+    }
+  }
+  const layout keys(cluster);
+  cluster_config config;
+  config.shards = shards;
+  config.admin_key = gateway::auth::new_secret();
+  // The config first, only if it is absent: a second init changes nothing.
+  // Then the shards' configs, in txns of at most 100 puts (etcd's default
+  // limit is 128 operations per txn); a node serves a shard once its config
+  // is there.
+  auto done =
+      etcd.txn({absent(keys.config())}, {put(keys.config(), encode(config))});
+  if (!done) {
+    return done.error();
+  }
+  if (!done->succeeded) {
+    return make_error(errc::invalid_argument,
+                      "cluster '" + cluster +
+                          "' is initialised already; its config stays as it "
+                          "is");
+  }
+  std::vector<request_op> writes;
+  for (std::uint32_t shard = 0; shard < shards; ++shard) {
+    shard_config placed;
+    if (!nodes.empty()) {
+      placed.owner = rendezvous(shard, nodes);
+    }
+    writes.push_back(put(keys.shard_config(shard), encode(placed)));
+    if (writes.size() == 100 || shard + 1 == shards) {
+      if (auto written = etcd.txn({}, writes); !written) {
+        return written.error();
+      }
+      writes.clear();
+    }
+  }
+  return config;
+}
+
+}  // namespace durin::cluster

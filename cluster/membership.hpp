@@ -1,0 +1,189 @@
+// A node's place in a cluster: its lease in etcd, kept alive; the shards
+// placed on it, acquired at a new epoch each time and guarded by one fence
+// each (persistence/fence.hpp); and a routing table of every shard's owner,
+// kept by a watch of the cluster's prefix, so that nothing on the request
+// path reads etcd.
+//
+// The local deadline: a keepalive sent at t that etcd answered keeps the
+// node's shards until t + TTL - margin, which ends before etcd can expire
+// the lease (etcd counts from when it received the keepalive, after t). A
+// node that loses etcd, or is paused past that (SIGSTOP), stops at the
+// deadline by the fences alone, before any node could take over; when a
+// keepalive of the same lease is answered again its shards resume at the
+// same epoch (no other node can have held them: their lease keys were
+// never gone); when etcd says the lease is gone it grants a new one and
+// acquires its shards again, each at epoch + 1.
+//
+// Placement changes only by command (`durin cluster move`, `drain`), never
+// because nodes come and go; shards not placed yet (a cluster initialised
+// without --nodes) are placed by rendezvous hashing over the nodes live
+// once a node has been up for a settle period.
+//
+// Thread-safety: every const method may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster/etcd.hpp"
+#include "cluster/etcd_watch.hpp"
+#include "cluster/layout.hpp"
+#include "durin/error.hpp"
+#include "persistence/fence.hpp"
+
+namespace durin::cluster {
+
+struct membership_options {
+  std::string etcd;  // endpoints, comma-separated
+  std::string cluster;
+  std::string node_id;
+  std::string http;  // host:port this node's HTTP API is reached at
+  std::string peer;  // host:port of its CAF peer endpoint
+  std::int64_t lease_ttl_s = 5;
+  // How long before etcd could expire the lease the node stops: covers the
+  // keepalive's trip and clock-rate drift. 0: a fifth of the TTL, at least
+  // 250 ms.
+  std::int64_t margin_ms = 0;
+  // Shards not placed yet wait this long after the node's join for the
+  // other nodes to register.
+  std::int64_t settle_ms = 2000;
+};
+
+// Where a shard is served, as the routing table says now.
+struct route {
+  enum class where : std::uint8_t { here, there, nowhere };
+  where at = where::nowhere;
+  std::string node;  // the owner's id (there)
+  std::string peer;  // its peer endpoint (there)
+  std::uint64_t epoch = 0;
+};
+
+class membership {
+ public:
+  // Reads the cluster's config from etcd: invalid-argument naming the
+  // cluster when it was never initialised; an unreachable etcd is
+  // shutting-down (nothing to join yet).
+  static result<std::unique_ptr<membership>> open(membership_options options);
+  ~membership();  // stop()
+
+  const cluster_config& config() const { return config_; }
+  const membership_options& options() const { return options_; }
+  // One fence per shard, for the runtime's stores. Closed until acquired.
+  const std::vector<std::shared_ptr<persistence::fence>>& fences() const {
+    return fences_;
+  }
+
+  // Registers the node and starts keeping its lease, watching the routing
+  // and acquiring its shards. Returns once the node is registered (or the
+  // first attempt failed: it keeps trying).
+  void start();
+  // Revokes the node's lease (its shard lease keys go with it, so a
+  // restart takes them again at once) and closes every fence. Idempotent.
+  void stop();
+
+  route locate(std::uint32_t shard) const;
+  // One shard of each other node that serves any (to ask every node once).
+  std::vector<std::uint32_t> one_shard_per_other_node() const;
+  // A shard this node serves now; a shard any node serves.
+  bool local_shard(std::uint32_t& shard) const;
+  bool any_shard(std::uint32_t& shard) const;
+  // Shards no node holds the lease of now.
+  std::vector<std::uint32_t> unserved() const;
+  // This node's lease deadline: milliseconds left (0 when passed).
+  std::int64_t lease_left_ms() const;
+  std::int64_t ttl_s() const { return options_.lease_ttl_s; }
+  // Shards this node holds the lease of now.
+  std::size_t shards_served() const;
+  // read_status (below) through this node's etcd connection.
+  result<nlohmann::json> describe();
+  // Where this node is reached, known once its servers listen: set before
+  // start().
+  void set_addresses(std::string http, std::string peer) {
+    options_.http = std::move(http);
+    options_.peer = std::move(peer);
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  struct table {
+    std::map<std::string, node_entry> nodes;
+    std::vector<shard_config> configs;
+    std::vector<shard_lease> leases;  // create_revision 0: absent
+  };
+
+  membership(membership_options options, cluster_config config,
+             etcd_client control, etcd_client keeper);
+
+  void keep_loop();
+  void acquire_loop();
+  bool register_node();
+  // Reads the whole prefix and (re)starts the watch after it.
+  status resync();
+  void apply(const kv& now, bool erased);
+  void acquire_round();
+  void acquire(std::uint32_t shard, const shard_config& config);
+  void place_unplaced(const table& seen);
+  void hold(std::uint32_t shard, std::uint64_t epoch);
+  void release(std::uint32_t shard, const shard_lease& seen);
+  // The lease is gone: every shard is let go (fences closed).
+  void lose_all();
+  void wake();
+  clock::time_point deadline() const {
+    return clock::time_point(
+        clock::duration(deadline_ticks_.load(std::memory_order_acquire)));
+  }
+
+  membership_options options_;
+  const cluster_config config_;
+  const layout keys_;
+  etcd_client control_;  // registration, acquisitions, placements
+  etcd_client keeper_;   // keepalives only, so that they never queue
+  std::vector<std::shared_ptr<persistence::fence>> fences_;
+  // The epoch this node holds each shard at (0: none); written by the
+  // acquirer and the keeper.
+  std::vector<std::atomic<std::uint64_t>> held_;
+  std::atomic<std::int64_t> lease_{0};
+  std::atomic<std::int64_t> deadline_ticks_{0};
+  clock::time_point joined_{};
+
+  mutable std::shared_mutex table_mutex_;
+  table table_;
+
+  std::mutex mutex_;  // guards the flags below and the wait of both loops
+  std::condition_variable woken_;
+  bool stopping_ = false;
+  bool changed_ = false;
+  bool resync_needed_ = true;
+  std::optional<etcd_watch> watch_;
+  std::thread keeper_thread_;
+  std::thread acquirer_thread_;
+};
+
+// What `durin cluster status` and GET /v1/cluster show, read from etcd:
+// {"cluster", "shardCount", "nodes": [{"id", "http", "peer",
+// "leaseLeftMs"}], "shards": [{"id", "owner", "epoch", "state",
+// "placedOn", "leaseLeftMs"}]} (owner: the node holding the shard's
+// lease, null while none does).
+result<nlohmann::json> read_status(etcd_client& etcd,
+                                   const std::string& cluster);
+
+// `durin cluster init`: writes the config once (a second init of the same
+// name is refused with invalid-argument), with every shard's config, placed
+// over `nodes` by rendezvous hashing when given. The admin key is made here.
+result<cluster_config> init_cluster(etcd_client& etcd,
+                                    const std::string& cluster,
+                                    std::uint32_t shards,
+                                    const std::vector<std::string>& nodes);
+
+}  // namespace durin::cluster

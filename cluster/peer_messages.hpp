@@ -1,0 +1,63 @@
+// What nodes send each other over CAF (cluster/peers.hpp): a request
+// forwarded to the node that serves its shard, with the caller the
+// forwarding node authenticated, and the answer. Plain data with inspect
+// overloads, in a type-id block of its own after the node's blocks; the
+// block's ids are the cluster protocol: append, never reorder.
+#pragma once
+
+#include <caf/atom.hpp>
+#include <caf/meta/type_name.hpp>
+#include <caf/type_id.hpp>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "actors/type_ids.hpp"
+
+namespace durin::cluster {
+
+using forward_atom = caf::atom_constant<caf::atom("forward")>;
+using answered_atom = caf::atom_constant<caf::atom("answered")>;
+using go_atom = caf::atom_constant<caf::atom("go")>;
+
+struct forwarded_request {
+  std::uint32_t shard = 0;
+  // The epoch the forwarder's routing named: an owner at a lower one is
+  // stale and refuses (not-owner).
+  std::uint64_t epoch_seen = 0;
+  std::string method;
+  std::string target;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+  std::string tenant;
+  std::string key_id;
+  std::uint8_t role = 0;
+};
+
+struct forwarded_response {
+  unsigned status = 200;
+  std::string content_type;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, forwarded_request& x) {
+  return f(caf::meta::type_name("durin::cluster::forwarded_request"), x.shard,
+           x.epoch_seen, x.method, x.target, x.headers, x.body, x.tenant,
+           x.key_id, x.role);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, forwarded_response& x) {
+  return f(caf::meta::type_name("durin::cluster::forwarded_response"), x.status,
+           x.content_type, x.headers, x.body);
+}
+
+}  // namespace durin::cluster
+
+CAF_BEGIN_TYPE_ID_BLOCK(durin_cluster, caf::id_block::durin_node::end)
+CAF_ADD_TYPE_ID(durin_cluster, (durin::cluster::forwarded_request))
+CAF_ADD_TYPE_ID(durin_cluster, (durin::cluster::forwarded_response))
+CAF_END_TYPE_ID_BLOCK(durin_cluster)

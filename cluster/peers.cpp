@@ -1,0 +1,580 @@
+#include "cluster/peers.hpp"
+
+#include <atomic>
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "cluster/peer_messages.hpp"
+#include "gateway/wire_format.hpp"
+
+namespace durin::cluster {
+
+namespace {
+
+using wire::http_request;
+using wire::http_response;
+
+forwarded_response to_message(const http_response& response) {
+  return {response.status, response.content_type, response.headers,
+          response.body};
+}
+
+http_response from_message(forwarded_response&& message) {
+  http_response response;
+  response.status = message.status;
+  response.content_type = std::move(message.content_type);
+  response.headers = std::move(message.headers);
+  response.body = std::move(message.body);
+  return response;
+}
+
+bool split_address(const std::string& address, std::string& host,
+                   std::uint16_t& port) {
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return false;
+  }
+  host = address.substr(0, colon);
+  const auto digits = address.substr(colon + 1);
+  if (digits.empty() || digits.size() > 5 ||
+      digits.find_first_not_of("0123456789") != std::string::npos) {
+    return false;
+  }
+  const auto value = std::stoul(digits);
+  if (value > 65535) {
+    return false;
+  }
+  port = static_cast<std::uint16_t>(value);
+  return true;
+}
+
+// Threads for forwarded requests whose handler may block (the api's
+// offload), so that the router's actor never blocks.
+class job_pool {
+ public:
+  explicit job_pool(std::size_t threads) {
+    for (std::size_t i = 0; i < threads; ++i) {
+      threads_.emplace_back([this] { run(); });
+    }
+  }
+  ~job_pool() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    for (auto& thread : threads_) {
+      thread.join();
+    }
+  }
+  void post(std::function<void()> job) {
+    {
+      std::lock_guard lock(mutex_);
+      jobs_.push_back(std::move(job));
+    }
+    wake_.notify_one();
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) {
+        return;
+      }
+      auto job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      job();
+      lock.lock();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> jobs_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// A forward until it is answered: retried after a not-owner.
+struct pending_forward {
+  std::uint32_t shard = 0;
+  http_request request;
+  gateway::principal caller;
+  gateway::reply_fn reply;
+  int attempts = 0;
+};
+
+}  // namespace
+
+struct peers::impl {
+  membership& members;
+  gateway::api& routes;
+  peer_options options;
+  std::unique_ptr<caf::actor_system_config> config;
+  std::unique_ptr<caf::actor_system> system;
+  caf::actor router;
+  caf::actor forwarder;
+  std::uint16_t port = 0;
+  std::unique_ptr<job_pool> jobs;
+
+  std::mutex mutex;
+  std::unordered_map<std::uint64_t, pending_forward> pending;
+  std::uint64_t next_ticket = 0;
+  bool stopped = false;
+
+  std::atomic<std::uint64_t> forwarded{0}, served{0}, not_owner{0},
+      timed_out{0}, unavailable{0};
+
+  impl(membership& m, gateway::api& r, peer_options o)
+      : members(m), routes(r), options(std::move(o)) {}
+
+  gateway::offload_fn offload() {
+    return [this](std::function<void()> job) { jobs->post(std::move(job)); };
+  }
+
+  // Takes the forward out of the table: its reply is called exactly once.
+  std::optional<pending_forward> take(std::uint64_t ticket) {
+    std::lock_guard lock(mutex);
+    auto found = pending.find(ticket);
+    if (found == pending.end()) {
+      return std::nullopt;
+    }
+    auto out = std::move(found->second);
+    pending.erase(found);
+    return out;
+  }
+
+  void answer(std::uint64_t ticket, http_response response) {
+    if (auto forward = take(ticket)) {
+      forward->reply(std::move(response));
+    }
+  }
+};
+
+namespace {
+
+struct router_state {
+  std::uint64_t next = 0;
+  std::unordered_map<std::uint64_t, caf::response_promise> promises;
+  static inline const char* name = "durin.peer-router";
+};
+
+// The published actor: answers forwarded requests through the api.
+caf::behavior router(caf::stateful_actor<router_state>* self,
+                     peers::impl* owner) {
+  return {
+      [self, owner](forward_atom, forwarded_request& request) {
+        auto promise = self->make_response_promise();
+        owner->served.fetch_add(1);
+        const auto at = owner->members.locate(request.shard);
+        if (at.at != route::where::here || at.epoch < request.epoch_seen) {
+          promise.deliver(to_message(
+              gateway::error_response(gateway::not_owner_status, "not-owner",
+                                      "this node does not serve shard " +
+                                          std::to_string(request.shard))));
+          return;
+        }
+        const auto id = ++self->state.next;
+        self->state.promises.emplace(id, promise);
+        http_request http{std::move(request.method), std::move(request.target),
+                          std::move(request.headers), std::move(request.body)};
+        gateway::principal caller{
+            std::move(request.tenant), std::move(request.key_id),
+            static_cast<persistence::key_role>(request.role)};
+        auto me = caf::actor_cast<caf::actor>(self);
+        owner->routes.dispatch_forwarded(
+            std::move(http), std::move(caller),
+            [me, id](http_response response) {
+              caf::anon_send(me, answered_atom::value, id,
+                             to_message(response));
+            },
+            owner->offload());
+      },
+      [self](answered_atom, std::uint64_t id, forwarded_response& response) {
+        auto found = self->state.promises.find(id);
+        if (found != self->state.promises.end()) {
+          found->second.deliver(std::move(response));
+          self->state.promises.erase(found);
+        }
+      },
+  };
+}
+
+struct forwarder_state {
+  std::map<std::string, caf::actor> handles;  // by peer endpoint
+  std::map<std::string, std::vector<std::uint64_t>> waiting;
+  static inline const char* name = "durin.peer-forwarder";
+};
+
+void send_forward(caf::stateful_actor<forwarder_state>* self,
+                  peers::impl* owner, const caf::actor& handle,
+                  const std::string& peer, std::uint64_t ticket);
+
+void fail_waiting(caf::stateful_actor<forwarder_state>* self,
+                  peers::impl* owner, const std::string& peer) {
+  auto tickets = std::move(self->state.waiting[peer]);
+  self->state.waiting.erase(peer);
+  for (const auto ticket : tickets) {
+    owner->answer(ticket, gateway::error_response(
+                              503, "peer-unreachable",
+                              "the node serving this shard cannot be reached "
+                              "now; nothing was sent, retry later"));
+  }
+}
+
+void connect(caf::stateful_actor<forwarder_state>* self, peers::impl* owner,
+             const std::string& peer) {
+  std::string host;
+  std::uint16_t port = 0;
+  if (!split_address(peer, host, port)) {
+    fail_waiting(self, owner, peer);
+    return;
+  }
+  auto mm = self->system().middleman().actor_handle();
+  self->request(mm, std::chrono::seconds(5), caf::connect_atom::value, host,
+                port)
+      .then(
+          [self, owner, peer](const caf::node_id&, caf::strong_actor_ptr& ptr,
+                              const std::set<std::string>&) {
+            if (!ptr) {
+              fail_waiting(self, owner, peer);
+              return;
+            }
+            auto handle = caf::actor_cast<caf::actor>(ptr);
+            self->monitor(handle);
+            self->state.handles[peer] = handle;
+            auto tickets = std::move(self->state.waiting[peer]);
+            self->state.waiting.erase(peer);
+            for (const auto ticket : tickets) {
+              send_forward(self, owner, handle, peer, ticket);
+            }
+          },
+          [self, owner, peer](caf::error&) {
+            fail_waiting(self, owner, peer);
+          });
+}
+
+void send_forward(caf::stateful_actor<forwarder_state>* self,
+                  peers::impl* owner, const caf::actor& handle,
+                  const std::string& peer, std::uint64_t ticket) {
+  forwarded_request message;
+  {
+    std::lock_guard lock(owner->mutex);
+    auto found = owner->pending.find(ticket);
+    if (found == owner->pending.end()) {
+      return;
+    }
+    const auto& forward = found->second;
+    message.shard = forward.shard;
+    message.epoch_seen = owner->members.locate(forward.shard).epoch;
+    message.method = forward.request.method;
+    message.target = forward.request.target;
+    message.headers = forward.request.headers;
+    message.body = forward.request.body;
+    message.tenant = forward.caller.tenant;
+    message.key_id = forward.caller.key_id;
+    message.role = static_cast<std::uint8_t>(forward.caller.role);
+  }
+  owner->forwarded.fetch_add(1);
+  self->request(handle, owner->options.forward_timeout, forward_atom::value,
+                std::move(message))
+      .then(
+          [self, owner, ticket](forwarded_response& response) {
+            if (response.status != gateway::not_owner_status) {
+              owner->answer(ticket, from_message(std::move(response)));
+              return;
+            }
+            owner->not_owner.fetch_add(1);
+            bool again = false;
+            {
+              std::lock_guard lock(owner->mutex);
+              auto found = owner->pending.find(ticket);
+              again = found != owner->pending.end() &&
+                      ++found->second.attempts <= 2;
+            }
+            if (again) {
+              self->delayed_send(self, owner->options.not_owner_pause,
+                                 go_atom::value, ticket);
+              return;
+            }
+            std::uint32_t shard = 0;
+            {
+              std::lock_guard lock(owner->mutex);
+              auto found = owner->pending.find(ticket);
+              shard = found == owner->pending.end() ? 0 : found->second.shard;
+            }
+            owner->unavailable.fetch_add(1);
+            owner->answer(ticket, gateway::shard_unavailable(
+                                      shard, owner->members.ttl_s()));
+          },
+          [self, owner, ticket, peer](caf::error& failure) {
+            if (failure == caf::sec::request_timeout) {
+              owner->timed_out.fetch_add(1);
+            } else {
+              self->state.handles.erase(peer);
+            }
+            owner->answer(
+                ticket,
+                gateway::error_response(
+                    503, "forward-outcome-unknown",
+                    "the node serving this shard did not answer in time; "
+                    "the request may or may not have taken effect: retry "
+                    "it with the same Idempotency-Key"));
+          });
+}
+
+caf::behavior forwarder(caf::stateful_actor<forwarder_state>* self,
+                        peers::impl* owner) {
+  self->set_down_handler([self](caf::down_msg& down) {
+    for (auto it = self->state.handles.begin();
+         it != self->state.handles.end();) {
+      if (it->second.address() == down.source) {
+        it = self->state.handles.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  });
+  return {
+      [self, owner](go_atom, std::uint64_t ticket) {
+        std::uint32_t shard = 0;
+        {
+          std::lock_guard lock(owner->mutex);
+          auto found = owner->pending.find(ticket);
+          if (found == owner->pending.end()) {
+            return;
+          }
+          shard = found->second.shard;
+        }
+        const auto at = owner->members.locate(shard);
+        if (at.at == route::where::nowhere) {
+          owner->unavailable.fetch_add(1);
+          owner->answer(ticket, gateway::shard_unavailable(
+                                    shard, owner->members.ttl_s()));
+          return;
+        }
+        if (at.at == route::where::here) {
+          // The shard came here meanwhile: answered as a forward would be.
+          if (auto forward = owner->take(ticket)) {
+            owner->routes.dispatch_forwarded(
+                std::move(forward->request), std::move(forward->caller),
+                std::move(forward->reply), owner->offload());
+          }
+          return;
+        }
+        auto known = self->state.handles.find(at.peer);
+        if (known != self->state.handles.end()) {
+          send_forward(self, owner, known->second, at.peer, ticket);
+          return;
+        }
+        auto& queue = self->state.waiting[at.peer];
+        queue.push_back(ticket);
+        if (queue.size() == 1) {
+          connect(self, owner, at.peer);
+        }
+      },
+  };
+}
+
+}  // namespace
+
+peers::peers(membership& members, gateway::api& routes, peer_options options)
+    : impl_(std::make_unique<impl>(members, routes, std::move(options))) {
+  auto& self = *impl_;
+  self.jobs = std::make_unique<job_pool>(self.options.workers);
+  self.config = std::make_unique<caf::actor_system_config>();
+  self.config->load<caf::io::middleman>();
+  self.config->add_message_types<caf::id_block::durin_cluster>();
+  self.config->set("scheduler.max-threads", std::size_t{2});
+  self.config->set("middleman.heartbeat-interval",
+                   caf::timespan{std::chrono::milliseconds(500)});
+  self.config->set("middleman.connection-timeout",
+                   caf::timespan{std::chrono::seconds(3)});
+  self.config->set(
+      "middleman.app-identifiers",
+      std::vector<std::string>{"durin-" + members.options().cluster});
+  self.system = std::make_unique<caf::actor_system>(*self.config);
+  self.router = self.system->spawn(router, impl_.get());
+  self.forwarder = self.system->spawn(forwarder, impl_.get());
+}
+
+peers::~peers() {
+  stop();
+}
+
+result<std::string> peers::listen() {
+  auto& self = *impl_;
+  std::string host;
+  std::uint16_t port = 0;
+  if (!split_address(self.options.listen, host, port)) {
+    return make_error(
+        errc::invalid_argument,
+        "--peer-listen must be HOST:PORT; got '" + self.options.listen + "'");
+  }
+  auto bound =
+      self.system->middleman().publish(self.router, port, host.c_str(), true);
+  if (!bound) {
+    return make_error(errc::invalid_argument,
+                      "cannot listen for peers on " + self.options.listen +
+                          ": " + self.system->render(bound.error()));
+  }
+  self.port = *bound;
+  return host + ":" + std::to_string(*bound);
+}
+
+void peers::stop() {
+  auto& self = *impl_;
+  {
+    std::lock_guard lock(self.mutex);
+    if (self.stopped) {
+      return;
+    }
+    self.stopped = true;
+  }
+  if (self.port != 0) {
+    (void)self.system->middleman().unpublish(self.router, self.port);
+  }
+  caf::anon_send_exit(self.router, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(self.forwarder, caf::exit_reason::user_shutdown);
+  self.system.reset();  // waits for its actors
+  std::unordered_map<std::uint64_t, pending_forward> left;
+  {
+    std::lock_guard lock(self.mutex);
+    left.swap(self.pending);
+  }
+  for (auto& [ticket, forward] : left) {
+    forward.reply(gateway::error_response(
+        503, "shutting-down", "the node is stopping; retry on another node"));
+  }
+  self.jobs.reset();
+}
+
+gateway::placement::where peers::locate(std::uint32_t shard) const {
+  switch (impl_->members.locate(shard).at) {
+    case route::where::here:
+      return where::here;
+    case route::where::there:
+      return where::there;
+    case route::where::nowhere:
+      break;
+  }
+  return where::nowhere;
+}
+
+bool peers::local_shard(std::uint32_t& shard) const {
+  return impl_->members.local_shard(shard);
+}
+
+bool peers::any_shard(std::uint32_t& shard) const {
+  return impl_->members.any_shard(shard);
+}
+
+void peers::forward(std::uint32_t shard, wire::http_request request,
+                    const gateway::principal& caller, gateway::reply_fn reply) {
+  auto& self = *impl_;
+  std::uint64_t ticket = 0;
+  {
+    std::lock_guard lock(self.mutex);
+    if (self.stopped) {
+      reply(gateway::error_response(503, "shutting-down",
+                                    "the node is stopping; retry on another "
+                                    "node"));
+      return;
+    }
+    ticket = ++self.next_ticket;
+    self.pending.emplace(ticket, pending_forward{shard, std::move(request),
+                                                 caller, std::move(reply), 0});
+  }
+  caf::anon_send(self.forwarder, go_atom::value, ticket);
+}
+
+std::vector<wire::http_response> peers::ask_every_other_node(
+    const wire::http_request& request, const gateway::principal& caller) {
+  std::vector<std::future<http_response>> answers;
+  for (const auto shard : impl_->members.one_shard_per_other_node()) {
+    auto promise = std::make_shared<std::promise<http_response>>();
+    answers.push_back(promise->get_future());
+    forward(shard, request, caller, [promise](http_response response) {
+      promise->set_value(std::move(response));
+    });
+  }
+  std::vector<http_response> out;
+  for (auto& answer : answers) {
+    out.push_back(answer.get());  // every forward answers, by its deadline
+  }
+  return out;
+}
+
+bool peers::live() const {
+  return impl_->members.lease_left_ms() > 0;
+}
+
+std::vector<std::uint32_t> peers::unserved() const {
+  return impl_->members.unserved();
+}
+
+std::string peers::metrics_text() const {
+  const auto counts = statistics();
+  const auto& members = impl_->members;
+  std::string text =
+      "# HELP durin_cluster_shards_served Shards this node holds the lease "
+      "of.\n"
+      "# TYPE durin_cluster_shards_served gauge\n"
+      "durin_cluster_shards_served " +
+      std::to_string(members.shards_served()) +
+      "\n"
+      "# HELP durin_cluster_shards_unavailable Shards no node serves now.\n"
+      "# TYPE durin_cluster_shards_unavailable gauge\n"
+      "durin_cluster_shards_unavailable " +
+      std::to_string(members.unserved().size()) +
+      "\n"
+      "# HELP durin_cluster_lease_left_ms Until this node's lease deadline.\n"
+      "# TYPE durin_cluster_lease_left_ms gauge\n"
+      "durin_cluster_lease_left_ms " +
+      std::to_string(members.lease_left_ms()) + "\n";
+  const std::pair<const char*, std::uint64_t> totals[] = {
+      {"durin_cluster_forwarded_total", counts.forwarded},
+      {"durin_cluster_forwards_served_total", counts.served},
+      {"durin_cluster_not_owner_total", counts.not_owner},
+      {"durin_cluster_forward_timeouts_total", counts.timed_out},
+      {"durin_cluster_shard_unavailable_total", counts.unavailable}};
+  for (const auto& [name, value] : totals) {
+    text += "# TYPE " + std::string(name) + " counter\n" + name + " " +
+            std::to_string(value) + "\n";
+  }
+  return text;
+}
+
+wire::http_response peers::describe() {
+  auto status = impl_->members.describe();
+  if (!status) {
+    return gateway::error_response(status.error());
+  }
+  auto& view = *status;
+  view["self"] = impl_->members.options().node_id;
+  view["selfLeaseLeftMs"] = impl_->members.lease_left_ms();
+  view["selfShardsServed"] = impl_->members.shards_served();
+  return gateway::json_response(200, view);
+}
+
+std::int64_t peers::retry_after_s() const {
+  return impl_->members.ttl_s();
+}
+
+peers::counters peers::statistics() const {
+  return {impl_->forwarded.load(), impl_->served.load(),
+          impl_->not_owner.load(), impl_->timed_out.load(),
+          impl_->unavailable.load()};
+}
+
+}  // namespace durin::cluster

@@ -1,0 +1,145 @@
+// The pipeline's placement step in a cluster (gateway/placement.hpp): the
+// shard a request's ids resolve to, by the node's one shard function
+// (services/shard_map.hpp), then here, there or nowhere.
+#include "gateway/placement.hpp"
+
+#include <string>
+
+#include "actors/identity.hpp"
+#include "gateway/api.hpp"
+#include "persistence/keys.hpp"
+#include "services/node.hpp"
+
+namespace durin::gateway {
+
+namespace {
+
+// The Idempotency-Key of a request, when it has exactly one (hold_key
+// answers the others).
+std::optional<std::string> single_key(const http_request& http) {
+  std::optional<std::string> key;
+  for (const auto& [name, value] : http.headers) {
+    if (name == "idempotency-key") {
+      if (key) {
+        return std::nullopt;
+      }
+      key = value;
+    }
+  }
+  return key;
+}
+
+// The start token of a POST /v1/runs body, as services/start.cpp takes it:
+// the hook's, else the instance id's, else the command id's.
+std::optional<std::string> start_token(const json& body) {
+  if (body.contains("hook") && body["hook"].is_object() &&
+      body["hook"].contains("token") && body["hook"]["token"].is_string()) {
+    return body["hook"]["token"].get<std::string>();
+  }
+  if (body.contains("instanceId") && body["instanceId"].is_string()) {
+    return actors::instance_token(body["instanceId"].get<std::string>());
+  }
+  if (body.contains("commandId") && body["commandId"].is_string()) {
+    return actors::command_token(body["commandId"].get<std::string>());
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::uint32_t> api::home_shard(const request& r) const {
+  const auto& map = services::services_of(node_).map;
+  const auto& path = r.path;
+  const auto& tenant = r.caller.tenant;
+  if (path.size() < 2 || path[0] != "v1") {
+    return std::nullopt;
+  }
+  if (path[1] == "runs") {
+    if (path.size() >= 3) {
+      return map.of_run(path[2]);
+    }
+    if (r.http.method != "POST") {
+      return std::nullopt;  // a list: every shard's
+    }
+    // A keyed start is decided where its key lives: the same key reaches
+    // the same shard whatever its body says (a second body is a conflict).
+    if (auto key = single_key(r.http)) {
+      return map.of_key({tenant, r.caller.key_id, *key});
+    }
+    if (auto token = start_token(r.body)) {
+      return map.of_token(persistence::keys::token(tenant, *token));
+    }
+    return std::nullopt;
+  }
+  if (path[1] == "instances" && path.size() >= 3) {
+    return map.of_token(
+        persistence::keys::token(tenant, actors::instance_token(path[2])));
+  }
+  if (path[1] == "hooks" && path.size() >= 3) {
+    return map.of_token(persistence::keys::token(tenant, path[2]));
+  }
+  return std::nullopt;
+}
+
+http_response shard_unavailable(std::uint32_t shard,
+                                std::int64_t retry_after_s) {
+  json body = {{"code", "shard-unavailable"},
+               {"message", "shard " + std::to_string(shard) +
+                               " has no live owner now; nothing was done, "
+                               "retry after " +
+                               std::to_string(retry_after_s) + " s"},
+               {"shard", shard}};
+  auto response = json_response(503, body);
+  response.headers.emplace_back("Retry-After", std::to_string(retry_after_s));
+  return response;
+}
+
+http_response api::cluster_view(request&) {
+  if (placement_ == nullptr) {
+    return error_response(404, "not-a-cluster",
+                          "this node runs alone (durin serve without --etcd)");
+  }
+  return placement_->describe();
+}
+
+bool api::place(const request_ptr& r, reply_fn& reply) {
+  auto shard = home_shard(*r);
+  if (!shard) {
+    const bool anywhere =
+        r->http.method == "POST" && r->path.size() == 2 && r->path[1] == "runs";
+    std::uint32_t local = 0;
+    if (!anywhere || placement_->local_shard(local)) {
+      return true;  // not a shard's route, or a start this node can take
+    }
+    std::uint32_t elsewhere = 0;
+    if (r->forwarded || !placement_->any_shard(elsewhere)) {
+      reply(error_response(503, "shard-unavailable",
+                           "no shard has a live owner now; nothing was done"));
+      return false;
+    }
+    shard = elsewhere;
+  }
+  switch (placement_->locate(*shard)) {
+    case placement::where::here:
+      return true;
+    case placement::where::there:
+      if (r->forwarded) {
+        reply(error_response(
+            not_owner_status, "not-owner",
+            "this node does not serve shard " + std::to_string(*shard)));
+      } else {
+        placement_->forward(*shard, r->http, r->caller, std::move(reply));
+      }
+      return false;
+    case placement::where::nowhere:
+      reply(r->forwarded
+                ? error_response(not_owner_status, "not-owner",
+                                 "this node does not serve shard " +
+                                     std::to_string(*shard))
+                : shard_unavailable(*shard, placement_->retry_after_s()));
+      return false;
+  }
+  return true;
+}
+
+}  // namespace durin::gateway

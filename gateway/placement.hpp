@@ -1,0 +1,81 @@
+// Where a request's shard is served, for a node in a cluster (cluster/
+// implements it; a node outside a cluster has none and serves every shard
+// itself). The api asks it once per request, after the caller is known and
+// the body parsed: a shard served here goes on through the pipeline, one
+// owned by another node is forwarded there with the caller it was
+// authenticated as, one with no live owner is answered 503
+// shard-unavailable at once. Nothing here reads etcd: the answers come from
+// the node's routing table, kept by a watch.
+//
+// Thread-safety: every method may be called from any thread, many at once;
+// none blocks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "client/http_message.hpp"
+#include "gateway/auth.hpp"
+#include "gateway/http_server.hpp"
+
+namespace durin::gateway {
+
+class placement {
+ public:
+  virtual ~placement() = default;
+
+  enum class where : std::uint8_t {
+    here,     // this node holds the shard's lease now
+    there,    // another node does: forward
+    nowhere,  // no node does (dead, paused, moving): 503 at once
+  };
+  virtual where locate(std::uint32_t shard) const = 0;
+
+  // A shard this node serves, for a start that may go anywhere; false when
+  // it serves none (the start is forwarded to `any_shard()`'s owner).
+  virtual bool local_shard(std::uint32_t& shard) const = 0;
+  // A shard some node serves; false when none is.
+  virtual bool any_shard(std::uint32_t& shard) const = 0;
+
+  // Sends the request to the owner of `shard`, which answers it as if it
+  // had arrived there from `caller`. `reply` is called exactly once, from
+  // any thread: the owner's answer, or 503 shard-unavailable when no owner
+  // took it after the retries, or 503 naming an indefinite outcome when
+  // the owner did not answer in time (a keyed retry is safe).
+  virtual void forward(std::uint32_t shard, wire::http_request request,
+                       const principal& caller, reply_fn reply) = 0;
+
+  // The same request forwarded to every other node that serves a shard
+  // (a list: each answers for the shards it serves), their answers in any
+  // order; blocks until all answered or timed out (a timeout is a 503).
+  virtual std::vector<wire::http_response> ask_every_other_node(
+      const wire::http_request& request, const principal& caller) = 0;
+
+  // Whether this node's lease is live (its deadline not passed).
+  virtual bool live() const = 0;
+
+  // Shards no node serves now (a list names them: its page lacks their
+  // runs).
+  virtual std::vector<std::uint32_t> unserved() const = 0;
+
+  // Prometheus lines of the node's cluster counters.
+  virtual std::string metrics_text() const = 0;
+
+  // GET /v1/cluster: the cluster's nodes and shards, read from etcd.
+  virtual wire::http_response describe() = 0;
+
+  // Seconds a client waits before retrying a shard with no owner.
+  virtual std::int64_t retry_after_s() const = 0;
+};
+
+// 503 shard-unavailable with Retry-After: no node serves `shard` now.
+wire::http_response shard_unavailable(std::uint32_t shard,
+                                      std::int64_t retry_after_s);
+
+// The answer of a node asked, in a forward, for a shard it does not serve
+// (its lease is gone, or it moved): the forwarder re-reads its routing and
+// tries again. Never sent to a client.
+inline constexpr unsigned not_owner_status = 421;
+
+}  // namespace durin::gateway

@@ -1,0 +1,374 @@
+// Goal: N `durin serve --etcd` processes are one durin. Any node answers any
+// request (a shard it does not serve is forwarded over CAF to its owner);
+// every id resolves to one shard, so the same start token, instance id or
+// idempotency key sent at once through different nodes starts one run; a
+// lost node's shards answer 503 shard-unavailable at once while the other
+// shards serve; a node paused past its lease or cut from etcd gives no 2xx
+// after its deadline and serves again, at a higher epoch, by itself. Real
+// etcd, real nodes on loopback, real kill -9 and SIGSTOP
+// (tests/support/cluster_harness.hpp).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/cluster_harness.hpp"
+
+namespace durin::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+json review(const std::string& order) {
+  return {{"flow", "acme.review-order"},
+          {"input", {{"orderId", order}, {"amount", 5}}}};
+}
+
+// Shards `harness`'s node `i` serves, as its GET /v1/cluster says.
+std::set<std::uint32_t> shards_of(cluster_harness& harness, int i) {
+  std::set<std::uint32_t> out;
+  auto view = harness.status((i + 1) % harness.size());
+  for (const auto& entry : view["shards"]) {
+    if (entry["owner"] == cluster_harness::node_id(i)) {
+      out.insert(entry["id"].get<std::uint32_t>());
+    }
+  }
+  return out;
+}
+
+std::uint32_t shard_of_run(const std::string& id, std::uint32_t shards) {
+  // Crockford base32, the last two characters (services/shard_map.hpp).
+  static const std::string digits = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+  const auto high = digits.find(id[id.size() - 2]);
+  const auto low = digits.find(id[id.size() - 1]);
+  return static_cast<std::uint32_t>((high * 32 + low) % shards);
+}
+
+TEST(ClusterInit, ASecondInitOfTheSameNameIsRefused) {
+  etcd_process etcd;
+  const std::vector<std::string> init = {"cluster",       "init",      "--etcd",
+                                         etcd.endpoint(), "--cluster", "once",
+                                         "--shards",      "4"};
+  std::string first;
+  std::string second;
+  EXPECT_EQ(cluster_harness::run_cli(init, &first), 0) << first;
+  EXPECT_EQ(cluster_harness::run_cli(init, &second), 1) << second;
+  EXPECT_NE(second.find("initialised already"), std::string::npos) << second;
+  std::string status;
+  ASSERT_EQ(cluster_harness::run_cli({"cluster", "status", "--etcd",
+                                      etcd.endpoint(), "--cluster", "once"},
+                                     &status),
+            0);
+  auto view = json::parse(status);
+  EXPECT_EQ(view["shardCount"], 4);
+  EXPECT_EQ(view["shards"].size(), 4u);
+}
+
+TEST(ClusterServe, AServeOfAClusterNeverInitialisedIsRefused) {
+  etcd_process etcd;
+  temp_dir dir;
+  std::string output;
+  const int code = cluster_harness::run_cli(
+      {"serve", "--data-dir", dir.path(), "--listen", "127.0.0.1:0", "--etcd",
+       etcd.endpoint(), "--cluster", "never", "--node-id", "a"},
+      &output);
+  EXPECT_NE(code, 0);
+  EXPECT_NE(output.find("not initialised"), std::string::npos) << output;
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(cluster_.wait_for_routing()); }
+
+  cluster_harness cluster_;
+};
+
+TEST_F(ClusterTest, StatusNamesEveryNodeAndAnOwnerAndEpochPerShard) {
+  auto view = cluster_.status(1);
+  ASSERT_TRUE(view.is_object());
+  SCOPED_TRACE(view.dump());
+  EXPECT_EQ(view["nodes"].size(), 3u);
+  for (const auto& node : view["nodes"]) {
+    EXPECT_TRUE(node["http"].is_string());
+    EXPECT_TRUE(node["peer"].is_string());
+    EXPECT_GT(node["leaseLeftMs"].get<std::int64_t>(), 0);
+  }
+  ASSERT_EQ(view["shards"].size(), 8u);
+  std::set<std::string> owners;
+  for (const auto& shard : view["shards"]) {
+    owners.insert(shard["owner"].get<std::string>());
+    EXPECT_GE(shard["epoch"].get<std::uint64_t>(), 1u);
+    EXPECT_EQ(shard["state"], "active");
+  }
+  EXPECT_GE(owners.size(), 2u);  // rendezvous spreads 8 shards over 3 nodes
+  // Admin only.
+  auto keys = cluster_.client(0);
+  auto reader =
+      keys.post("/v1/api-keys", {{"name", "r"}, {"role", "read-only"}});
+  ASSERT_EQ(reader.status, 201u) << reader.body;
+  api_client weak(cluster_.node(0).address(), reader.value["secret"]);
+  EXPECT_EQ(weak.get("/v1/cluster").status, 403u);
+}
+
+TEST_F(ClusterTest, AnyNodeAnswersForAnyRunAndListsMergeEveryNode) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 24; ++i) {
+    auto client = cluster_.client(i % 3);
+    auto started = client.post("/v1/runs", review("o" + std::to_string(i)));
+    ASSERT_EQ(started.status, 200u) << started.body;
+    ids.push_back(started.value["id"]);
+  }
+  std::set<std::uint32_t> shards;
+  for (const auto& id : ids) {
+    shards.insert(shard_of_run(id, 8));
+    for (int via = 0; via < 3; ++via) {
+      auto client = cluster_.client(via);
+      auto got = client.get("/v1/runs/" + id);
+      ASSERT_EQ(got.status, 200u) << got.body;
+      EXPECT_EQ(got.value["status"], "completed");
+      auto history = client.get("/v1/runs/" + id + "/history");
+      ASSERT_EQ(history.status, 200u) << history.body;
+    }
+  }
+  EXPECT_GE(shards.size(), 3u);  // plain starts spread over the nodes
+  // Pages of 5 through each node: every run once, newest first.
+  for (int via = 0; via < 3; ++via) {
+    auto client = cluster_.client(via);
+    std::vector<std::string> seen;
+    std::string cursor;
+    for (int page = 0; page < 20; ++page) {
+      auto listed = client.get("/v1/runs?limit=5" +
+                               (cursor.empty() ? "" : "&cursor=" + cursor));
+      ASSERT_EQ(listed.status, 200u) << listed.body;
+      EXPECT_FALSE(listed.value.contains("unavailableShards"));
+      for (const auto& run : listed.value["runs"]) {
+        seen.push_back(run["id"]);
+      }
+      if (listed.value["nextCursor"].is_null()) {
+        break;
+      }
+      cursor = listed.value["nextCursor"];
+    }
+    auto sorted = ids;
+    std::sort(sorted.rbegin(), sorted.rend());
+    EXPECT_EQ(seen, sorted) << "through node " << via;
+  }
+}
+
+TEST_F(ClusterTest,
+       TheSameInstanceIdOrKeySentAtOnceThroughEveryNodeStartsOneRun) {
+  constexpr int rounds = 60;
+  for (int round = 0; round < rounds; ++round) {
+    const bool keyed = round % 2 == 1;
+    const auto name = "r" + std::to_string(round);
+    auto body = json{
+        {"flow", "acme.sleep"}, {"input", {{"ms", 30'000}}}, {"wait", false}};
+    if (!keyed) {
+      body["instanceId"] = name;
+      body["onDuplicate"] = "return-existing-active";
+    }
+    std::vector<std::future<api_client::answer>> answers;
+    for (int via = 0; via < 3; ++via) {
+      answers.push_back(std::async(std::launch::async, [&, via] {
+        auto client = cluster_.client(via);
+        // A key still held by the same request through another node is
+        // 409 in-flight: retried, it gets that request's answer.
+        for (;;) {
+          auto got = client.post("/v1/runs", body, keyed ? name : "");
+          if (got.code() != "idempotency-key-in-flight") {
+            return got;
+          }
+          std::this_thread::sleep_for(5ms);
+        }
+      }));
+    }
+    std::set<std::string> runs;
+    for (auto& answer : answers) {
+      auto got = answer.get();
+      ASSERT_TRUE(got.status == 202u || got.status == 200u)
+          << got.status << " " << got.body;
+      runs.insert(got.value["id"].get<std::string>());
+    }
+    EXPECT_EQ(runs.size(), 1u) << "round " << round;
+  }
+}
+
+TEST_F(ClusterTest,
+       AKeyAgainWithAnotherBodyWhoseTokenLivesElsewhereIsAConflict) {
+  auto client = cluster_.client(0);
+  auto body = review("k1");
+  body["hook"] = {{"token", "first-token"}};
+  auto first = client.post("/v1/runs", body, "the-key");
+  ASSERT_EQ(first.status, 200u) << first.body;
+  for (int i = 0; i < 8; ++i) {
+    auto other = review("k1");
+    other["hook"] = {{"token", "other-token-" + std::to_string(i)}};
+    for (int via = 0; via < 3; ++via) {
+      auto again = cluster_.client(via).post("/v1/runs", other, "the-key");
+      EXPECT_EQ(again.status, 409u) << again.body;
+      EXPECT_EQ(again.code(), "conflict") << again.body;
+    }
+  }
+  auto listed = client.get("/v1/runs?limit=100");
+  EXPECT_EQ(listed.value["runs"].size(), 1u) << listed.body;
+}
+
+TEST_F(ClusterTest,
+       AKeyedStartWhoseTokenLivesOnAnotherNodeIsOneRunReplayedAnywhere) {
+  // Tokens whose shard differs from their key's and lives on another node
+  // are among these (8 shards over 3 nodes).
+  std::set<std::string> runs;
+  for (int i = 0; i < 12; ++i) {
+    auto body = review("t" + std::to_string(i));
+    body["hook"] = {{"token", "tok-" + std::to_string(i)}};
+    const auto key = "key-" + std::to_string(i);
+    std::string id;
+    for (int via = 0; via < 3; ++via) {
+      auto got = cluster_.client(via).post("/v1/runs", body, key);
+      ASSERT_EQ(got.status, 200u) << got.body;
+      if (id.empty()) {
+        id = got.value["id"];
+      }
+      EXPECT_EQ(got.value["id"], id) << "replay through node " << via;
+    }
+    runs.insert(id);
+  }
+  EXPECT_EQ(runs.size(), 12u);
+  auto listed = cluster_.client(2).get("/v1/runs?limit=100");
+  EXPECT_EQ(listed.value["runs"].size(), 12u);
+}
+
+TEST_F(ClusterTest, AKilledNodesShardsAnswer503AtOnceAndTheOthersServe) {
+  const auto lost = shards_of(cluster_, 2);
+  ASSERT_FALSE(lost.empty());
+  // Acknowledged runs in every shard first, with their keys.
+  std::map<std::string, std::string> acknowledged;  // key -> run id
+  for (int i = 0; i < 40; ++i) {
+    const auto key = "ack-" + std::to_string(i);
+    auto got = cluster_.client(i % 2).post("/v1/runs", review(key), key);
+    ASSERT_EQ(got.status, 200u) << got.body;
+    acknowledged[key] = got.value["id"];
+  }
+  const auto killed_at = std::chrono::steady_clock::now();
+  cluster_.kill9(2);
+  // Within a second every request for a lost shard is a 503, never a hang.
+  auto client = cluster_.client(0);
+  bool all_503 = false;
+  while (std::chrono::steady_clock::now() - killed_at < 1s && !all_503) {
+    all_503 = true;
+    for (const auto& [key, id] : acknowledged) {
+      if (lost.count(shard_of_run(id, 8)) == 0) {
+        continue;
+      }
+      auto got = client.get("/v1/runs/" + id);
+      all_503 = all_503 && got.status == 503u;
+    }
+  }
+  EXPECT_TRUE(all_503);
+  for (const auto& [key, id] : acknowledged) {
+    auto got = client.get("/v1/runs/" + id);
+    if (lost.count(shard_of_run(id, 8)) != 0) {
+      EXPECT_EQ(got.status, 503u) << got.body;
+      EXPECT_TRUE(got.code() == "shard-unavailable" ||
+                  got.code() == "peer-unreachable")
+          << got.body;
+    } else {
+      EXPECT_EQ(got.status, 200u) << got.body;  // other shards unaffected
+    }
+  }
+  // Once its lease is gone: shard-unavailable with the shard and a
+  // Retry-After, and lists say which shards they lack.
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto got = client.get("/v1/runs/" + acknowledged.begin()->second);
+        return lost.count(shard_of_run(acknowledged.begin()->second, 8)) == 0 ||
+               got.code() == "shard-unavailable";
+      },
+      5s));
+  auto listed = client.get("/v1/runs?limit=100");
+  ASSERT_EQ(listed.status, 200u) << listed.body;
+  EXPECT_EQ(listed.value["unavailableShards"].size(), lost.size());
+  // Restarted: every acknowledged run is there, every key replays.
+  cluster_.start(2);
+  ASSERT_TRUE(cluster_.wait_for_routing());
+  for (const auto& [key, id] : acknowledged) {
+    auto again = cluster_.client(1).post("/v1/runs", review(key), key);
+    ASSERT_EQ(again.status, 200u) << again.body;
+    EXPECT_EQ(again.value["id"], id);
+    EXPECT_EQ(again.value["status"], "completed");
+  }
+}
+
+TEST_F(ClusterTest, APausedNodeGivesNo2xxAfterItsDeadlineAndServesAgainAfter) {
+  const auto lost = shards_of(cluster_, 1);
+  ASSERT_FALSE(lost.empty());
+  auto direct = cluster_.client(1);
+  auto before = direct.post("/v1/runs", review("before"));
+  ASSERT_EQ(before.status, 200u);
+  const auto epoch_before =
+      cluster_.status(0)["shards"][*lost.begin()]["epoch"].get<std::uint64_t>();
+  cluster_.pause(1);
+  std::this_thread::sleep_for(3500ms);  // past the 2 s lease
+  // Through the others: its shards answer 503, the rest serve.
+  auto other = cluster_.client(0);
+  for (int i = 0; i < 10; ++i) {
+    auto got = other.post("/v1/runs", review("during"));
+    EXPECT_TRUE(got.status == 200u || got.status == 503u) << got.body;
+  }
+  cluster_.resume(1);
+  // At once after SIGCONT, the node itself serves none of its shards until
+  // it has acquired them again: no 2xx from a stale lease.
+  auto first = direct.get("/v1/runs/" + before.value["id"].get<std::string>());
+  EXPECT_TRUE(first.status == 503u || first.status == 200u) << first.body;
+  if (first.status == 200u) {
+    // Acquired already: then at a higher epoch.
+    EXPECT_GT(cluster_.status(0)["shards"][*lost.begin()]["epoch"]
+                  .get<std::uint64_t>(),
+              epoch_before);
+  }
+  ASSERT_TRUE(eventually(
+      [&] {
+        return direct.get("/v1/runs/" + before.value["id"].get<std::string>())
+                   .status == 200u;
+      },
+      10s));
+  EXPECT_GT(
+      cluster_.status(0)["shards"][*lost.begin()]["epoch"].get<std::uint64_t>(),
+      epoch_before);
+}
+
+TEST_F(ClusterTest,
+       EtcdLostNodesFailClosedAtTheirDeadlineAndRecoverByThemselves) {
+  auto client = cluster_.client(0);
+  ASSERT_EQ(client.post("/v1/runs", review("before")).status, 200u);
+  cluster_.etcd().kill();
+  std::this_thread::sleep_for(2500ms);  // past every node's deadline
+  for (int via = 0; via < 3; ++via) {
+    auto node = cluster_.client(via);
+    auto got = node.post("/v1/runs", review("during"));
+    EXPECT_EQ(got.status, 503u) << got.body;
+    EXPECT_EQ(node.get("/readyz").status, 503u);
+  }
+  cluster_.etcd().restart();
+  ASSERT_TRUE(eventually(
+      [&] {
+        for (int via = 0; via < 3; ++via) {
+          if (cluster_.client(via).post("/v1/runs", review("after")).status !=
+              200u) {
+            return false;
+          }
+        }
+        return true;
+      },
+      20s));
+  EXPECT_EQ(client.get("/readyz").status, 200u);
+}
+
+}  // namespace
+}  // namespace durin::testing

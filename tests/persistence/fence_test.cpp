@@ -1,0 +1,174 @@
+// Goal: a shard's store is used only behind its fence (persistence/README.md,
+// invariant 11). A closed fence refuses reads and writes and keeps the
+// database closed; a grant opens it at once; a passed deadline refuses the
+// next group write before it reaches the disk; every fenced group write
+// carries the epoch and the next log position, which survive a reopen.
+#include "persistence/fence.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <thread>
+
+#include "persistence/committer.hpp"
+#include "persistence/keys.hpp"
+#include "persistence/store.hpp"
+#include "test_support.hpp"
+
+namespace durin::persistence {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::temp_dir;
+
+run_record make_run(const std::string& id) {
+  run_record record;
+  record.id = id;
+  record.flow = "flow-a";
+  record.status = run_status::running;
+  return record;
+}
+
+status commit(committer& writer, store& target, const std::string& run_id) {
+  auto batch = target.batch();
+  batch.put_run(make_run(run_id));
+  std::promise<status> done;
+  writer.submit(std::move(batch),
+                [&done](const status& outcome) { done.set_value(outcome); });
+  return done.get_future().get();
+}
+
+bool eventually_ready(const store& target) {
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (std::chrono::steady_clock::now() < until) {
+    if (target.ready()) {
+      return true;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  return false;
+}
+
+std::uint64_t meta_u64(const store& target, std::string_view name) {
+  auto value = target.get_meta(name);
+  EXPECT_TRUE(value.ok());
+  if (!value.ok() || !value->has_value() || (*value)->size() != 8) {
+    return 0;
+  }
+  return keys::get_u64((*value)->data());
+}
+
+class FenceTest : public ::testing::Test {
+ protected:
+  std::shared_ptr<store> open_fenced() {
+    store_options options;
+    options.fence = fence_;
+    auto opened = store::open(dir_.path(), options);
+    EXPECT_TRUE(opened.ok()) << opened.error().to_string();
+    return std::shared_ptr<store>(std::move(*opened));
+  }
+
+  temp_dir dir_;
+  std::shared_ptr<fence> fence_ = std::make_shared<fence>();
+};
+
+TEST_F(FenceTest, ClosedFenceRefusesReadsAndOpensNoDatabase) {
+  auto target = open_fenced();
+  EXPECT_FALSE(target->ready());
+  const auto health = target->health();
+  EXPECT_TRUE(health.fenced);
+  EXPECT_NE(health.fault.find("does not hold the shard"), std::string::npos);
+  auto read = target->get_run("run_a");
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.error().code, errc::storage_error);
+  // No database was created: another node may own this shard's data.
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/CURRENT"));
+}
+
+TEST_F(FenceTest, GrantOpensTheStoreAtOnce) {
+  auto target = open_fenced();
+  const auto granted = std::chrono::steady_clock::now();
+  fence_->grant(3, granted + 10s);
+  ASSERT_TRUE(eventually_ready(*target));
+  // Not after a backoff of up to a second: the grant pokes the reopen.
+  EXPECT_LT(std::chrono::steady_clock::now() - granted, 500ms);
+  EXPECT_FALSE(target->health().fenced);
+  committer writer(*target);
+  EXPECT_TRUE(commit(writer, *target, "run_a").ok());
+  auto read = target->get_run("run_a");
+  ASSERT_TRUE(read.ok());
+  EXPECT_TRUE(read->has_value());
+}
+
+TEST_F(FenceTest, PassedDeadlineRefusesTheNextGroupWrite) {
+  auto target = open_fenced();
+  fence_->grant(1, std::chrono::steady_clock::now() + 300ms);
+  ASSERT_TRUE(eventually_ready(*target));
+  committer writer(*target);
+  ASSERT_TRUE(commit(writer, *target, "run_before").ok());
+  std::this_thread::sleep_until(fence_->deadline() + 10ms);
+  const auto refused = commit(writer, *target, "run_after");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, errc::storage_error);
+  EXPECT_FALSE(target->ready());
+  EXPECT_TRUE(target->health().fenced);
+  // Granted again (a new epoch): the refused write never landed.
+  fence_->grant(2, std::chrono::steady_clock::now() + 10s);
+  ASSERT_TRUE(eventually_ready(*target));
+  auto before = target->get_run("run_before");
+  auto after = target->get_run("run_after");
+  ASSERT_TRUE(before.ok() && after.ok());
+  EXPECT_TRUE(before->has_value());
+  EXPECT_FALSE(after->has_value());
+}
+
+TEST_F(FenceTest, ExtendKeepsTheCurrentEpochOnlyOpen) {
+  const auto now = std::chrono::steady_clock::now();
+  fence_->grant(4, now + 100ms);
+  fence_->extend(3, now + 10s);  // a keepalive of an older tenure
+  EXPECT_FALSE(fence_->open(now + 200ms));
+  fence_->extend(4, now + 10s);
+  EXPECT_TRUE(fence_->open(now + 200ms));
+  fence_->close();
+  EXPECT_FALSE(fence_->open(now));
+  EXPECT_EQ(fence_->epoch(), 0u);
+}
+
+TEST_F(FenceTest, EveryGroupWriteCarriesItsEpochAndTheNextPosition) {
+  {
+    auto target = open_fenced();
+    fence_->grant(7, std::chrono::steady_clock::now() + 10s);
+    ASSERT_TRUE(eventually_ready(*target));
+    committer writer(*target);
+    for (int index = 0; index < 3; ++index) {
+      ASSERT_TRUE(commit(writer, *target, "run_" + std::to_string(index)).ok());
+    }
+    EXPECT_EQ(target->log_position(), 3u);
+    EXPECT_EQ(meta_u64(*target, "shard_epoch"), 7u);
+    fence_->grant(8, std::chrono::steady_clock::now() + 10s);
+    ASSERT_TRUE(commit(writer, *target, "run_3").ok());
+    EXPECT_EQ(meta_u64(*target, "shard_epoch"), 8u);
+  }
+  // Reopened: the position is read back, and counting goes on from it.
+  auto target = open_fenced();
+  ASSERT_TRUE(eventually_ready(*target));
+  EXPECT_EQ(target->log_position(), 4u);
+  EXPECT_EQ(meta_u64(*target, "log_position"), 4u);
+}
+
+TEST_F(FenceTest, AStoreWithoutAFenceCountsNoPosition) {
+  auto opened = store::open(dir_.path());
+  ASSERT_TRUE(opened.ok());
+  auto& target = **opened;
+  committer writer(target);
+  ASSERT_TRUE(commit(writer, target, "run_a").ok());
+  EXPECT_EQ(target.log_position(), 0u);
+  auto epoch = target.get_meta("shard_epoch");
+  ASSERT_TRUE(epoch.ok());
+  EXPECT_FALSE(epoch->has_value());
+}
+
+}  // namespace
+}  // namespace durin::persistence

@@ -1,0 +1,196 @@
+// A real cluster for process-level tests: one etcd (tests/support/
+// etcd_process.hpp) on free ports, `durin cluster init`, and N `durin serve
+// --etcd` nodes on 127.0.0.1 (ports picked by the kernel), each with its
+// own data dir; kill -9, SIGSTOP/SIGCONT and restart by pid; waits for the
+// routing to settle, read from GET /v1/cluster. The node lease TTL is 2 s
+// (etcd's floor with the harness's election timeout), so a lost node's
+// shards are free within about 2 s. Every process the harness starts is
+// stopped by it, by its pid. Not thread-safe: one test thread drives it
+// (api_clients may run on other threads).
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/child_process.hpp"
+#include "tests/support/etcd_process.hpp"
+#include "tests/support/serve_process.hpp"
+#include "tests/support/temp_dir.hpp"
+
+namespace durin::testing {
+
+struct cluster_setup {
+  int nodes = 3;
+  std::uint32_t shards = 8;
+  std::int64_t lease_ttl_s = 2;
+  // Place the shards over the nodes at init (--nodes); else they are
+  // placed over the nodes that join.
+  bool place_at_init = true;
+};
+
+class cluster_harness {
+ public:
+  explicit cluster_harness(cluster_setup setup = {})
+      : setup_(setup), name_("t" + std::to_string(std::random_device{}())) {
+    std::vector<std::string> init = {
+        "cluster",   "init", "--etcd",   etcd_.endpoint(),
+        "--cluster", name_,  "--shards", std::to_string(setup.shards)};
+    if (setup.place_at_init) {
+      std::string ids;
+      for (int i = 0; i < setup.nodes; ++i) {
+        ids += (i == 0 ? "" : ",") + node_id(i);
+      }
+      init.push_back("--nodes");
+      init.push_back(ids);
+    }
+    if (run_cli(init) != 0) {
+      throw std::runtime_error("durin cluster init failed");
+    }
+    for (int i = 0; i < setup.nodes; ++i) {
+      nodes_.push_back(nullptr);
+      start(i);
+    }
+  }
+
+  ~cluster_harness() {
+    for (auto& node : nodes_) {
+      if (node && node->running()) {
+        ::kill(node->pid(), SIGCONT);  // a paused node cannot stop
+      }
+      node.reset();  // SIGTERM, by its pid
+    }
+  }
+
+  cluster_harness(const cluster_harness&) = delete;
+  cluster_harness& operator=(const cluster_harness&) = delete;
+
+  const std::string& name() const { return name_; }
+  etcd_process& etcd() { return etcd_; }
+  int size() const { return static_cast<int>(nodes_.size()); }
+  static std::string node_id(int i) { return "n" + std::to_string(i); }
+  std::string data_dir(int i) const { return dir_.path() + "/" + node_id(i); }
+  serve_process& node(int i) { return *nodes_.at(i); }
+  // Every node's data dir holds the cluster's one admin key.
+  const std::string& admin_key() const { return nodes_.front()->admin_key(); }
+  api_client client(int i) {
+    return api_client(node(i).address(), admin_key());
+  }
+
+  // Starts node `i` (again): same id and data dir, new ports.
+  void start(int i) {
+    serve_setup node_setup;
+    node_setup.read_timeout_ms = 10'000;
+    node_setup.flags = {"--etcd",        etcd_.endpoint(),
+                        "--cluster",     name_,
+                        "--node-id",     node_id(i),
+                        "--peer-listen", "127.0.0.1:0",
+                        "--lease-ttl-s", std::to_string(setup_.lease_ttl_s)};
+    nodes_.at(i) = std::make_unique<serve_process>(data_dir(i), node_setup);
+  }
+  void kill9(int i) { node(i).kill9(); }
+  void restart(int i) {
+    if (nodes_.at(i) && nodes_.at(i)->running()) {
+      nodes_.at(i)->terminate();
+    }
+    start(i);
+  }
+  void pause(int i) { ::kill(node(i).pid(), SIGSTOP); }
+  void resume(int i) { ::kill(node(i).pid(), SIGCONT); }
+
+  // GET /v1/cluster through node `via`.
+  json status(int via = 0) {
+    auto answer = client(via).get("/v1/cluster");
+    return answer.status == 200 ? answer.value : json();
+  }
+
+  // The node that owns `shard` now (etcd's view), or -1.
+  int owner_of(std::uint32_t shard, int via = 0) {
+    auto view = status(via);
+    if (!view.is_object()) {
+      return -1;
+    }
+    for (const auto& entry : view["shards"]) {
+      if (entry["id"] == shard && entry["owner"].is_string()) {
+        const auto id = entry["owner"].get<std::string>();
+        for (int i = 0; i < size(); ++i) {
+          if (node_id(i) == id) {
+            return i;
+          }
+        }
+      }
+    }
+    return -1;
+  }
+
+  // Until every shard has a live owner in etcd and is served (its store
+  // open) by it: the running nodes together serve every shard.
+  bool wait_for_routing(
+      std::chrono::milliseconds limit = std::chrono::seconds(20)) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < until) {
+      bool all = true;
+      std::uint64_t served = 0;
+      for (int i = 0; i < size() && all; ++i) {
+        if (!nodes_.at(i) || !nodes_.at(i)->running()) {
+          continue;
+        }
+        auto view = status(i);
+        all = view.is_object() && view.contains("shards");
+        if (all) {
+          for (const auto& entry : view["shards"]) {
+            all = all && entry["owner"].is_string();
+          }
+          served += view["selfShardsServed"].get<std::uint64_t>();
+        }
+      }
+      if (all && served == setup_.shards) {
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+  // `durin ARGS...` (words without spaces): its exit code; its output in
+  // `output` when given.
+  static int run_cli(const std::vector<std::string>& args,
+                     std::string* output = nullptr) {
+    std::string command = DURIN_CLI;
+    for (const auto& arg : args) {
+      command += " " + arg;
+    }
+    command += " 2>&1";
+    std::FILE* pipe = ::popen(command.c_str(), "r");
+    if (pipe == nullptr) {
+      return -1;
+    }
+    char chunk[512];
+    std::string text;
+    while (auto got = std::fread(chunk, 1, sizeof chunk, pipe)) {
+      text.append(chunk, got);
+    }
+    const int status = ::pclose(pipe);
+    if (output != nullptr) {
+      *output = text;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+ private:
+  cluster_setup setup_;
+  std::string name_;
+  temp_dir dir_;
+  etcd_process etcd_;
+  std::vector<std::unique_ptr<serve_process>> nodes_;
+};
+
+}  // namespace durin::testing
