@@ -25,6 +25,7 @@
 #include "client/http_client.hpp"
 #include "cluster/membership.hpp"
 #include "cluster/node.hpp"
+#include "cluster/shard_move.hpp"
 #include "durin/durin.hpp"
 #include "durin/worker.hpp"
 #include "gateway/auth.hpp"
@@ -224,7 +225,63 @@ struct cluster_flags {
   std::int64_t lease_ttl_s = 5;
   std::uint32_t shards = durin::cluster::shards_default;  // init
   std::vector<std::string> nodes;                         // init
+  std::uint32_t shard = 0;                                // move
+  std::string to;                                         // move
+  std::string node;                                       // drain
+  int timeout_s = 120;                                    // move, drain
 };
+
+// One move, told and waited for: 0 once the target serves the shard.
+int move_one(durin::cluster::etcd_client& etcd, const cluster_flags& flags,
+             std::uint32_t shard, const std::string& to) {
+  auto moved = durin::cluster::request_move(etcd, flags.cluster, shard, to);
+  if (!moved) {
+    std::cerr << durin::to_code(moved.error().code) << ": "
+              << moved.error().message << "\n";
+    return 1;
+  }
+  auto epoch = durin::cluster::wait_for_move(
+      etcd, flags.cluster, shard, to, std::chrono::seconds(flags.timeout_s));
+  if (!epoch) {
+    std::cerr << "timeout: shard " << shard << " is not served by '" << to
+              << "' after " << flags.timeout_s
+              << " s; it answers 503 while it moves (its owner must be "
+                 "live for the copy); durin cluster move "
+              << shard << " --to " << moved->owner << " cancels\n";
+    return 1;
+  }
+  std::cout << "shard " << shard << " served by " << to << " at epoch "
+            << *epoch << std::endl;
+  return 0;
+}
+
+// `durin cluster move` and `durin cluster drain`.
+int cluster_move_command(const cluster_flags& flags, bool drain) {
+  auto etcd = durin::cluster::etcd_client::make(flags.etcd);
+  if (!etcd) {
+    std::cerr << durin::to_code(etcd.error().code) << ": "
+              << etcd.error().message << "\n";
+    return 2;
+  }
+  if (!drain) {
+    return move_one(*etcd, flags, flags.shard, flags.to);
+  }
+  auto plan = durin::cluster::drain_plan(*etcd, flags.cluster, flags.node);
+  if (!plan) {
+    std::cerr << durin::to_code(plan.error().code) << ": "
+              << plan.error().message << "\n";
+    return 1;
+  }
+  // One shard at a time: each is unavailable only while it is copied.
+  for (const auto& [shard, to] : *plan) {
+    if (const int code = move_one(*etcd, flags, shard, to); code != 0) {
+      return code;
+    }
+  }
+  std::cout << "node " << flags.node << " holds no shard; it can be stopped"
+            << std::endl;
+  return 0;
+}
 
 // `durin cluster init`: the cluster's config, once.
 int cluster_init_command(const cluster_flags& flags) {
@@ -322,6 +379,7 @@ int serve_command(const std::string& data_dir, const std::string& listen,
     joined.members.cluster = cluster.cluster;
     joined.members.node_id = cluster.node_id;
     joined.members.lease_ttl_s = cluster.lease_ttl_s;
+    joined.data_dir = data_dir;
     joined.peers.listen = cluster.peer_listen;
     auto member = durin::cluster::cluster_node::open(joined);
     if (!member) {
@@ -654,6 +712,26 @@ void add_local_commands(CLI::App& app, cli& c) {
                    "node ids to place the shards over now (rendezvous "
                    "hashing); without it, over the nodes that join")
       ->delimiter(',');
+  auto* move = cluster->add_subcommand(
+      "move",
+      "move a shard to another node (offline: it answers 503 while its data "
+      "is copied, then the new node serves it at a higher epoch)");
+  move->add_option("shard", c.cluster.shard, "the shard's number")->required();
+  move->add_option("--to", c.cluster.to, "the node it goes to")->required();
+  auto* drain = cluster->add_subcommand(
+      "drain", "move every shard of a node to the others, one at a time");
+  drain->add_option("node", c.cluster.node, "the node to empty")->required();
+  for (auto* sub : {move, drain}) {
+    sub->add_option("--etcd", c.cluster.etcd, "etcd client URLs")->required();
+    sub->add_option("--cluster", c.cluster.cluster, "the cluster's name")
+        ->required();
+    sub->add_option("--timeout-s", c.cluster.timeout_s,
+                    "how long to wait for each shard (default 120)");
+  }
+  on_chosen(move, c,
+            [](cli& c) { return cluster_move_command(c.cluster, false); });
+  on_chosen(drain, c,
+            [](cli& c) { return cluster_move_command(c.cluster, true); });
   on_chosen(init, c, [](cli& c) { return cluster_init_command(c.cluster); });
   on_chosen(status, c,
             [](cli& c) { return cluster_status_command(c.cluster); });

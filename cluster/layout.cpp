@@ -137,11 +137,14 @@ std::string_view to_string(shard_state state) {
 }
 
 std::string encode(const shard_config& shard) {
-  return json{
+  json value = {
       {"epoch", shard.epoch},
       {"owner", shard.owner.empty() ? json(nullptr) : json(shard.owner)},
-      {"state", to_string(shard.state)}}
-      .dump();
+      {"state", to_string(shard.state)}};
+  if (!shard.target.empty()) {
+    value["target"] = shard.target;
+  }
+  return value.dump();
 }
 
 result<shard_config> decode_shard(std::string_view text) {
@@ -157,6 +160,7 @@ result<shard_config> decode_shard(std::string_view text) {
   shard.state = parsed->value("state", std::string("active")) == "moving"
                     ? shard_state::moving
                     : shard_state::active;
+  shard.target = parsed->value("target", std::string());
   return shard;
 }
 

@@ -49,6 +49,9 @@ struct shard_config {
   std::uint64_t epoch = 0;
   std::string owner;  // node id; empty while the shard is not placed
   shard_state state = shard_state::active;
+  // While moving: the node the shard goes to (`durin cluster move`). The
+  // owner lets the shard go; the target copies it, then becomes its owner.
+  std::string target;
   std::int64_t mod_revision = 0;  // of the key: the compare of every change
 };
 

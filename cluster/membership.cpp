@@ -356,6 +356,9 @@ void membership::acquire_round() {
   for (std::uint32_t shard = 0; shard < config_.shards; ++shard) {
     const auto& config = seen.configs[shard];
     const auto& taken = seen.leases[shard];
+    if (config.state == shard_state::moving && move_listener_) {
+      move_listener_(shard, config);
+    }
     const bool mine = config.owner == options_.node_id &&
                       config.state == shard_state::active &&
                       config.mod_revision != 0;
@@ -392,6 +395,28 @@ void membership::acquire(std::uint32_t shard, const shard_config& config) {
   if (done && done->succeeded) {
     hold(shard, next.epoch);
   }
+}
+
+bool membership::finish_move(std::uint32_t shard,
+                             const shard_config& expected) {
+  shard_config placed = expected;
+  placed.owner = options_.node_id;
+  placed.state = shard_state::active;
+  placed.target.clear();
+  auto done =
+      control_.txn({mod_is(keys_.shard_config(shard), expected.mod_revision)},
+                   {put(keys_.shard_config(shard), encode(placed))});
+  if (done && done->succeeded) {
+    wake();
+    return true;
+  }
+  return false;
+}
+
+std::string membership::peer_of(const std::string& id) const {
+  std::shared_lock lock(table_mutex_);
+  auto node = table_.nodes.find(id);
+  return node == table_.nodes.end() ? std::string() : node->second.peer;
 }
 
 void membership::hold(std::uint32_t shard, std::uint64_t epoch) {

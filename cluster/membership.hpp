@@ -26,6 +26,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -107,6 +108,19 @@ class membership {
   std::size_t shards_served() const;
   // read_status (below) through this node's etcd connection.
   result<nlohmann::json> describe();
+  // Told of every shard config in a move (state moving) at each round of
+  // the acquirer, on its thread: it must not block. Set before start().
+  using move_listener =
+      std::function<void(std::uint32_t shard, const shard_config& config)>;
+  void on_move(move_listener listener) { move_listener_ = std::move(listener); }
+  // The last step of a move to this node, once its copy is in place: the
+  // config {epoch, owner: this node, active}, only if it is still
+  // `expected` (a move cancelled meanwhile refuses it). True when written.
+  bool finish_move(std::uint32_t shard, const shard_config& expected);
+  // The peer endpoint of node `id` as the routing table has it; empty when
+  // it is not live.
+  std::string peer_of(const std::string& id) const;
+
   // Where this node is reached, known once its servers listen: set before
   // start().
   void set_addresses(std::string http, std::string peer) {
@@ -145,6 +159,7 @@ class membership {
   }
 
   membership_options options_;
+  move_listener move_listener_;
   const cluster_config config_;
   const layout keys_;
   etcd_client control_;  // registration, acquisitions, placements

@@ -1,5 +1,7 @@
 #include "cluster/node.hpp"
 
+#include "services/node.hpp"
+
 namespace durin::cluster {
 
 result<std::shared_ptr<cluster_node>> cluster_node::open(node_options options) {
@@ -17,6 +19,18 @@ cluster_node::~cluster_node() {
 
 gateway::placement& cluster_node::attach(gateway::api& routes) {
   peers_ = std::make_unique<peers>(*members_, routes, options_.peers);
+  auto& node = services::services_of(routes.node());
+  mover_ = std::make_unique<shard_mover>(
+      *members_,
+      [&node](std::uint32_t shard) -> persistence::store* {
+        return shard < node.shards.size() ? node.shards[shard]->store.get()
+                                          : nullptr;
+      },
+      options_.data_dir, peers_->system());
+  peers_->set_mover(mover_.get());
+  members_->on_move([this](std::uint32_t shard, const shard_config& config) {
+    mover_->observe(shard, config);
+  });
   return *peers_;
 }
 
@@ -31,14 +45,19 @@ status cluster_node::join(const std::string& http_address) {
 }
 
 void cluster_node::leave() {
-  // Forwards in flight are answered first, then the lease goes (its shards
-  // are free for this node's restart at once).
-  if (peers_) {
-    peers_->stop();
-  }
+  // The lease goes first (no more moves are observed, and its shards are
+  // free for this node's restart at once), then copies in progress end,
+  // then the peers (the mover's actor with them), then the mover.
   if (members_) {
     members_->stop();
   }
+  if (mover_) {
+    mover_->stop();
+  }
+  if (peers_) {
+    peers_->stop();
+  }
+  mover_.reset();
 }
 
 }  // namespace durin::cluster

@@ -8,6 +8,7 @@
 
 #include "cluster/membership.hpp"
 #include "cluster/peers.hpp"
+#include "cluster/shard_move.hpp"
 #include "gateway/server.hpp"
 
 namespace durin::cluster {
@@ -15,6 +16,7 @@ namespace durin::cluster {
 struct node_options {
   membership_options members;
   peer_options peers;
+  std::string data_dir;  // where a shard's exports for moves go
 };
 
 class cluster_node final : public gateway::cluster_member {
@@ -41,6 +43,7 @@ class cluster_node final : public gateway::cluster_member {
   node_options options_;
   std::unique_ptr<membership> members_;
   std::unique_ptr<peers> peers_;
+  std::unique_ptr<shard_mover> mover_;
 };
 
 }  // namespace durin::cluster

@@ -42,6 +42,21 @@ struct forwarded_response {
   std::string body;
 };
 
+// A shard's exported files (cluster/shard_move.hpp), by name and size.
+struct move_manifest {
+  std::vector<std::string> names;
+  std::vector<std::uint64_t> sizes;
+};
+
+using move_files_atom = caf::atom_constant<caf::atom("mvfiles")>;
+using move_chunk_atom = caf::atom_constant<caf::atom("mvchunk")>;
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, move_manifest& x) {
+  return f(caf::meta::type_name("durin::cluster::move_manifest"), x.names,
+           x.sizes);
+}
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, forwarded_request& x) {
   return f(caf::meta::type_name("durin::cluster::forwarded_request"), x.shard,
@@ -60,4 +75,5 @@ typename Inspector::result_type inspect(Inspector& f, forwarded_response& x) {
 CAF_BEGIN_TYPE_ID_BLOCK(durin_cluster, caf::id_block::durin_node::end)
 CAF_ADD_TYPE_ID(durin_cluster, (durin::cluster::forwarded_request))
 CAF_ADD_TYPE_ID(durin_cluster, (durin::cluster::forwarded_response))
+CAF_ADD_TYPE_ID(durin_cluster, (durin::cluster::move_manifest))
 CAF_END_TYPE_ID_BLOCK(durin_cluster)

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "cluster/peer_messages.hpp"
+#include "cluster/shard_move.hpp"
 #include "gateway/wire_format.hpp"
 
 namespace durin::cluster {
@@ -124,6 +125,7 @@ struct peers::impl {
   std::unique_ptr<caf::actor_system> system;
   caf::actor router;
   caf::actor forwarder;
+  caf::actor mover;  // detached: an export copies files
   std::uint16_t port = 0;
   std::unique_ptr<job_pool> jobs;
 
@@ -200,12 +202,56 @@ caf::behavior router(caf::stateful_actor<router_state>* self,
             },
             owner->offload());
       },
+      // A shard's move: answered by the detached mover, so that copying
+      // files never holds a forward up.
+      [self, owner](move_files_atom atom, std::uint32_t shard,
+                    std::uint64_t epoch) {
+        return self->delegate(owner->mover, atom, shard, epoch);
+      },
+      [self, owner](move_chunk_atom atom, std::uint32_t shard,
+                    std::uint64_t epoch, std::string& name,
+                    std::uint64_t offset, std::uint64_t length) {
+        return self->delegate(owner->mover, atom, shard, epoch, std::move(name),
+                              offset, length);
+      },
       [self](answered_atom, std::uint64_t id, forwarded_response& response) {
         auto found = self->state.promises.find(id);
         if (found != self->state.promises.end()) {
           found->second.deliver(std::move(response));
           self->state.promises.erase(found);
         }
+      },
+  };
+}
+
+caf::behavior mover(caf::event_based_actor*, shard_mover* moves) {
+  auto refused = [](const error& problem) {
+    return caf::make_error(caf::sec::runtime_error, problem.message);
+  };
+  return {
+      [moves, refused](move_files_atom, std::uint32_t shard,
+                       std::uint64_t epoch) -> caf::result<move_manifest> {
+        if (moves == nullptr) {
+          return caf::make_error(caf::sec::runtime_error, "no mover");
+        }
+        auto files = moves->manifest(shard, epoch);
+        if (!files) {
+          return refused(files.error());
+        }
+        return std::move(*files);
+      },
+      [moves, refused](move_chunk_atom, std::uint32_t shard,
+                       std::uint64_t epoch, const std::string& name,
+                       std::uint64_t offset,
+                       std::uint64_t length) -> caf::result<std::string> {
+        if (moves == nullptr) {
+          return caf::make_error(caf::sec::runtime_error, "no mover");
+        }
+        auto bytes = moves->chunk(shard, epoch, name, offset, length);
+        if (!bytes) {
+          return refused(bytes.error());
+        }
+        return std::move(*bytes);
       },
   };
 }
@@ -412,6 +458,14 @@ peers::~peers() {
   stop();
 }
 
+void peers::set_mover(shard_mover* moves) {
+  impl_->mover = impl_->system->spawn<caf::detached>(mover, moves);
+}
+
+caf::actor_system& peers::system() {
+  return *impl_->system;
+}
+
 result<std::string> peers::listen() {
   auto& self = *impl_;
   std::string host;
@@ -446,6 +500,9 @@ void peers::stop() {
   }
   caf::anon_send_exit(self.router, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(self.forwarder, caf::exit_reason::user_shutdown);
+  if (self.mover) {
+    caf::anon_send_exit(self.mover, caf::exit_reason::user_shutdown);
+  }
   self.system.reset();  // waits for its actors
   std::unordered_map<std::uint64_t, pending_forward> left;
   {

@@ -28,7 +28,13 @@
 #include "gateway/api.hpp"
 #include "gateway/placement.hpp"
 
+namespace caf {
+class actor_system;
+}  // namespace caf
+
 namespace durin::cluster {
+
+class shard_mover;
 
 struct peer_options {
   std::string listen = "127.0.0.1:0";  // host:port of the router
@@ -44,6 +50,11 @@ class peers final : public gateway::placement {
   // REQUIRES: `members` and `routes` outlive the peers.
   peers(membership& members, gateway::api& routes, peer_options options);
   ~peers() override;  // stop()
+
+  // The owner's side of shard moves, answered by the router (set before
+  // listen()).
+  void set_mover(shard_mover* mover);
+  caf::actor_system& system();
 
   // Publishes the router: the host:port it listens on, or the error.
   result<std::string> listen();

@@ -92,6 +92,7 @@ class api {
   // placement.hpp). Set before the first dispatch; null (the default)
   // serves every shard here.
   void set_placement(placement* where) { placement_ = where; }
+  runtime& node() { return node_; }
 
   // A request another node forwarded here, from a caller it authenticated:
   // the pipeline of dispatch without authentication. Answered 421

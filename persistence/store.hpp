@@ -262,6 +262,17 @@ class store {
   }
   const std::shared_ptr<fence>& guard() const { return options_.fence; }
 
+  // A shard moving between nodes (persistence/store_move.cpp). Both
+  // REQUIRE the fence closed (this node does not hold the shard): they
+  // close the database and keep it closed. export_files hard-links (SST
+  // files: immutable) or copies (the rest) every database file into
+  // `into`, a new directory, and syncs them: a consistent copy, since a
+  // closed database's files are. replace_files swaps the store's directory
+  // for `from` (a copy received whole, synced), which the next grant
+  // opens.
+  status export_files(const std::string& into);
+  status replace_files(const std::string& from);
+
  private:
   store() = default;
   status check_schema();  // REQUIRES: as open_database

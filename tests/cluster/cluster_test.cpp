@@ -370,5 +370,69 @@ TEST_F(ClusterTest,
   EXPECT_EQ(client.get("/readyz").status, 200u);
 }
 
+TEST_F(ClusterTest, AMoveAndADrainUnderLoadLoseNoAcknowledgedWrite) {
+  // Keyed starts through two nodes all along; a 503 (a shard moving) is
+  // retried with the same key until answered.
+  std::atomic<bool> stop{false};
+  std::mutex mutex;
+  std::map<std::string, std::string> acknowledged;  // key -> run id
+  auto load = [&](int via, int offset) {
+    auto client = cluster_.client(via);
+    for (int i = offset; !stop; i += 2) {
+      const auto key = "load-" + std::to_string(i);
+      for (int attempt = 0; attempt < 400 && !stop; ++attempt) {
+        auto got = client.post("/v1/runs", review(key), key);
+        if (got.status == 200u) {
+          std::lock_guard lock(mutex);
+          acknowledged[key] = got.value["id"];
+          break;
+        }
+        EXPECT_TRUE(got.status == 503u ||
+                    got.code() == "idempotency-key-in-flight")
+            << got.status << " " << got.body;
+        std::this_thread::sleep_for(20ms);
+      }
+    }
+  };
+  std::thread first(load, 0, 0);
+  std::thread second(load, 1, 1);
+  std::this_thread::sleep_for(500ms);
+  const auto moved = *shards_of(cluster_, 2).begin();
+  const auto epoch_before =
+      cluster_.status(0)["shards"][moved]["epoch"].get<std::uint64_t>();
+  std::string output;
+  const auto etcd = cluster_.etcd().endpoint();
+  ASSERT_EQ(
+      cluster_harness::run_cli({"cluster", "move", std::to_string(moved),
+                                "--to", cluster_harness::node_id(0), "--etcd",
+                                etcd, "--cluster", cluster_.name()},
+                               &output),
+      0)
+      << output;
+  ASSERT_EQ(
+      cluster_harness::run_cli({"cluster", "drain", cluster_harness::node_id(2),
+                                "--etcd", etcd, "--cluster", cluster_.name()},
+                               &output),
+      0)
+      << output;
+  std::this_thread::sleep_for(300ms);
+  stop = true;
+  first.join();
+  second.join();
+  EXPECT_TRUE(shards_of(cluster_, 2).empty());
+  EXPECT_EQ(cluster_.owner_of(moved), 0);
+  EXPECT_GT(cluster_.status(0)["shards"][moved]["epoch"].get<std::uint64_t>(),
+            epoch_before);
+  ASSERT_GT(acknowledged.size(), 10u);
+  // Every acknowledged start is there and replays, through any node.
+  int via = 0;
+  for (const auto& [key, id] : acknowledged) {
+    auto again = cluster_.client(via++ % 3).post("/v1/runs", review(key), key);
+    ASSERT_EQ(again.status, 200u) << again.body;
+    EXPECT_EQ(again.value["id"], id);
+    EXPECT_EQ(again.value["status"], "completed");
+  }
+}
+
 }  // namespace
 }  // namespace durin::testing

@@ -1,0 +1,427 @@
+#include "cluster/shard_move.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace durin::cluster {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr std::uint64_t chunk_bytes = 4u << 20;
+constexpr auto copy_retry = std::chrono::seconds(1);
+constexpr auto peer_timeout = std::chrono::seconds(30);
+
+bool split_address(const std::string& address, std::string& host,
+                   std::uint16_t& port) {
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos) {
+    return false;
+  }
+  host = address.substr(0, colon);
+  port = static_cast<std::uint16_t>(
+      std::strtoul(address.c_str() + colon + 1, nullptr, 10));
+  return port != 0;
+}
+
+bool sync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) {
+    return false;
+  }
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  return synced;
+}
+
+// A file name an owner may name: no directories, no way out of the export.
+bool plain_name(const std::string& name) {
+  return !name.empty() && name.find('/') == std::string::npos && name != "." &&
+         name != "..";
+}
+
+}  // namespace
+
+shard_mover::shard_mover(membership& members, store_of stores,
+                         std::string data_dir, caf::actor_system& system)
+    : members_(members),
+      stores_(std::move(stores)),
+      data_dir_(std::move(data_dir)),
+      system_(system) {}
+
+shard_mover::~shard_mover() {
+  stop();
+}
+
+void shard_mover::stop() {
+  std::vector<std::thread> jobs;
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    jobs.swap(jobs_);
+  }
+  for (auto& job : jobs) {
+    job.join();
+  }
+}
+
+void shard_mover::observe(std::uint32_t shard, const shard_config& config) {
+  if (config.target != members_.options().node_id ||
+      config.owner == members_.options().node_id) {
+    return;
+  }
+  std::lock_guard lock(mutex_);
+  if (stopping_ || copying_.count(shard) != 0) {
+    return;
+  }
+  if (auto wait = not_before_.find(shard);
+      wait != not_before_.end() &&
+      std::chrono::steady_clock::now() < wait->second) {
+    return;
+  }
+  copying_.insert(shard);
+  jobs_.emplace_back([this, shard, config] { copy(shard, config); });
+}
+
+std::string shard_mover::export_dir(std::uint32_t shard,
+                                    std::uint64_t epoch) const {
+  char name[32];
+  std::snprintf(name, sizeof name, "%04u-e%llu", shard,
+                static_cast<unsigned long long>(epoch));
+  return data_dir_ + "/moves/" + name;
+}
+
+void shard_mover::copy(std::uint32_t shard, shard_config config) {
+  auto* store = stores_(shard);
+  status done;
+  const auto peer = members_.peer_of(config.owner);
+  if (store == nullptr) {
+    done = make_error(errc::internal, "no store for the shard");
+  } else if (peer.empty()) {
+    done = make_error(errc::shutting_down,
+                      "the shard's owner " + config.owner + " is not live");
+  } else {
+    const auto incoming = store->dir() + ".incoming";
+    std::error_code ignored;
+    fs::remove_all(incoming, ignored);
+    done = fetch(shard, config, peer, incoming);
+    if (done) {
+      done = store->replace_files(incoming);
+    }
+    if (!done) {
+      fs::remove_all(incoming, ignored);
+    }
+  }
+  if (done && members_.finish_move(shard, config)) {
+    std::fprintf(stderr, "durin: shard %u copied from node %s\n", shard,
+                 config.owner.c_str());
+  } else if (!done) {
+    std::fprintf(stderr, "durin: the move of shard %u waits: %s\n", shard,
+                 done.error().message.c_str());
+  }
+  std::lock_guard lock(mutex_);
+  copying_.erase(shard);
+  not_before_[shard] = std::chrono::steady_clock::now() + copy_retry;
+}
+
+status shard_mover::fetch(std::uint32_t shard, const shard_config& config,
+                          const std::string& peer, const std::string& into) {
+  std::string host;
+  std::uint16_t port = 0;
+  if (!split_address(peer, host, port)) {
+    return make_error(errc::invalid_argument, "a malformed peer endpoint");
+  }
+  auto router = system_.middleman().remote_actor(host, port);
+  if (!router) {
+    return make_error(errc::shutting_down, "cannot reach node " + config.owner +
+                                               ": " +
+                                               system_.render(router.error()));
+  }
+  caf::scoped_actor self{system_};
+  move_manifest files;
+  status failed;
+  self->request(*router, peer_timeout, move_files_atom::value, shard,
+                config.epoch)
+      .receive([&](move_manifest& got) { files = std::move(got); },
+               [&](caf::error& problem) {
+                 failed = make_error(errc::shutting_down,
+                                     "node " + config.owner +
+                                         " did not export the shard: " +
+                                         system_.render(problem));
+               });
+  if (!failed) {
+    return failed;
+  }
+  std::error_code made;
+  fs::create_directories(into, made);
+  if (made) {
+    return make_error(errc::storage_error, "cannot make the copy's directory");
+  }
+  for (std::size_t index = 0; index < files.names.size(); ++index) {
+    const auto& name = files.names[index];
+    if (!plain_name(name) || index >= files.sizes.size()) {
+      return make_error(errc::internal, "the owner named a bad file");
+    }
+    const auto path = into + "/" + name;
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    for (std::uint64_t offset = 0; offset < files.sizes[index];) {
+      std::string bytes;
+      self->request(*router, peer_timeout, move_chunk_atom::value, shard,
+                    config.epoch, name, offset, chunk_bytes)
+          .receive([&](std::string& got) { bytes = std::move(got); },
+                   [&](caf::error& problem) {
+                     failed = make_error(errc::shutting_down,
+                                         "a chunk of the shard's files did "
+                                         "not come: " +
+                                             system_.render(problem));
+                   });
+      if (!failed) {
+        return failed;
+      }
+      if (bytes.empty()) {
+        return make_error(errc::internal, "the owner sent an empty chunk");
+      }
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      offset += bytes.size();
+    }
+    out.close();
+    if (!out || !sync_path(path)) {
+      return make_error(errc::storage_error, "cannot write the shard's copy");
+    }
+  }
+  if (!sync_path(into)) {
+    return make_error(errc::storage_error, "cannot sync the shard's copy");
+  }
+  return {};
+}
+
+result<move_manifest> shard_mover::manifest(std::uint32_t shard,
+                                            std::uint64_t epoch) {
+  auto* store = stores_(shard);
+  if (store == nullptr) {
+    return make_error(errc::invalid_argument, "no such shard");
+  }
+  if (members_.locate(shard).at == route::where::here ||
+      (store->guard() && store->guard()->open())) {
+    return make_error(errc::invalid_argument,
+                      "this node still serves the shard");
+  }
+  const auto dir = export_dir(shard, epoch);
+  {
+    std::lock_guard lock(mutex_);
+    if (exported_.count(dir) == 0) {
+      std::error_code ignored;
+      fs::remove_all(dir, ignored);
+      if (auto exported = store->export_files(dir); !exported) {
+        return exported.error();
+      }
+      exported_.insert(dir);
+    }
+  }
+  move_manifest out;
+  std::error_code failure;
+  for (const auto& entry : fs::directory_iterator(dir, failure)) {
+    if (entry.is_regular_file()) {
+      out.names.push_back(entry.path().filename().string());
+      out.sizes.push_back(entry.file_size());
+    }
+  }
+  if (failure) {
+    return make_error(errc::storage_error, "cannot list the shard's export");
+  }
+  return out;
+}
+
+result<std::string> shard_mover::chunk(std::uint32_t shard, std::uint64_t epoch,
+                                       const std::string& name,
+                                       std::uint64_t offset,
+                                       std::uint64_t length) {
+  const auto dir = export_dir(shard, epoch);
+  {
+    std::lock_guard lock(mutex_);
+    if (exported_.count(dir) == 0 || !plain_name(name)) {
+      return make_error(errc::invalid_argument, "no such exported file");
+    }
+  }
+  std::ifstream in(dir + "/" + name, std::ios::binary);
+  if (!in) {
+    return make_error(errc::invalid_argument, "no such exported file");
+  }
+  in.seekg(static_cast<std::streamoff>(offset));
+  std::string bytes(std::min<std::uint64_t>(length, chunk_bytes), '\0');
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  bytes.resize(static_cast<std::size_t>(in.gcount()));
+  return bytes;
+}
+
+// ---- the operator's side ----------------------------------------------------
+
+namespace {
+
+struct cluster_view {
+  std::map<std::string, node_entry> nodes;
+  std::map<std::uint32_t, shard_config> configs;
+  std::map<std::uint32_t, shard_lease> leases;
+  std::uint32_t shards = 0;
+};
+
+result<cluster_view> read_view(etcd_client& etcd, const std::string& cluster) {
+  const layout keys(cluster);
+  auto all = etcd.range(keys.prefix(), true);
+  if (!all) {
+    return all.error();
+  }
+  cluster_view view;
+  for (const auto& item : all->kvs) {
+    if (item.key == keys.config()) {
+      if (auto config = decode_config(item.value)) {
+        view.shards = config->shards;
+      }
+    } else if (item.key.compare(0, keys.nodes().size(), keys.nodes()) == 0) {
+      if (auto node = decode_node(item.value)) {
+        view.nodes[item.key.substr(keys.nodes().size())] = std::move(*node);
+      }
+    } else if (auto shard = keys.shard_of_key(item.key)) {
+      if (shard->second) {
+        if (auto lease = decode_lease(item.value)) {
+          view.leases[shard->first] = std::move(*lease);
+        }
+      } else if (auto config = decode_shard(item.value)) {
+        config->mod_revision = item.mod_revision;
+        view.configs[shard->first] = std::move(*config);
+      }
+    }
+  }
+  if (view.shards == 0) {
+    return make_error(errc::invalid_argument,
+                      "cluster '" + cluster + "' is not initialised in etcd");
+  }
+  return view;
+}
+
+}  // namespace
+
+result<shard_config> request_move(etcd_client& etcd, const std::string& cluster,
+                                  std::uint32_t shard, const std::string& to) {
+  auto view = read_view(etcd, cluster);
+  if (!view) {
+    return view.error();
+  }
+  if (shard >= view->shards) {
+    return make_error(errc::invalid_argument,
+                      "shard " + std::to_string(shard) +
+                          " does not exist; the "
+                          "cluster has shards 0 to " +
+                          std::to_string(view->shards - 1));
+  }
+  auto found = view->configs.find(shard);
+  if (found == view->configs.end()) {
+    return make_error(errc::invalid_argument,
+                      "shard " + std::to_string(shard) + " has no config yet");
+  }
+  auto config = found->second;
+  if (config.owner == to && config.state == shard_state::active) {
+    return config;  // there already
+  }
+  if (view->nodes.count(to) == 0) {
+    return make_error(errc::invalid_argument,
+                      "node '" + to + "' is not live in cluster '" + cluster +
+                          "' (a move needs its target running)");
+  }
+  if (config.state == shard_state::moving && config.target != to &&
+      config.owner != to) {
+    return make_error(errc::invalid_argument,
+                      "shard " + std::to_string(shard) +
+                          " is moving to node '" + config.target +
+                          "' already; move it back to '" + config.owner +
+                          "' to cancel that first");
+  }
+  shard_config next = config;
+  if (config.owner.empty() || config.owner == to) {
+    // Not placed yet, or a cancel: the shard is simply (re)placed on `to`.
+    next.state = shard_state::active;
+    next.owner = to;
+    next.target.clear();
+  } else {
+    next.state = shard_state::moving;
+    next.target = to;
+  }
+  compare same;
+  same.key = layout(cluster).shard_config(shard);
+  same.what = compare::target::mod;
+  same.number = config.mod_revision;
+  request_op write;
+  write.key = same.key;
+  write.value = encode(next);
+  auto done = etcd.txn({same}, {write});
+  if (!done) {
+    return done.error();
+  }
+  if (!done->succeeded) {
+    return make_error(errc::invalid_argument,
+                      "shard " + std::to_string(shard) +
+                          "'s config changed meanwhile; run the move again");
+  }
+  return next;
+}
+
+result<std::uint64_t> wait_for_move(etcd_client& etcd,
+                                    const std::string& cluster,
+                                    std::uint32_t shard, const std::string& to,
+                                    std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    auto view = read_view(etcd, cluster);
+    if (view) {
+      auto config = view->configs.find(shard);
+      auto lease = view->leases.find(shard);
+      if (config != view->configs.end() && lease != view->leases.end() &&
+          config->second.owner == to &&
+          config->second.state == shard_state::active &&
+          lease->second.node == to) {
+        return lease->second.epoch;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return make_error(errc::timeout, "shard " + std::to_string(shard) +
+                                       " is not served by '" + to + "' yet");
+}
+
+result<std::vector<std::pair<std::uint32_t, std::string>>> drain_plan(
+    etcd_client& etcd, const std::string& cluster, const std::string& node) {
+  auto view = read_view(etcd, cluster);
+  if (!view) {
+    return view.error();
+  }
+  std::vector<std::string> others;
+  for (const auto& [id, entry] : view->nodes) {
+    if (id != node) {
+      others.push_back(id);
+    }
+  }
+  std::vector<std::pair<std::uint32_t, std::string>> plan;
+  for (const auto& [shard, config] : view->configs) {
+    if (config.owner != node) {
+      continue;
+    }
+    if (others.empty()) {
+      return make_error(
+          errc::invalid_argument,
+          "no other node is live to take node '" + node + "''s shards");
+    }
+    plan.emplace_back(shard, rendezvous(shard, others));
+  }
+  return plan;
+}
+
+}  // namespace durin::cluster

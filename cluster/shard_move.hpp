@@ -1,0 +1,107 @@
+// Offline moves of a shard between nodes (`durin cluster move SHARD --to
+// NODE`, `durin cluster drain NODE`). A move is a config change in etcd and
+// a copy:
+//
+//   1. the operator sets the shard's config {epoch, owner: A, state:
+//      moving, target: B} (a CAS on its revision);
+//   2. A sees it and lets the shard go: its fence closes (requests for the
+//      shard answer 503 from then on) and its lease key goes;
+//   3. B sees it and asks A, over CAF, for the shard's files: A closes the
+//      shard's database and exports its files (SSTs hard-linked, the rest
+//      copied: a closed database's files are a consistent copy); B pulls
+//      them in chunks into a directory beside the shard's, syncs them, and
+//      swaps them in for its own (closed, fenced) copy;
+//   4. B sets the config {owner: B, active} only if it is still the one it
+//      copied for (a move cancelled meanwhile, by moving the shard back to
+//      A, refuses it), then acquires the shard as any owner does, at epoch
+//      + 1.
+//
+// A move whose owner is not live waits for it (the data is only there: no
+// replication yet). Moving a moving shard back to its owner cancels it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster/etcd.hpp"
+#include "cluster/layout.hpp"
+#include "cluster/membership.hpp"
+#include "cluster/peer_messages.hpp"
+#include "durin/error.hpp"
+#include "persistence/store.hpp"
+
+namespace caf {
+class actor_system;
+}  // namespace caf
+
+namespace durin::cluster {
+
+// Both sides of a move on one node.
+class shard_mover {
+ public:
+  using store_of = std::function<persistence::store*(std::uint32_t shard)>;
+
+  // REQUIRES: everything outlives the mover. `data_dir` holds the exports
+  // (moves/NNNN-eE).
+  shard_mover(membership& members, store_of stores, std::string data_dir,
+              caf::actor_system& system);
+  ~shard_mover();  // stop()
+  // Waits for a copy in progress to end; observes nothing more.
+  void stop();
+
+  // From the acquirer (membership::on_move): starts this node's copy when
+  // it is the move's target. Never blocks.
+  void observe(std::uint32_t shard, const shard_config& config);
+
+  // The owner's side, asked by the target: the shard's files, exported
+  // once per epoch; refused while this node still serves the shard.
+  result<move_manifest> manifest(std::uint32_t shard, std::uint64_t epoch);
+  // `length` bytes of an exported file from `offset` (fewer at its end).
+  result<std::string> chunk(std::uint32_t shard, std::uint64_t epoch,
+                            const std::string& name, std::uint64_t offset,
+                            std::uint64_t length);
+
+ private:
+  void copy(std::uint32_t shard, shard_config config);
+  status fetch(std::uint32_t shard, const shard_config& config,
+               const std::string& peer, const std::string& into);
+  std::string export_dir(std::uint32_t shard, std::uint64_t epoch) const;
+
+  membership& members_;
+  store_of stores_;
+  std::string data_dir_;
+  caf::actor_system& system_;
+  std::mutex mutex_;
+  std::set<std::uint32_t> copying_;  // shards with a copy job running
+  std::map<std::uint32_t, std::chrono::steady_clock::time_point> not_before_;
+  std::set<std::string> exported_;  // export dirs made by this process
+  std::vector<std::thread> jobs_;
+  bool stopping_ = false;
+};
+
+// The operator's side (the CLI). Sets the move in etcd: invalid-argument
+// naming the problem (no such shard or node, a node not live, a move of
+// the shard to another node in progress); moving a moving shard back to its
+// owner cancels the move. Answers the config written.
+result<shard_config> request_move(etcd_client& etcd, const std::string& cluster,
+                                  std::uint32_t shard, const std::string& to);
+// Until the shard is active on `to` with its lease held there; the epoch it
+// serves at, or timeout.
+result<std::uint64_t> wait_for_move(etcd_client& etcd,
+                                    const std::string& cluster,
+                                    std::uint32_t shard, const std::string& to,
+                                    std::chrono::milliseconds limit);
+// The shards placed on `node`, each with the live node (other than it) it
+// goes to by rendezvous hashing.
+result<std::vector<std::pair<std::uint32_t, std::string>>> drain_plan(
+    etcd_client& etcd, const std::string& cluster, const std::string& node);
+
+}  // namespace durin::cluster
