@@ -448,7 +448,13 @@ void activate(self_pointer self, std::optional<persistence::run_record> fresh) {
                          },
                          persistence::spec_version,
                          st.services->options.history_events_max,
-                         st.services->options.history_bytes_max};
+                         st.services->options.history_bytes_max,
+                         [services, tenant, home = st.home->index](
+                             std::string_view token) {
+                           return services->map.of_token(
+                                      persistence::keys::token(tenant,
+                                                               token)) == home;
+                         }};
   st.engine =
       std::make_unique<run_engine>(env, std::move(record), std::move(history));
   st.engine->start();

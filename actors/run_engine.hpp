@@ -149,6 +149,11 @@ struct engine_environment {
   // history-limit-exceeded.
   std::uint64_t history_events_max = 50'000;
   std::uint64_t history_bytes_max = 50ULL << 20;
+  // Whether a token lives in the run's own shard (services/shard_map.hpp).
+  // A webhook's token, drawn at random, is drawn again until it does, so
+  // its claims and payloads stay in the run's shard (on one node, and in a
+  // cluster, where another shard may be another node's). Null: any token.
+  std::function<bool(std::string_view token)> token_is_home;
 };
 
 // What one event counts towards history_bytes_max: its names, payload and

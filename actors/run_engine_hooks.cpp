@@ -146,7 +146,13 @@ std::size_t run_engine::hook_create(detail::hook_request request) {
     return index;
   }
   if (request.webhook) {
+    // About one draw per shard; bounded, in case a map ever answered no.
     entry.token = webhook_token();
+    for (int draw = 0; draw < 1 << 16 && env_.token_is_home &&
+                       !env_.token_is_home(entry.token);
+         ++draw) {
+      entry.token = webhook_token();
+    }
   }
   entry.claim = hook_claim{record_.id,
                            number,

@@ -294,6 +294,26 @@ http_response api::count_runs(request& ctx) {
     }
     filter.cursor = page->next_cursor;
   }
+  if (placement_ != nullptr && !ctx.forwarded) {
+    // Every other node counts the shards it serves.
+    for (auto& answer : placement_->ask_every_other_node(ctx.http, ctx.caller)) {
+      auto other = json::parse(answer.body, nullptr, false);
+      if (answer.status != 200 || other.is_discarded()) {
+        return answer.status != 200 ? answer
+                                    : error_response(502, "bad-gateway",
+                                                     "a node answered a count "
+                                                     "that is not JSON");
+      }
+      for (const auto& [status, count] : other["counts"].items()) {
+        counts[status] += count.get<std::uint64_t>();
+      }
+      total += other.value("total", std::uint64_t{0});
+      complete = complete && other.value("complete", true);
+    }
+    if (auto missing = placement_->unserved(); !missing.empty()) {
+      complete = false;
+    }
+  }
   return json_response(
       200, {{"counts", counts}, {"total", total}, {"complete", complete}});
 }
@@ -390,8 +410,13 @@ http_response api::webhook(request& ctx) {
   // The webhook index names the token's tenant (written with the
   // webhook's claim, removed with its release).
   // Its tenant is not known yet, so neither is its shard: each is asked.
+  // In a cluster, of the shards this node serves; then every other node
+  // asks its own (only the one whose shard holds the token acts).
   result<std::optional<std::string>> tenant = std::optional<std::string>();
   for (auto& shard : services::services_of(node_).shards) {
+    if (services::node::serves_no_more(*shard)) {
+      continue;
+    }
     tenant = shard->store->get_webhook_tenant(token);
     if (!tenant || *tenant) {
       break;
@@ -401,6 +426,14 @@ http_response api::webhook(request& ctx) {
     return error_response(tenant.error());
   }
   if (!*tenant) {
+    if (placement_ != nullptr && !ctx.forwarded) {
+      for (auto& answer :
+           placement_->ask_every_other_node(ctx.http, ctx.caller)) {
+        if (answer.status != 404) {
+          return answer;
+        }
+      }
+    }
     return unknown;
   }
   resume_options options;

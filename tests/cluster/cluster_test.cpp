@@ -158,7 +158,42 @@ TEST_F(ClusterTest, AnyNodeAnswersForAnyRunAndListsMergeEveryNode) {
     auto sorted = ids;
     std::sort(sorted.rbegin(), sorted.rend());
     EXPECT_EQ(seen, sorted) << "through node " << via;
+    auto counted = client.get("/v1/run-counts");
+    ASSERT_EQ(counted.status, 200u) << counted.body;
+    EXPECT_EQ(counted.value["total"], 24);
+    EXPECT_EQ(counted.value["counts"]["completed"], 24);
   }
+}
+
+TEST_F(ClusterTest, AWebhookPostedToAnyNodeReachesItsRun) {
+  for (int i = 0; i < 6; ++i) {
+    auto started = cluster_.client(i % 3).post(
+        "/v1/runs", {{"flow", "acme.await-webhook"}, {"wait", false}});
+    ASSERT_EQ(started.status, 202u) << started.body;
+    const std::string id = started.value["id"];
+    std::string url;
+    ASSERT_TRUE(eventually(
+        [&] {
+          auto history =
+              cluster_.client(0).get("/v1/runs/" + id + "/history");
+          const auto text = history.body;
+          const auto at = text.find("/v1/webhooks/wh_");
+          if (at == std::string::npos) {
+            return false;
+          }
+          url = text.substr(at, text.find('"', at) - at);
+          return true;
+        },
+        10s));
+    api_client anyone(cluster_.node((i + 1) % 3).address(), "");
+    auto posted = anyone.send("POST", url, R"({"paid": true})",
+                              {{"content-type", "application/json"}});
+    ASSERT_LT(posted.status, 300u) << posted.status << " " << posted.body;
+    auto done = wait_run(*std::make_unique<api_client>(cluster_.client(2)), id);
+    EXPECT_EQ(done["status"], "completed") << done.dump();
+  }
+  api_client anyone(cluster_.node(0).address(), "");
+  EXPECT_EQ(anyone.send("POST", "/v1/webhooks/wh_nobody", "{}").status, 404u);
 }
 
 TEST_F(ClusterTest,
