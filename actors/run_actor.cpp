@@ -439,22 +439,21 @@ void activate(self_pointer self, std::optional<persistence::run_record> fresh) {
   }
   auto* services = st.services;
   auto tenant = st.tenant;
-  engine_environment env{&st.services->flows,
-                         st.services->clock.get(),
-                         st.services->options.passivate_after,
-                         st.services->options.retention_max.count(),
-                         [services, tenant](const std::string& run_id) {
-                           return run_state(*services, tenant, run_id);
-                         },
-                         persistence::spec_version,
-                         st.services->options.history_events_max,
-                         st.services->options.history_bytes_max,
-                         [services, tenant, home = st.home->index](
-                             std::string_view token) {
-                           return services->map.of_token(
-                                      persistence::keys::token(tenant,
-                                                               token)) == home;
-                         }};
+  engine_environment env{
+      &st.services->flows,
+      st.services->clock.get(),
+      st.services->options.passivate_after,
+      st.services->options.retention_max.count(),
+      [services, tenant](const std::string& run_id) {
+        return run_state(*services, tenant, run_id);
+      },
+      persistence::spec_version,
+      st.services->options.history_events_max,
+      st.services->options.history_bytes_max,
+      [services, tenant, home = st.home->index](std::string_view token) {
+        return services->map.of_token(
+                   persistence::keys::token(tenant, token)) == home;
+      }};
   st.engine =
       std::make_unique<run_engine>(env, std::move(record), std::move(history));
   st.engine->start();

@@ -503,6 +503,11 @@ void peers::stop() {
   if (self.mover) {
     caf::anon_send_exit(self.mover, caf::exit_reason::user_shutdown);
   }
+  // Handles dropped first: a detached actor's thread ends only once its
+  // actor is destroyed, and the system's destructor waits for that thread.
+  self.router = caf::actor{};
+  self.forwarder = caf::actor{};
+  self.mover = caf::actor{};
   self.system.reset();  // waits for its actors
   std::unordered_map<std::uint64_t, pending_forward> left;
   {

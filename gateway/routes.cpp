@@ -296,7 +296,8 @@ http_response api::count_runs(request& ctx) {
   }
   if (placement_ != nullptr && !ctx.forwarded) {
     // Every other node counts the shards it serves.
-    for (auto& answer : placement_->ask_every_other_node(ctx.http, ctx.caller)) {
+    for (auto& answer :
+         placement_->ask_every_other_node(ctx.http, ctx.caller)) {
       auto other = json::parse(answer.body, nullptr, false);
       if (answer.status != 200 || other.is_discarded()) {
         return answer.status != 200 ? answer

@@ -215,6 +215,7 @@ void api::start_elsewhere(const std::shared_ptr<async_start>& start,
                  idempotency::stored::marker);
           return;
         }
+        DURIN_TEST_KILL_POINT("gateway.after_key_marker");
         forward_start(start);
       });
 }

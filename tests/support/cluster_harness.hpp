@@ -85,9 +85,11 @@ class cluster_harness {
     return api_client(node(i).address(), admin_key());
   }
 
-  // Starts node `i` (again): same id and data dir, new ports.
-  void start(int i) {
+  // Starts node `i` (again): same id and data dir, new ports; `env` as
+  // "NAME=value" (e.g. DURIN_KILL_AT, persistence/test_points.hpp).
+  void start(int i, std::vector<std::string> env = {}) {
     serve_setup node_setup;
+    node_setup.env = std::move(env);
     node_setup.read_timeout_ms = 10'000;
     node_setup.flags = {"--etcd",        etcd_.endpoint(),
                         "--cluster",     name_,
@@ -97,6 +99,7 @@ class cluster_harness {
     nodes_.at(i) = std::make_unique<serve_process>(data_dir(i), node_setup);
   }
   void kill9(int i) { node(i).kill9(); }
+  void stop(int i) { node(i).terminate(); }
   void restart(int i) {
     if (nodes_.at(i) && nodes_.at(i)->running()) {
       nodes_.at(i)->terminate();
@@ -105,6 +108,10 @@ class cluster_harness {
   }
   void pause(int i) { ::kill(node(i).pid(), SIGSTOP); }
   void resume(int i) { ::kill(node(i).pid(), SIGCONT); }
+
+  // Waits for node `i` to end by itself (a kill point); true when it died
+  // of SIGKILL.
+  bool wait_killed(int i) { return node(i).wait_killed(); }
 
   // GET /v1/cluster through node `via`.
   json status(int via = 0) {
