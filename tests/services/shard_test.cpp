@@ -60,11 +60,19 @@ flow<json> echo(context&, json input) {
   co_return input;
 }
 
+// Holds its start token for the whole test: a run that ended would have
+// freed it already.
+flow<json> nap(context& ctx, json input) {
+  co_await ctx.sleep(std::chrono::minutes(10));
+  co_return input;
+}
+
 class ShardedNodeTest : public ::testing::Test {
  protected:
   std::unique_ptr<runtime> open(std::uint32_t shards) {
     registry flows;
     flows.flow("echo", echo);
+    flows.flow("nap", nap);
     runtime_options options;
     options.data_dir = dir_.path();
     options.shards = shards;
@@ -81,7 +89,7 @@ TEST_F(ShardedNodeTest, AStartWithATokenLivesInTheTokensShard) {
   for (int i = 0; i < 40; ++i) {
     start_options options;
     options.hook = start_hook{"order:" + std::to_string(i), nullptr, nullptr};
-    auto run = rt->start("echo", json{{"i", i}}, options);
+    auto run = rt->start("nap", json{{"i", i}}, options);
     ASSERT_TRUE(run.ok()) << run.error().to_string();
     auto token = persistence::keys::token(default_tenant, options.hook->token);
     EXPECT_EQ(node.map.of_run(run->id), node.map.of_token(token));
