@@ -104,4 +104,5 @@ export const api = {
       { body: { payload }, idempotencyKey }),
   tasks: () => call('GET', '/v1/tasks'),
   runTasks: (id) => call('GET', `/v1/tasks${query({ runId: id })}`),
+  cluster: () => call('GET', '/v1/cluster'),
 };

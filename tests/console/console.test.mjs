@@ -382,6 +382,50 @@ describe('with a tenant\'s key', () => {
   });
 });
 
+describe('the Cluster page of a node that runs alone', () => {
+  test('says the node runs alone with the admin key, and that it needs one with a weaker key', async () => {
+    const page = await tab();
+    await logIn(page, server, server.adminKey);
+    await page.goto(`${server.base}/console/#/cluster`);
+    const alone = page.locator('#single-node');
+    await alone.waitFor();
+    assert.match(await alone.innerText(), /This node runs alone/);
+    assert.match(await alone.innerText(), /durin serve without --etcd/);
+    await page.locator('#health', { hasText: 'ok' }).waitFor();
+    assert.equal(await page.locator('#cluster-shards').count(), 0);
+    assert.equal(await page.locator('.live-note').isVisible(), false, 'nothing to refresh');
+    assert.deepEqual(page.errors, []);
+
+    const made = await api(server, server.adminKey, 'POST', '/v1/api-keys',
+      { name: 'console-reader', role: 'read-only' });
+    assert.equal(made.status, 201);
+    const reader = await tab();
+    await logIn(reader, server, made.body.secret);
+    await reader.goto(`${server.base}/console/#/cluster`);
+    const refused = reader.locator('#needs-admin');
+    await refused.waitFor();
+    assert.match(await refused.innerText(), /needs an admin key/);
+    assert.match(await refused.innerText(), /forbidden: a key of role read-only/);
+    assert.equal(await reader.locator('#single-node').count(), 0);
+    await shot(reader, 'cluster-forbidden-light');
+    assert.deepEqual(reader.errors, []);
+
+    // Any other answer is shown as its code and message (a node cannot be
+    // made to fail this read on demand, so the browser is given the answer).
+    const failing = await tab();
+    await logIn(failing, server, server.adminKey);
+    await failing.route('**/v1/cluster', (route) => route.fulfill({
+      status: 503, contentType: 'application/json',
+      body: JSON.stringify({ code: 'storage-error', message: 'storage unavailable: the disk is full' }),
+    }));
+    await failing.goto(`${server.base}/console/#/cluster`);
+    await failing.locator('p.error[role="alert"]', {
+      hasText: 'Cannot read the cluster: storage-error: storage unavailable: the disk is full',
+    }).waitFor();
+    assert.equal(await failing.locator('#single-node').count(), 0);
+  });
+});
+
 describe('themes and screenshots', () => {
   test('follows the system theme, and the toggle switches and is remembered', async () => {
     const dark = await tab({ colorScheme: 'dark' });
