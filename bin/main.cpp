@@ -332,10 +332,14 @@ int cluster_status_command(const cluster_flags& flags) {
 // `default`, written to DATA_DIR/admin.key. The way back when every admin
 // key is lost; keys already there stay valid.
 int reset_key_command(const std::string& data_dir) {
-  // API keys live in the first shard (the data dir itself for one shard).
+  // API keys live in the first shard (the data dir itself for one shard);
+  // a cluster's node keeps them in a store of its own, and the new key
+  // reaches the other nodes at this node's next join (gateway/key_sync.hpp).
+  const bool clustered = std::filesystem::exists(data_dir + "/node");
   const bool sharded = std::filesystem::exists(data_dir + "/shards/count");
   auto store = durin::persistence::store::open(
-      sharded ? data_dir + "/shards/000" : data_dir);
+      clustered ? data_dir + "/node"
+                : (sharded ? data_dir + "/shards/000" : data_dir));
   if (!store) {
     std::cerr << "durin admin reset-key: cannot open the node's store (stop "
                  "the node that runs on this data dir first): "

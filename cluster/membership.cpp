@@ -247,14 +247,18 @@ status membership::resync() {
   if (!all) {
     return all.error();
   }
+  // Built aside and swapped in at once: a reader never sees a table half
+  // read (a node missing from it would miss a key change sent to every
+  // node, gateway/key_sync.cpp).
+  table fresh;
+  fresh.configs.assign(config_.shards, shard_config{});
+  fresh.leases.assign(config_.shards, shard_lease{});
+  for (const auto& item : all->kvs) {
+    apply_to(fresh, item, false);
+  }
   {
     std::unique_lock lock(table_mutex_);
-    table_.nodes.clear();
-    table_.configs.assign(config_.shards, shard_config{});
-    table_.leases.assign(config_.shards, shard_lease{});
-  }
-  for (const auto& item : all->kvs) {
-    apply(item, false);
+    table_ = std::move(fresh);
   }
   watch_.reset();
   watch_options watched;
@@ -285,13 +289,17 @@ status membership::resync() {
 
 void membership::apply(const kv& now, bool erased) {
   std::unique_lock lock(table_mutex_);
+  apply_to(table_, now, erased);
+}
+
+void membership::apply_to(table& target, const kv& now, bool erased) const {
   const auto& key = now.key;
   if (key.compare(0, keys_.nodes().size(), keys_.nodes()) == 0) {
     const auto id = key.substr(keys_.nodes().size());
     if (erased) {
-      table_.nodes.erase(id);
+      target.nodes.erase(id);
     } else if (auto node = decode_node(now.value)) {
-      table_.nodes[id] = std::move(*node);
+      target.nodes[id] = std::move(*node);
     }
     return;
   }
@@ -300,7 +308,7 @@ void membership::apply(const kv& now, bool erased) {
     return;
   }
   if (shard->second) {
-    auto& lease = table_.leases[shard->first];
+    auto& lease = target.leases[shard->first];
     lease = shard_lease{};
     if (!erased) {
       if (auto decoded = decode_lease(now.value)) {
@@ -311,7 +319,7 @@ void membership::apply(const kv& now, bool erased) {
     }
     return;
   }
-  auto& config = table_.configs[shard->first];
+  auto& config = target.configs[shard->first];
   config = shard_config{};
   if (!erased) {
     if (auto decoded = decode_shard(now.value)) {
@@ -506,6 +514,15 @@ std::vector<std::uint32_t> membership::one_shard_per_other_node() const {
   }
   for (const auto& [node, shard] : first) {
     out.push_back(shard);
+  }
+  return out;
+}
+
+std::vector<node_entry> membership::live_nodes() const {
+  std::vector<node_entry> out;
+  std::shared_lock lock(table_mutex_);
+  for (const auto& [id, node] : table_.nodes) {
+    out.push_back(node);
   }
   return out;
 }

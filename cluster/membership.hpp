@@ -103,6 +103,15 @@ class membership {
   std::vector<std::uint32_t> unserved() const;
   // This node's lease deadline: milliseconds left (0 when passed).
   std::int64_t lease_left_ms() const;
+  // The id of this node's lease in etcd, which its node key is tied to;
+  // 0 while it holds none. Another id means a new registration (a restart,
+  // a lease etcd let expire).
+  std::int64_t lease_id() const {
+    return lease_.load(std::memory_order_acquire);
+  }
+  // Every node the routing table names (its node key, tied to its lease,
+  // is in etcd), this one included once the table has seen it register.
+  std::vector<node_entry> live_nodes() const;
   std::int64_t ttl_s() const { return options_.lease_ttl_s; }
   // Shards this node holds the lease of now.
   std::size_t shards_served() const;
@@ -145,6 +154,7 @@ class membership {
   // Reads the whole prefix and (re)starts the watch after it.
   status resync();
   void apply(const kv& now, bool erased);
+  void apply_to(table& target, const kv& now, bool erased) const;
   void acquire_round();
   void acquire(std::uint32_t shard, const shard_config& config);
   void place_unplaced(const table& seen);

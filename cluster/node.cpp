@@ -1,5 +1,7 @@
 #include "cluster/node.hpp"
 
+#include <cstdio>
+
 #include "services/node.hpp"
 
 namespace durin::cluster {
@@ -18,6 +20,7 @@ cluster_node::~cluster_node() {
 }
 
 gateway::placement& cluster_node::attach(gateway::api& routes) {
+  routes_ = &routes;
   peers_ = std::make_unique<peers>(*members_, routes, options_.peers);
   auto& node = services::services_of(routes.node());
   mover_ = std::make_unique<shard_mover>(
@@ -41,13 +44,28 @@ status cluster_node::join(const std::string& http_address) {
   }
   members_->set_addresses(http_address, *listening);
   members_->start();
+  // Shards may be acquired meanwhile: a forwarded request was
+  // authenticated by its sender. Only this node's own callers wait.
+  keys_ = std::make_unique<gateway::key_sync>(*routes_, *peers_);
+  if (!keys_->wait_in_step(options_.keys_wait)) {
+    std::fprintf(stderr,
+                 "durin: node %s serves before its API keys are in step with "
+                 "every live node; authenticated requests answer 503 "
+                 "keys-not-synced until they are\n",
+                 options_.members.node_id.c_str());
+  }
   return {};
 }
 
 void cluster_node::leave() {
-  // The lease goes first (no more moves are observed, and its shards are
-  // free for this node's restart at once), then copies in progress end,
-  // then the peers (the mover's actor with them), then the mover.
+  // No more exchanges of key tables first (they use the peers and the
+  // routing). Then the lease goes (no more moves are observed, and its
+  // shards are free for this node's restart at once), then copies in
+  // progress end, then the peers (the mover's actor with them), then the
+  // mover.
+  if (keys_) {
+    keys_->stop();
+  }
   if (members_) {
     members_->stop();
   }

@@ -1,14 +1,17 @@
 // A `durin serve` node in a cluster: its membership (lease, shards,
-// routing) and its peers (forwarding over CAF), as the gateway's
-// cluster_member. Made by `durin serve --etcd`.
+// routing), its peers (forwarding over CAF) and its API keys and tenants
+// kept in step with every other node's (gateway/key_sync.hpp), as the
+// gateway's cluster_member. Made by `durin serve --etcd`.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
 #include "cluster/membership.hpp"
 #include "cluster/peers.hpp"
 #include "cluster/shard_move.hpp"
+#include "gateway/key_sync.hpp"
 #include "gateway/server.hpp"
 
 namespace durin::cluster {
@@ -17,6 +20,10 @@ struct node_options {
   membership_options members;
   peer_options peers;
   std::string data_dir;  // where a shard's exports for moves go
+  // How long join waits for the first exchange of key tables with every
+  // live node before it returns anyway (authenticated requests answer 503
+  // keys-not-synced until the exchange is done).
+  std::chrono::milliseconds keys_wait{10'000};
 };
 
 class cluster_node final : public gateway::cluster_member {
@@ -33,6 +40,9 @@ class cluster_node final : public gateway::cluster_member {
     return members_->config().admin_key;
   }
   gateway::placement& attach(gateway::api& routes) override;
+  // Listens for peers, registers, starts acquiring its shards, and returns
+  // once its key table is in step with every live node's (or keys_wait
+  // passed).
   status join(const std::string& http_address) override;
   void leave() override;
 
@@ -42,8 +52,10 @@ class cluster_node final : public gateway::cluster_member {
 
   node_options options_;
   std::unique_ptr<membership> members_;
+  gateway::api* routes_ = nullptr;
   std::unique_ptr<peers> peers_;
   std::unique_ptr<shard_mover> mover_;
+  std::unique_ptr<gateway::key_sync> keys_;
 };
 
 }  // namespace durin::cluster

@@ -1,8 +1,9 @@
 // What nodes send each other over CAF (cluster/peers.hpp): a request
-// forwarded to the node that serves its shard, with the caller the
-// forwarding node authenticated, and the answer. Plain data with inspect
-// overloads, in a type-id block of its own after the node's blocks; the
-// block's ids are the cluster protocol: append, never reorder.
+// forwarded to the node that serves its shard (forward_atom), or sent to a
+// node itself whatever it serves (call_atom, cluster/peer_calls.hpp), with
+// the caller the sending node authenticated, and the answer. Plain data
+// with inspect overloads, in a type-id block of its own after the node's
+// blocks; the block's ids are the cluster protocol: append, never reorder.
 #pragma once
 
 #include <caf/atom.hpp>
@@ -20,9 +21,10 @@ namespace durin::cluster {
 using forward_atom = caf::atom_constant<caf::atom("forward")>;
 using answered_atom = caf::atom_constant<caf::atom("answered")>;
 using go_atom = caf::atom_constant<caf::atom("go")>;
+using call_atom = caf::atom_constant<caf::atom("call")>;
 
 struct forwarded_request {
-  std::uint32_t shard = 0;
+  std::uint32_t shard = 0;  // a forward's; unused by a call
   // The epoch the forwarder's routing named: an owner at a lower one is
   // stale and refuses (not-owner).
   std::uint64_t epoch_seen = 0;

@@ -11,6 +11,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include "cluster/detail/peer_wire.hpp"
+#include "cluster/peer_calls.hpp"
 #include "cluster/peer_messages.hpp"
 #include "cluster/shard_move.hpp"
 #include "gateway/wire_format.hpp"
@@ -22,39 +24,9 @@ namespace {
 using wire::http_request;
 using wire::http_response;
 
-forwarded_response to_message(const http_response& response) {
-  return {response.status, response.content_type, response.headers,
-          response.body};
-}
-
-http_response from_message(forwarded_response&& message) {
-  http_response response;
-  response.status = message.status;
-  response.content_type = std::move(message.content_type);
-  response.headers = std::move(message.headers);
-  response.body = std::move(message.body);
-  return response;
-}
-
-bool split_address(const std::string& address, std::string& host,
-                   std::uint16_t& port) {
-  const auto colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
-    return false;
-  }
-  host = address.substr(0, colon);
-  const auto digits = address.substr(colon + 1);
-  if (digits.empty() || digits.size() > 5 ||
-      digits.find_first_not_of("0123456789") != std::string::npos) {
-    return false;
-  }
-  const auto value = std::stoul(digits);
-  if (value > 65535) {
-    return false;
-  }
-  port = static_cast<std::uint16_t>(value);
-  return true;
-}
+using detail::from_message;
+using detail::split_address;
+using detail::to_message;
 
 // Threads for forwarded requests whose handler may block (the api's
 // offload), so that the router's actor never blocks.
@@ -133,6 +105,8 @@ struct peers::impl {
   std::unordered_map<std::uint64_t, pending_forward> pending;
   std::uint64_t next_ticket = 0;
   bool stopped = false;
+  std::size_t calls_in_flight = 0;  // call_nodes rounds running now
+  std::condition_variable calls_done;
 
   std::atomic<std::uint64_t> forwarded{0}, served{0}, not_owner{0},
       timed_out{0}, unavailable{0};
@@ -171,7 +145,27 @@ struct router_state {
   static inline const char* name = "durin.peer-router";
 };
 
-// The published actor: answers forwarded requests through the api.
+// Runs a request sent here through the api; `promise` gets its answer.
+void answer_here(caf::stateful_actor<router_state>* self, peers::impl* owner,
+                 caf::response_promise promise, forwarded_request& request) {
+  const auto id = ++self->state.next;
+  self->state.promises.emplace(id, std::move(promise));
+  http_request http{std::move(request.method), std::move(request.target),
+                    std::move(request.headers), std::move(request.body)};
+  gateway::principal caller{std::move(request.tenant),
+                            std::move(request.key_id),
+                            static_cast<persistence::key_role>(request.role)};
+  auto me = caf::actor_cast<caf::actor>(self);
+  owner->routes.dispatch_forwarded(
+      std::move(http), std::move(caller),
+      [me, id](http_response response) {
+        caf::anon_send(me, answered_atom::value, id, to_message(response));
+      },
+      owner->offload());
+}
+
+// The published actor: answers forwarded requests and calls through the
+// api.
 caf::behavior router(caf::stateful_actor<router_state>* self,
                      peers::impl* owner) {
   return {
@@ -186,21 +180,11 @@ caf::behavior router(caf::stateful_actor<router_state>* self,
                                           std::to_string(request.shard))));
           return;
         }
-        const auto id = ++self->state.next;
-        self->state.promises.emplace(id, promise);
-        http_request http{std::move(request.method), std::move(request.target),
-                          std::move(request.headers), std::move(request.body)};
-        gateway::principal caller{
-            std::move(request.tenant), std::move(request.key_id),
-            static_cast<persistence::key_role>(request.role)};
-        auto me = caf::actor_cast<caf::actor>(self);
-        owner->routes.dispatch_forwarded(
-            std::move(http), std::move(caller),
-            [me, id](http_response response) {
-              caf::anon_send(me, answered_atom::value, id,
-                             to_message(response));
-            },
-            owner->offload());
+        answer_here(self, owner, std::move(promise), request);
+      },
+      // A call is for this node, whatever shards it serves.
+      [self, owner](call_atom, forwarded_request& request) {
+        answer_here(self, owner, self->make_response_promise(), request);
       },
       // A shard's move: answered by the detached mover, so that copying
       // files never holds a forward up.
@@ -495,6 +479,11 @@ void peers::stop() {
     }
     self.stopped = true;
   }
+  {
+    // Calls in flight end by their deadline; none starts from here on.
+    std::unique_lock lock(self.mutex);
+    self.calls_done.wait(lock, [&self] { return self.calls_in_flight == 0; });
+  }
   if (self.port != 0) {
     (void)self.system->middleman().unpublish(self.router, self.port);
   }
@@ -573,6 +562,61 @@ std::vector<wire::http_response> peers::ask_every_other_node(
   std::vector<http_response> out;
   for (auto& answer : answers) {
     out.push_back(answer.get());  // every forward answers, by its deadline
+  }
+  return out;
+}
+
+std::vector<gateway::placement::node_answer> peers::ask_every_live_node(
+    const wire::http_request& request, const gateway::principal& caller,
+    std::chrono::milliseconds timeout) {
+  auto& self = *impl_;
+  std::vector<call_target> targets;
+  for (const auto& node : self.members.live_nodes()) {
+    if (node.id != self.members.options().node_id) {
+      targets.push_back({node.id, node.peer});
+    }
+  }
+  {
+    std::lock_guard lock(self.mutex);
+    if (!self.stopped) {
+      ++self.calls_in_flight;
+    } else {
+      std::vector<node_answer> out;
+      for (const auto& target : targets) {
+        out.push_back({target.node, gateway::error_response(
+                                        503, "shutting-down",
+                                        "the node is stopping; nothing was "
+                                        "sent to node " +
+                                            target.node)});
+      }
+      return out;
+    }
+  }
+  forwarded_request message;
+  message.method = request.method;
+  message.target = request.target;
+  message.headers = request.headers;
+  message.body = request.body;
+  message.tenant = caller.tenant;
+  message.key_id = caller.key_id;
+  message.role = static_cast<std::uint8_t>(caller.role);
+  auto answers = call_nodes(*self.system, targets, message, timeout);
+  {
+    std::lock_guard lock(self.mutex);
+    --self.calls_in_flight;
+  }
+  self.calls_done.notify_all();
+  return answers;
+}
+
+std::int64_t peers::registration() const {
+  return impl_->members.lease_id();
+}
+
+std::vector<gateway::placement::node_ref> peers::live_nodes() const {
+  std::vector<node_ref> out;
+  for (const auto& node : impl_->members.live_nodes()) {
+    out.push_back({node.id, node.lease});
   }
   return out;
 }

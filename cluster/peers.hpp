@@ -1,7 +1,8 @@
 // Node-to-node requests over CAF's middleman: every node publishes one
 // router actor on its peer endpoint, and forwards a request for a shard it
 // does not serve to the router of the shard's owner (gateway/placement.hpp
-// is the seam the api sees). Forwards are pipelined: each is one CAF
+// is the seam the api sees), or calls every live node at once
+// (cluster/peer_calls.hpp). Forwards are pipelined: each is one CAF
 // request with a deadline, any number in flight per peer; the owner
 // answers a shard it no longer serves 421 not-owner, and the forwarder
 // looks again at its routing (kept by the watch) and tries at most twice
@@ -70,6 +71,11 @@ class peers final : public gateway::placement {
   std::vector<wire::http_response> ask_every_other_node(
       const wire::http_request& request,
       const gateway::principal& caller) override;
+  std::vector<node_answer> ask_every_live_node(
+      const wire::http_request& request, const gateway::principal& caller,
+      std::chrono::milliseconds timeout) override;
+  std::int64_t registration() const override;
+  std::vector<node_ref> live_nodes() const override;
   bool live() const override;
   std::vector<std::uint32_t> unserved() const override;
   std::string metrics_text() const override;

@@ -83,6 +83,7 @@ key_role api::needed_role(access who) {
       return key_role::operate;
     case access::admin:
     case access::metrics:
+    case access::internal:
       return key_role::admin;
   }
   return key_role::admin;
@@ -128,6 +129,11 @@ const std::vector<api::route>& api::routes() {
        json_body | keyed | blocks, &api::revoke_key},
       {"POST", {"v1", "tenants"}, m::tenants, access::admin,
        json_body | keyed | secret | blocks, &api::create_tenant},
+      // Sent by other nodes of the cluster only (gateway/key_sync.hpp).
+      {"POST", {"v1", "internal", "key-records"}, m::api_keys,
+       access::internal, json_body | blocks, &api::merge_key_records},
+      {"POST", {"v1", "internal", "key-table"}, m::api_keys,
+       access::internal, json_body | blocks, &api::exchange_key_table},
       // Worker routes are fenced by attempt, not keyed (worker_api.hpp).
       {"POST", {"v1", "task-queues", "{}", "poll"}, m::other, access::work,
        json_body, nullptr, &api::worker_route},
@@ -217,6 +223,11 @@ void api::dispatch(http_request http, reply_fn reply,
   }
   const bool path_known = match_route(*r);
   if (!authenticate(*r, r->matched, reply)) {
+    return;
+  }
+  if (r->path.size() >= 2 && r->path[0] == "v1" && r->path[1] == "internal") {
+    // Only other nodes send these (dispatch_forwarded).
+    reply(error_response(404, "not-found", "no route " + r->path_text));
     return;
   }
   dispatch_known(r, std::move(reply), path_known);
@@ -326,6 +337,12 @@ bool api::authenticate(request& r, const route* matched,
   }
   if (!needed) {
     return true;
+  }
+  // In a cluster, a key table that may miss a revocation authenticates
+  // nobody (gateway/key_sync.hpp).
+  if (auto not_in_step = keys_not_in_step()) {
+    reply(std::move(*not_in_step));
+    return false;
   }
   auto who = keys_.authenticate(r.http.header("authorization"));
   if (!who) {

@@ -20,6 +20,7 @@
 // (tests, fuzzing). Neither may be called from an actor.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -64,6 +65,13 @@ struct api_options {
       "x-auth-token"};
   // Long polls one tenant may have waiting at once (429 too-many-polls).
   std::size_t tenant_polls_max = 256;
+  // In a cluster: how long a change of API keys or tenants waits for every
+  // other live node to apply it (else 503 keys-not-propagated), and an
+  // exchange of key tables for every node's (gateway/key_sync.hpp).
+  std::int64_t key_spread_ms = 5000;
+  // How long a node asked for its key table waits for its routing table to
+  // list the asker (else 503: the asker asks again).
+  std::int64_t key_table_wait_ms = 3000;
 };
 
 // Events per page of GET /v1/runs/{id}/history?after=&limit=.
@@ -105,6 +113,19 @@ class api {
   // has stopped, before it is destroyed).
   void close();
 
+  // In a cluster, API keys and tenants (gateway/key_sync.hpp, which calls
+  // these). One exchange of key tables with every other live node: this
+  // node's sent, each one's merged here durably. Once every node answered
+  // (or none is live but this one), the table is in step for
+  // `registration` and authentication goes on; else unavailable
+  // (shutting-down) naming the nodes that did not answer. Blocks (up to
+  // key_spread_ms): never from an actor or an io thread.
+  status sync_keys(std::int64_t registration);
+  // The registration the key table was last in step for (0: none yet).
+  std::int64_t keys_in_step_for() const {
+    return keys_in_step_for_.load(std::memory_order_acquire);
+  }
+
  private:
   struct request;  // one request as the pipeline read it
   using request_ptr = std::shared_ptr<request>;
@@ -124,6 +145,9 @@ class api {
     // Node-wide counters: an admin key, or none with api_options::
     // metrics_open (a scraper on a private network).
     metrics,
+    // Only another node of the cluster, in a call (dispatch_forwarded):
+    // to a client the route does not exist.
+    internal,
   };
 
   // What a route does with a request, as flags of route::traits.
@@ -161,8 +185,9 @@ class api {
   // In a cluster: goes on when the request's shard is served here,
   // forwards it to its owner or answers 503 otherwise (false then).
   bool place(const request_ptr& r, reply_fn& reply);
-  // The shard the request's ids resolve to; nullopt for a route that is
-  // not a shard's (health, lists, keys, tasks) or a start that may go to
+  // The shard the request's ids resolve to (for a keyed change of keys or
+  // tenants, its Idempotency-Key's); nullopt for a route that is not a
+  // shard's (health, lists, unkeyed keys, tasks) or a start that may go to
   // any shard.
   std::optional<std::uint32_t> home_shard(const request& r) const;
   // The rest of the pipeline once the caller is known.
@@ -192,11 +217,30 @@ class api {
   http_response list_keys(request& r);
   http_response revoke_key(request& r);
   http_response create_tenant(request& r);
+  // Internal routes (gateway/key_sync.cpp).
+  http_response merge_key_records(request& r);
+  http_response exchange_key_table(request& r);
   // Routes that answer later, from the thread that learns the outcome.
   void start_run(const request_ptr& r, reply_fn reply);  // start_route.cpp
   void worker_route(const request_ptr& r, reply_fn reply);
 
   http_response run_response(unsigned status, const run_info& run);
+
+  // API keys and tenants in a cluster (gateway/key_sync.cpp).
+  // Whether authentication may go on: outside a cluster always; in one,
+  // while the lease is live and the key table is in step for it.
+  bool keys_in_step() const;
+  // 503 keys-not-synced when keys_in_step() is false.
+  std::optional<http_response> keys_not_in_step() const;
+  // What a change of keys or tenants was: a new key goes (is withdrawn)
+  // when some node did not get it; a revocation stays.
+  enum class key_change : std::uint8_t { created, revoked };
+  // Sends `change`, durable here, to every other live node and waits for
+  // each to make it durable: nullopt when every one did (or none is
+  // live, or no cluster), else the 503 keys-not-propagated to answer.
+  std::optional<http_response> spread_keys(const auth::key_table& change,
+                                           key_change kind,
+                                           const principal& caller);
 
   // The start's parts (gateway/start_route.cpp).
   struct start_request;
@@ -234,6 +278,8 @@ class api {
   metrics& metrics_;
   std::function<std::string()> extra_metrics_;
   api_options options_;
+  // The registration the key table is in step for (gateway/key_sync.cpp).
+  std::atomic<std::int64_t> keys_in_step_for_{0};
   // Waited starts still unanswered one to two ticks after their admission,
   // handed over to an offload then.
   std::unique_ptr<services::due_list<std::shared_ptr<async_start>>> unsettled_;

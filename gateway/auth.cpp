@@ -189,7 +189,8 @@ result<principal> auth::authenticate(std::string_view authorization) const {
   if (!key) {
     return key.error();
   }
-  if (!*key || !same_digest((*key)->secret_sha256, digest)) {
+  if (!*key || (*key)->revoked() ||
+      !same_digest((*key)->secret_sha256, digest)) {
     return make_error(errc::invalid_argument, "unknown or revoked API key");
   }
   principal caller{(*key)->tenant, (*key)->id, (*key)->role};
@@ -227,9 +228,9 @@ result<std::vector<persistence::api_key_record>> auth::list_keys(
 
 result<revoke_refusal> auth::revoke_key(std::string_view tenant,
                                         std::string_view key_id, key_role by) {
-  // One revocation at a time: "the last admin key" is checked and erased
-  // without another revocation in between.
-  std::lock_guard revoking(revoke_mutex_);
+  // One revocation at a time: "the last admin key" is checked and the key
+  // revoked without another revocation in between.
+  std::lock_guard writing(write_mutex_);
   auto key = keys_.get_api_key(key_id);
   if (!key) {
     return key.error();
@@ -239,6 +240,9 @@ result<revoke_refusal> auth::revoke_key(std::string_view tenant,
   }
   if ((*key)->role > by) {
     return revoke_refusal::higher_role;
+  }
+  if ((*key)->revoked()) {
+    return revoke_refusal::none;
   }
   if ((*key)->role == key_role::admin) {
     auto all = keys_.list_api_keys(tenant, 10'000);
@@ -252,15 +256,83 @@ result<revoke_refusal> auth::revoke_key(std::string_view tenant,
       return revoke_refusal::last_admin_key;
     }
   }
-  // Before the erase, so no read from now on is cached; after it, for a
+  auto revoked = **key;
+  revoked.revoked_at_ms = std::max<std::int64_t>(1, now_ms_());
+  // Before the write, so no read from now on is cached; after it, for a
   // read that began before the first forget and was cached since.
   forget(key_id);
-  auto erased = keys_.erase_api_key(key_id);
+  auto written = keys_.put_api_key(revoked);
   forget(key_id);
-  if (!erased) {
-    return erased.error();
+  if (!written) {
+    return written.error();
   }
   return revoke_refusal::none;
+}
+
+result<std::optional<persistence::api_key_record>> auth::key_record(
+    std::string_view key_id) const {
+  return keys_.get_api_key(key_id);
+}
+
+result<auth::key_table> auth::table() const {
+  auto tenants = keys_.list_tenants(table_records_max);
+  if (!tenants) {
+    return tenants.error();
+  }
+  auto keys = keys_.list_all_api_keys(table_records_max);
+  if (!keys) {
+    return keys.error();
+  }
+  return key_table{std::move(*tenants), std::move(*keys)};
+}
+
+result<std::size_t> auth::merge(const key_table& incoming) {
+  if (incoming.tenants.size() > table_records_max ||
+      incoming.keys.size() > table_records_max) {
+    return make_error(errc::invalid_argument, "the key table is too big");
+  }
+  std::lock_guard writing(write_mutex_);
+  key_table changed;
+  for (const auto& tenant : incoming.tenants) {
+    auto held = keys_.get_tenant(tenant.id);
+    if (!held) {
+      return held.error();
+    }
+    if (!*held) {
+      changed.tenants.push_back(tenant);
+    }
+  }
+  std::vector<std::string> revoked_now;
+  for (const auto& key : incoming.keys) {
+    auto held = keys_.get_api_key(key.id);
+    if (!held) {
+      return held.error();
+    }
+    if (!*held) {
+      changed.keys.push_back(key);
+    } else if (!(*held)->revoked() && key.revoked()) {
+      auto revoked = **held;
+      revoked.revoked_at_ms = key.revoked_at_ms;
+      changed.keys.push_back(std::move(revoked));
+      revoked_now.push_back(key.id);
+    }
+  }
+  if (changed.tenants.empty() && changed.keys.empty()) {
+    return std::size_t{0};
+  }
+  // As revoke_key does: no read of a key being revoked is cached from here,
+  // and none cached before the write survives it.
+  for (const auto& id : revoked_now) {
+    forget(id);
+  }
+  auto written = keys_.put_records(changed.tenants, changed.keys);
+  for (const auto& id : revoked_now) {
+    forget(id);
+  }
+  if (!written) {
+    return written.error();
+  }
+  return changed.tenants.size() + changed.keys.size();
 }
 
 result<auth::new_tenant> auth::create_tenant(std::string name) {

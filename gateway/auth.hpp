@@ -5,11 +5,14 @@
 //
 // Verified keys are cached in memory (at most `cached_keys_max`), so a
 // request does not read the store for its key. The cache never outlives a
-// revocation: revoke_key empties the key's entry before and after the
-// durable erase, and a store read that raced with a revocation is not
-// cached (a revocation counter guards the insert). A key revoked by a
-// DELETE that has answered is refused at once. Keys are only revoked
-// through this class (one node, one store).
+// revocation: revoke_key, and a merge that brings a revocation from another
+// node, empty the key's entry before and after the durable write, and a
+// store read that raced with a revocation is not cached (a revocation
+// counter guards the insert). A key revoked by a DELETE that has answered
+// is refused at once. A revoked key stays in the store, marked revoked, so
+// a merge lets the revocation win. Keys are only written through this class
+// (one node, one store); in a cluster every node has a store of its own,
+// kept in step by gateway/key_sync.cpp through `merge` and `table`.
 //
 // Thread-safety: every method may be called from any thread. Methods that
 // write block until the write is durable: call them from gateway worker
@@ -19,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -85,13 +89,19 @@ class auth {
 
   result<new_api_key> create_key(std::string_view tenant, std::string name,
                                  key_role role = key_role::operate);
+  // The tenant's live keys.
   result<std::vector<persistence::api_key_record>> list_keys(
       std::string_view tenant) const;
   // Revokes `key_id` of `tenant` for a caller of role `by`: refused (with
   // nothing changed) for a key of a higher role, or the tenant's last admin
-  // key; not_found for a key of another tenant or none.
+  // key; not_found for a key of another tenant or none. A key revoked
+  // already answers none again (a retry converges), and writes nothing.
   result<revoke_refusal> revoke_key(std::string_view tenant,
                                     std::string_view key_id, key_role by);
+  // The key's record, revoked or live (what a revocation sends to the
+  // other nodes of a cluster); nullopt when there is none.
+  result<std::optional<persistence::api_key_record>> key_record(
+      std::string_view key_id) const;
 
   // Every tenant id (the webhook route, which has no key, looks in each).
   result<std::vector<std::string>> tenant_ids() const {
@@ -103,6 +113,23 @@ class auth {
     new_api_key first_key;
   };
   result<new_tenant> create_tenant(std::string name);
+
+  // Every tenant and key of this node's store, revoked keys included.
+  struct key_table {
+    std::vector<persistence::tenant_record> tenants;
+    std::vector<persistence::api_key_record> keys;
+  };
+  // A table holds at most this many keys (revoked ones included) and this
+  // many tenants; a bigger one is refused whole (invalid-argument).
+  inline static constexpr std::size_t table_records_max = 100'000;
+  result<key_table> table() const;
+  // Merges records another node holds into this node's store, in one
+  // durable write: a record it lacks is added; a revocation wins over a
+  // live key (the key's cache entry is emptied before and after the
+  // write, as by revoke_key); nothing ever makes a revoked key live, and a
+  // record it holds already stays as it is. Idempotent and commutative.
+  // Answers how many records it changed.
+  result<std::size_t> merge(const key_table& incoming);
 
  private:
   new_api_key make_key(std::string_view tenant, std::string name,
@@ -119,7 +146,9 @@ class auth {
 
   persistence::auth_store& keys_;
   std::function<std::int64_t()> now_ms_;
-  std::mutex revoke_mutex_;
+  // Held across every read-decide-write of a key record that exists
+  // (revocations, merges), so that two of them never interleave.
+  std::mutex write_mutex_;
   mutable std::mutex cache_mutex_;
   // key id -> its verified record; guarded by cache_mutex_.
   mutable std::unordered_map<std::string, cached_key> cache_;

@@ -71,6 +71,16 @@ std::optional<std::uint32_t> api::home_shard(const request& r) const {
     }
     return std::nullopt;
   }
+  // A keyed change of keys or tenants is made where its key's record
+  // lives, so that its retry meets it; the change itself reaches every
+  // node (gateway/key_sync.hpp).
+  if ((path[1] == "api-keys" || path[1] == "tenants") &&
+      r.http.method != "GET") {
+    if (auto key = single_key(r.http)) {
+      return map.of_key({tenant, r.caller.key_id, *key});
+    }
+    return std::nullopt;
+  }
   if (path[1] == "instances" && path.size() >= 3) {
     return map.of_token(
         persistence::keys::token(tenant, actors::instance_token(path[2])));

@@ -5,12 +5,16 @@
 // owned by another node is forwarded there with the caller it was
 // authenticated as, one with no live owner is answered 503
 // shard-unavailable at once. Nothing here reads etcd: the answers come from
-// the node's routing table, kept by a watch.
+// the node's routing table, kept by a watch. For what every node keeps of
+// its own (API keys and tenants, gateway/key_sync.hpp) it also names the
+// live nodes and calls every one of them.
 //
 // Thread-safety: every method may be called from any thread, many at once;
-// none blocks.
+// none blocks but the two that ask other nodes (never from an actor or an
+// io thread).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -54,6 +58,36 @@ class placement {
 
   // Whether this node's lease is live (its deadline not passed).
   virtual bool live() const = 0;
+
+  // Nodes rather than shards: for what every node keeps of its own (API
+  // keys and tenants, gateway/key_sync.cpp).
+  //
+  // This node's registration: the id of the etcd lease its node key is
+  // tied to, 0 while it holds none. Another id means a new registration (a
+  // restart, a lease etcd let expire): the node was absent from the other
+  // nodes' tables meanwhile and missed what they sent to every node.
+  virtual std::int64_t registration() const = 0;
+  struct node_ref {
+    std::string id;
+    std::int64_t registration = 0;
+  };
+  // Every node the routing table names live (its node key, tied to its
+  // lease, is in etcd), this one included once the table has seen it
+  // register.
+  virtual std::vector<node_ref> live_nodes() const = 0;
+  struct node_answer {
+    std::string node;
+    wire::http_response response;
+  };
+  // `request` sent at once to every other node the routing table names
+  // live, whether or not it serves a shard, and answered there by
+  // api::dispatch_forwarded as if from `caller`. Blocks until every one
+  // answered or `timeout` passed; a node that did not answer in time (or
+  // cannot be reached) answers 503 node-not-answered: the request may or
+  // may not have taken effect there. One answer per node asked.
+  virtual std::vector<node_answer> ask_every_live_node(
+      const wire::http_request& request, const principal& caller,
+      std::chrono::milliseconds timeout) = 0;
 
   // Shards no node serves now (a list names them: its page lacks their
   // runs).

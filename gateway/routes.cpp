@@ -474,6 +474,11 @@ std::optional<http_response> optional_name(
 }  // namespace
 
 http_response api::create_key(request& ctx) {
+  // Forwarded here by a node that authenticated the caller: this node's
+  // table must be in step too, or it could miss a key the change needs.
+  if (auto not_in_step = keys_not_in_step()) {
+    return *not_in_step;
+  }
   std::string name;
   if (auto problem = optional_name(ctx.body, name, {"name", "role"})) {
     return *problem;
@@ -502,6 +507,10 @@ http_response api::create_key(request& ctx) {
   auto key = keys_.create_key(ctx.caller.tenant, name, role);
   if (!key) {
     return error_response(key.error());
+  }
+  if (auto missed =
+          spread_keys({{}, {key->record}}, key_change::created, ctx.caller)) {
+    return *missed;
   }
   return json_response(
       201,
@@ -534,6 +543,9 @@ http_response api::list_keys(request& ctx) {
 
 http_response api::revoke_key(request& ctx) {
   const std::string& id = ctx.params[0];
+  if (auto not_in_step = keys_not_in_step()) {
+    return *not_in_step;
+  }
   if (auto problem = only_fields(ctx.body, {})) {
     return *problem;
   }
@@ -559,6 +571,17 @@ http_response api::revoke_key(request& ctx) {
               "' is the last admin key; create another admin key first (or "
               "recover offline with `durin admin reset-key`)");
   }
+  // Revoked now or before (a retry): every live node gets it again.
+  auto revoked_record = keys_.key_record(id);
+  if (!revoked_record) {
+    return error_response(revoked_record.error());
+  }
+  if (*revoked_record) {
+    if (auto missed = spread_keys({{}, {**revoked_record}}, key_change::revoked,
+                                  ctx.caller)) {
+      return *missed;
+    }
+  }
   return json_response(200, {{"id", id}, {"revoked", true}});
 }
 
@@ -570,9 +593,16 @@ http_response api::create_tenant(request& ctx) {
   if (name.empty()) {
     return bad_request("missing field 'name' (a non-empty string)");
   }
+  if (auto not_in_step = keys_not_in_step()) {
+    return *not_in_step;
+  }
   auto made = keys_.create_tenant(name);
   if (!made) {
     return error_response(made.error());
+  }
+  if (auto missed = spread_keys({{made->tenant}, {made->first_key.record}},
+                                key_change::created, ctx.caller)) {
+    return *missed;
   }
   return json_response(201, {{"id", made->tenant.id},
                              {"name", made->tenant.name},

@@ -258,7 +258,8 @@ int serve(serve_options options, registry flows, std::ostream& out,
       -> persistence::request_store& { return requests.of(address); };
   // In a cluster the first shard may be another node's: keys and tenants
   // live in a store of the node's own (data_dir/node), bootstrapped with
-  // the cluster's admin key.
+  // the cluster's admin key and kept in step with every other node's
+  // (gateway/key_sync.hpp).
   std::unique_ptr<persistence::store> own_store;
   std::unique_ptr<persistence::committer> own_committer;
   persistence::store* key_home = services.first().store.get();

@@ -55,6 +55,9 @@ std::string encode_key(const api_key_record& key) {
                 {"createdAtMs", key.created_at_ms},
                 {"role", to_string(key.role)},
                 {"admin", key.role == key_role::admin}};
+  if (key.revoked()) {
+    value["revokedAtMs"] = key.revoked_at_ms;
+  }
   return codec::encode_bytes(value.dump());
 }
 
@@ -104,12 +107,22 @@ result<api_key_record> decode_key(std::string_view bytes) {
       }
       role = *named;
     }
+    // Keys written before revocations were kept have no "revokedAtMs":
+    // live (a revoked key was erased then).
+    const auto revoked_at_ms =
+        value->contains("revokedAtMs")
+            ? value->at("revokedAtMs").get<std::int64_t>()
+            : std::int64_t{0};
+    if (revoked_at_ms < 0) {
+      return make_error(errc::corrupt_record, "api_keys: negative revokedAtMs");
+    }
     return api_key_record{value->at("id").get<std::string>(),
                           value->at("tenant").get<std::string>(),
                           value->at("name").get<std::string>(),
                           value->at("secretSha256").get<std::string>(),
                           value->at("createdAtMs").get<std::int64_t>(),
-                          role};
+                          role,
+                          revoked_at_ms};
   } catch (const json::exception& e) {
     return make_error(errc::corrupt_record,
                       std::string("api_keys: ") + e.what());
@@ -177,13 +190,42 @@ result<std::vector<api_key_record>> auth_store::list_api_keys(
           return false;
         }
         auto key = decode_key(value);
-        if (key && key->tenant == tenant) {
+        if (key && key->tenant == tenant && !key->revoked()) {
           found.push_back(std::move(*key));
         }
         return true;
       });
   if (!scanned) {
     return scanned.error();
+  }
+  return found;
+}
+
+result<std::vector<api_key_record>> auth_store::list_all_api_keys(
+    std::size_t max) const {
+  std::vector<api_key_record> found;
+  status problem;
+  auto scanned = store_.scan_values(
+      family::api_keys, [&](std::string_view, std::string_view value) {
+        auto key = decode_key(value);
+        if (!key) {
+          problem = key.error();
+          return false;
+        }
+        if (found.size() >= max) {
+          problem = make_error(errc::invalid_argument,
+                               "more than " + std::to_string(max) +
+                                   " API keys (revoked ones included)");
+          return false;
+        }
+        found.push_back(std::move(*key));
+        return true;
+      });
+  if (!scanned) {
+    return scanned.error();
+  }
+  if (!problem) {
+    return problem.error();
   }
   return found;
 }
@@ -203,6 +245,34 @@ result<std::vector<std::string>> auth_store::list_tenant_ids(
       });
   if (!scanned) {
     return scanned.error();
+  }
+  return found;
+}
+
+result<std::vector<tenant_record>> auth_store::list_tenants(
+    std::size_t max) const {
+  std::vector<tenant_record> found;
+  status problem;
+  auto scanned = store_.scan_values(
+      family::tenants, [&](std::string_view, std::string_view value) {
+        auto tenant = decode_tenant(value);
+        if (!tenant) {
+          problem = tenant.error();
+          return false;
+        }
+        if (found.size() >= max) {
+          problem = make_error(errc::invalid_argument,
+                               "more than " + std::to_string(max) + " tenants");
+          return false;
+        }
+        found.push_back(std::move(*tenant));
+        return true;
+      });
+  if (!scanned) {
+    return scanned.error();
+  }
+  if (!problem) {
+    return problem.error();
   }
   return found;
 }
@@ -237,12 +307,22 @@ status auth_store::put_api_key(const api_key_record& key) {
   return write(std::move(batch));
 }
 
-status auth_store::erase_api_key(std::string_view id) {
-  if (!all_fit({id})) {
-    return make_error(errc::invalid_argument, "API key id too long");
-  }
+status auth_store::put_records(const std::vector<tenant_record>& tenants,
+                               const std::vector<api_key_record>& keys) {
   auto batch = store_.batch();
-  batch.delete_key(family::api_keys, keys::api_key(id));
+  for (const auto& tenant : tenants) {
+    if (!all_fit({tenant.id, tenant.name})) {
+      return make_error(errc::invalid_argument, "tenant fields too long");
+    }
+    batch.put_value(family::tenants, keys::tenant(tenant.id),
+                    encode_tenant(tenant));
+  }
+  for (const auto& key : keys) {
+    if (!all_fit({key.id, key.name, key.tenant})) {
+      return make_error(errc::invalid_argument, "API key fields too long");
+    }
+    batch.put_value(family::api_keys, keys::api_key(key.id), encode_key(key));
+  }
   return write(std::move(batch));
 }
 

@@ -151,5 +151,75 @@ TEST_F(AuthTest, AKeysRoleIsStoredWithIt) {
   }
 }
 
+// What another node sends is merged so that the order never matters: a
+// revocation wins over the live key whichever arrives first, a repeat
+// changes nothing, and a key revoked elsewhere leaves no cached entry here.
+TEST_F(AuthTest, AMergedRevocationWinsInEitherOrderAndEmptiesTheCache) {
+  auto key = keys_->create_key("default", "k");
+  ASSERT_TRUE(key.ok());
+  ASSERT_TRUE(keys_->authenticate(bearer(*key)).ok());  // cached
+  auto revoked = key->record;
+  revoked.revoked_at_ms = 2'000'000;
+  auto merged = keys_->merge({{}, {revoked}});
+  ASSERT_TRUE(merged.ok());
+  EXPECT_EQ(*merged, 1u);
+  EXPECT_FALSE(keys_->authenticate(bearer(*key)).ok());
+  // The live record arriving late, or the revocation again: nothing.
+  auto late = keys_->merge({{}, {key->record, revoked}});
+  ASSERT_TRUE(late.ok());
+  EXPECT_EQ(*late, 0u);
+  EXPECT_FALSE(keys_->authenticate(bearer(*key)).ok());
+  // Revocation first, on a node that never saw the key live.
+  auto elsewhere = keys_->create_key("default", "elsewhere");
+  ASSERT_TRUE(elsewhere.ok());
+  auto gone = elsewhere->record;
+  gone.id = "key_00000000000000ff";
+  gone.revoked_at_ms = 2'000'000;
+  auto live = gone;
+  live.revoked_at_ms = 0;
+  ASSERT_TRUE(keys_->merge({{}, {gone}}).ok());
+  ASSERT_TRUE(keys_->merge({{}, {live}}).ok());
+  auto stored = keys_->key_record(gone.id);
+  ASSERT_TRUE(stored.ok() && stored->has_value());
+  EXPECT_TRUE((*stored)->revoked());
+  auto listed = keys_->list_keys("default");
+  ASSERT_TRUE(listed.ok());
+  for (const auto& one : *listed) {
+    EXPECT_NE(one.id, gone.id);
+    EXPECT_NE(one.id, key->record.id);
+  }
+}
+
+// A merge adds what the node lacks (a tenant with its first key) and keeps
+// what it holds; the table it answers holds revoked keys too.
+TEST_F(AuthTest, AMergeAddsWhatIsMissingAndTheTableKeepsRevokedKeys) {
+  persistence::tenant_record tenant{"tenant_abc", "acme", 5};
+  auto first = keys_->create_key("default", "template");
+  ASSERT_TRUE(first.ok());
+  auto record = first->record;
+  record.id = "key_00000000000000aa";
+  record.tenant = tenant.id;
+  auto merged = keys_->merge({{tenant}, {record}});
+  ASSERT_TRUE(merged.ok());
+  EXPECT_EQ(*merged, 2u);
+  auto listed = keys_->list_keys(tenant.id);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ(listed->front().id, record.id);
+  ASSERT_EQ(keys_->revoke_key(tenant.id, record.id, key_role::admin).value(),
+            revoke_refusal::none);
+  // Revoking it again is the same revocation.
+  EXPECT_EQ(keys_->revoke_key(tenant.id, record.id, key_role::admin).value(),
+            revoke_refusal::none);
+  auto table = keys_->table();
+  ASSERT_TRUE(table.ok());
+  bool kept = false;
+  for (const auto& key : table->keys) {
+    kept = kept || (key.id == record.id && key.revoked());
+  }
+  EXPECT_TRUE(kept);
+  EXPECT_EQ(table->tenants.size(), 2u);  // default and acme
+}
+
 }  // namespace
 }  // namespace durin::gateway
