@@ -282,6 +282,9 @@ void api::dispatch_known(const request_ptr& r, reply_fn reply,
   if (chosen.has(keyed) && !hold_key(r, reply)) {
     return;
   }
+  if (run_elsewhere(r, reply)) {
+    return;
+  }
   run_handler(r, std::move(reply));
 }
 

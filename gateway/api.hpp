@@ -185,6 +185,9 @@ class api {
   // In a cluster: goes on when the request's shard is served here,
   // forwards it to its owner or answers 503 otherwise (false then).
   bool place(const request_ptr& r, reply_fn& reply);
+  // A keyed request held here whose effect lives on another node: sent
+  // there without its key (its answer is kept here); false otherwise.
+  bool run_elsewhere(const request_ptr& r, reply_fn& reply);
   // The shard the request's ids resolve to (for a keyed change of keys or
   // tenants, its Idempotency-Key's); nullopt for a route that is not a
   // shard's (health, lists, unkeyed keys, tasks) or a start that may go to
@@ -297,7 +300,9 @@ struct api::request {
   std::multimap<std::string, std::string> query;
   principal caller;
   bool forwarded = false;  // by another node, which authenticated it
-  json body;               // parsed when the route takes JSON; {} when empty
+  // A keyed request held here but carried out in this shard (placement).
+  std::optional<std::uint32_t> execute_at;
+  json body;  // parsed when the route takes JSON; {} when empty
   // Set while a keyed request runs.
   std::optional<persistence::request_address> key;
   std::string fingerprint;

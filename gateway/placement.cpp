@@ -91,6 +91,27 @@ std::optional<std::uint32_t> api::home_shard(const request& r) const {
   return std::nullopt;
 }
 
+bool api::run_elsewhere(const request_ptr& r, reply_fn& reply) {
+  if (placement_ == nullptr || !r->execute_at ||
+      placement_->locate(*r->execute_at) == placement::where::here) {
+    return false;
+  }
+  auto bare = r->http;
+  std::erase_if(bare.headers, [](const auto& header) {
+    return header.first == "idempotency-key";
+  });
+  // The answer is kept for the key by a write: on a worker, never on the
+  // forwarder's thread.
+  placement_->forward(
+      *r->execute_at, std::move(bare), r->caller,
+      [offload = r->offload, reply = std::move(reply)](http_response answer) {
+        offload([reply, answer = std::move(answer)]() mutable {
+          reply(std::move(answer));
+        });
+      });
+  return true;
+}
+
 http_response shard_unavailable(std::uint32_t shard,
                                 std::int64_t retry_after_s) {
   json body = {{"code", "shard-unavailable"},
@@ -114,6 +135,23 @@ http_response api::cluster_view(request&) {
 
 bool api::place(const request_ptr& r, reply_fn& reply) {
   auto shard = home_shard(*r);
+  // A keyed cancel or resume: its key's record lives in its key's shard,
+  // its effect in the run's or token's. Held where the key lives (so the
+  // same key meets itself whichever run it names), then carried out, without
+  // its key, where the run or token lives (run_handler).
+  const bool start_like = r->path.size() == 2 &&
+                          (r->path[1] == "runs" || r->path[1] == "api-keys" ||
+                           r->path[1] == "tenants");
+  if (shard && r->matched->has(keyed) && !start_like) {
+    if (auto key = single_key(r->http)) {
+      const auto key_home = services::services_of(node_).map.of_key(
+          {r->caller.tenant, r->caller.key_id, *key});
+      if (key_home != *shard) {
+        r->execute_at = *shard;
+        shard = key_home;
+      }
+    }
+  }
   if (!shard) {
     const bool anywhere =
         r->http.method == "POST" && r->path.size() == 2 && r->path[1] == "runs";

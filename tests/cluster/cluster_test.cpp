@@ -204,7 +204,8 @@ TEST_F(ClusterTest, AWebhookPostedToAnyNodeReachesItsRun) {
     auto posted = anyone.send("POST", url, R"({"paid": true})",
                               {{"content-type", "application/json"}});
     ASSERT_LT(posted.status, 300u) << posted.status << " " << posted.body;
-    auto done = wait_run(*std::make_unique<api_client>(cluster_.client(2)), id);
+    auto reader = cluster_.client(2);
+    auto done = wait_run(reader, id);
     EXPECT_EQ(done["status"], "completed") << done.dump();
   }
   api_client anyone(cluster_.node(0).address(), "");
@@ -249,6 +250,54 @@ TEST_F(ClusterTest,
     }
     EXPECT_EQ(runs.size(), 1u) << "round " << round;
   }
+}
+
+TEST_F(ClusterTest,
+       AKeyedCancelOrResumeThroughAnyNodeIsCarriedOutOnceAndReplays) {
+  for (int i = 0; i < 8; ++i) {
+    auto sleeper = cluster_.client(i % 3).post(
+        "/v1/runs",
+        {{"flow", "acme.sleep"}, {"input", {{"ms", 60'000}}}, {"wait", false}});
+    ASSERT_EQ(sleeper.status, 202u) << sleeper.body;
+    const std::string id = sleeper.value["id"];
+    const auto key = "cancel-" + std::to_string(i);
+    json first;
+    for (int via = 0; via < 3; ++via) {
+      auto cancelled = cluster_.client(via).send(
+          "POST", "/v1/runs/" + id + "/cancel", R"({"reason": "test"})",
+          {{"Idempotency-Key", key}, {"content-type", "application/json"}});
+      ASSERT_EQ(cancelled.status, 200u) << cancelled.body;
+      EXPECT_EQ(cancelled.value["status"], "cancelled");
+      if (via == 0) {
+        first = cancelled.value;
+      }
+      EXPECT_EQ(cancelled.value, first) << "replayed through node " << via;
+    }
+  }
+  // A keyed resume of a hook, through every node.
+  auto notes = cluster_.client(0).post(
+      "/v1/runs", {{"flow", "acme.order-notes"},
+                   {"input", {{"orderId", "K-1"}, {"note", "first"}}},
+                   {"hook", {{"token", "order:K-1"}}},
+                   {"wait", false}});
+  ASSERT_EQ(notes.status, 202u) << notes.body;
+  ASSERT_TRUE(eventually(
+      [&] {
+        return cluster_.client(2).get("/v1/hooks/order:K-1").status == 200u;
+      },
+      10s));
+  for (int via = 0; via < 3; ++via) {
+    auto resumed = cluster_.client(via).send(
+        "POST", "/v1/hooks/order:K-1/resume",
+        R"({"payload": {"note": "last", "done": true}})",
+        {{"Idempotency-Key", "resume-K-1"},
+         {"content-type", "application/json"}});
+    ASSERT_LT(resumed.status, 300u) << resumed.body;
+  }
+  auto reader = cluster_.client(1);
+  auto done = wait_run(reader, notes.value["id"]);
+  EXPECT_EQ(done["status"], "completed") << done.dump();
+  EXPECT_EQ(done["output"]["notes"].size(), 2u) << done.dump();
 }
 
 TEST_F(ClusterTest,
