@@ -5,6 +5,7 @@
 // step's schedule-to-close timeout.
 #include <random>
 
+#include "actors/attempt_id.hpp"
 #include "actors/event_names.hpp"
 #include "actors/identity.hpp"
 #include "actors/run_engine.hpp"
@@ -18,18 +19,21 @@ using persistence::event_record;
 using persistence::timer_kind;
 using persistence::timer_record;
 
-std::string new_attempt_id(engine_random& random) {
+// A fresh attempt id naming its run (actors/attempt_id.hpp), so that a
+// report reaching any node of a cluster finds the node serving the run.
+std::string new_attempt_id(engine_random& random, const std::string& run_id) {
   static constexpr char digits[] = "0123456789abcdef";
-  std::string id = "att_";
+  static_assert(attempt_random_digits == 24, "16 digits, then 8 more");
+  std::string random_hex;
   auto bits = random();
   auto more = random();
   for (int i = 0; i < 16; ++i) {
-    id += digits[(bits >> (i * 4)) & 0xf];
+    random_hex += digits[(bits >> (i * 4)) & 0xf];
   }
   for (int i = 0; i < 8; ++i) {
-    id += digits[(more >> (i * 4)) & 0xf];
+    random_hex += digits[(more >> (i * 4)) & 0xf];
   }
-  return id;
+  return make_attempt_id(random_hex, run_id);
 }
 }  // namespace
 
@@ -165,7 +169,7 @@ void run_engine::dispatch_step() {
     return;
   }
   pending_.attempt += 1;
-  pending_.attempt_id = new_attempt_id(random_);
+  pending_.attempt_id = new_attempt_id(random_, record_.id);
   pending_.dispatched = true;
   pending_.waiting_retry = false;
   step_dispatch dispatch;

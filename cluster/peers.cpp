@@ -621,6 +621,21 @@ std::vector<gateway::placement::node_ref> peers::live_nodes() const {
   return out;
 }
 
+std::vector<gateway::placement::node_shard> peers::other_nodes() const {
+  std::vector<node_shard> out;
+  for (const auto shard : impl_->members.one_shard_per_other_node()) {
+    auto at = impl_->members.locate(shard);
+    if (at.at == route::where::there) {
+      out.push_back(node_shard{std::move(at.node), shard});
+    }
+  }
+  return out;
+}
+
+std::string peers::node_id() const {
+  return impl_->members.options().node_id;
+}
+
 bool peers::live() const {
   return impl_->members.lease_left_ms() > 0;
 }

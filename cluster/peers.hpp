@@ -71,6 +71,8 @@ class peers final : public gateway::placement {
   std::vector<wire::http_response> ask_every_other_node(
       const wire::http_request& request,
       const gateway::principal& caller) override;
+  std::vector<node_shard> other_nodes() const override;
+  std::string node_id() const override;
   std::vector<node_answer> ask_every_live_node(
       const wire::http_request& request, const gateway::principal& caller,
       std::chrono::milliseconds timeout) override;

@@ -14,6 +14,7 @@
 
 #include "console/embedded.hpp"
 #include "gateway/worker_api.hpp"
+#include "gateway/worker_routing.hpp"
 #include "persistence/test_points.hpp"
 
 namespace durin::gateway {

@@ -49,6 +49,8 @@ namespace durin::gateway {
 using wire::http_request;
 using wire::http_response;
 
+class worker_routing;
+
 struct api_options {
   // A waited start answers at the latest after this, with the run as it is.
   std::int64_t wait_ms_max = 25'000;
@@ -97,9 +99,10 @@ class api {
   http_response handle(const http_request& request);
 
   // In a cluster: where each request's shard is served (gateway/
-  // placement.hpp). Set before the first dispatch; null (the default)
+  // placement.hpp), and the worker routes that span nodes (gateway/
+  // worker_routing.hpp). Set before the first dispatch; null (the default)
   // serves every shard here.
-  void set_placement(placement* where) { placement_ = where; }
+  void set_placement(placement* where);
   runtime& node() { return node_; }
 
   // A request another node forwarded here, from a caller it authenticated:
@@ -188,10 +191,11 @@ class api {
   // A keyed request held here whose effect lives on another node: sent
   // there without its key (its answer is kept here); false otherwise.
   bool run_elsewhere(const request_ptr& r, reply_fn& reply);
-  // The shard the request's ids resolve to (for a keyed change of keys or
-  // tenants, its Idempotency-Key's); nullopt for a route that is not a
-  // shard's (health, lists, unkeyed keys, tasks) or a start that may go to
-  // any shard.
+  // The shard the request's ids resolve to (a run's, a token's, a key's,
+  // an attempt's run's; for a keyed change of keys or tenants, its
+  // Idempotency-Key's); nullopt for a route that is not a shard's (health,
+  // lists, unkeyed keys, polls, batched reports, the tasks view) or a
+  // start that may go to any shard.
   std::optional<std::uint32_t> home_shard(const request& r) const;
   // The rest of the pipeline once the caller is known.
   void dispatch_known(const request_ptr& r, reply_fn reply, bool path_known);
@@ -276,6 +280,7 @@ class api {
 
   runtime& node_;
   placement* placement_ = nullptr;
+  std::unique_ptr<worker_routing> worker_routing_;  // with placement_ only
   auth& keys_;
   idempotency& requests_;
   metrics& metrics_;

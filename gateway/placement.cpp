@@ -5,8 +5,10 @@
 
 #include <string>
 
+#include "actors/attempt_id.hpp"
 #include "actors/identity.hpp"
 #include "gateway/api.hpp"
+#include "gateway/worker_routing.hpp"
 #include "persistence/keys.hpp"
 #include "services/node.hpp"
 
@@ -88,6 +90,24 @@ std::optional<std::uint32_t> api::home_shard(const request& r) const {
   if (path[1] == "hooks" && path.size() >= 3) {
     return map.of_token(persistence::keys::token(tenant, path[2]));
   }
+  if (path[1] == "tasks") {
+    // A report or heartbeat of one attempt is answered where its run is
+    // served, which holds the attempt's lease: the attempt id names the
+    // run (actors/attempt_id.hpp); an id of before names none and is
+    // answered here. Batches, polls and the tasks view span nodes
+    // (gateway/worker_routing.hpp).
+    if (path.size() == 4) {
+      if (auto run = actors::run_of_attempt(path[2])) {
+        return map.of_run(*run);
+      }
+      return std::nullopt;
+    }
+    // A run's attempts and refusals live with the run.
+    auto run = r.query.find("runId");
+    if (path.size() == 2 && run != r.query.end()) {
+      return map.of_run(run->second);
+    }
+  }
   return std::nullopt;
 }
 
@@ -110,6 +130,13 @@ bool api::run_elsewhere(const request_ptr& r, reply_fn& reply) {
         });
       });
   return true;
+}
+
+void api::set_placement(placement* where) {
+  placement_ = where;
+  worker_routing_ = where == nullptr
+                        ? nullptr
+                        : std::make_unique<worker_routing>(node_, *where);
 }
 
 http_response shard_unavailable(std::uint32_t shard,

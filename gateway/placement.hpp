@@ -56,6 +56,17 @@ class placement {
   virtual std::vector<wire::http_response> ask_every_other_node(
       const wire::http_request& request, const principal& caller) = 0;
 
+  // Each other node that serves a shard, by its id, with one shard it
+  // serves: a forward to that shard reaches that node. What a caller that
+  // must not wait asks every node through (a poll, the tasks view).
+  struct node_shard {
+    std::string node;
+    std::uint32_t shard = 0;
+  };
+  virtual std::vector<node_shard> other_nodes() const = 0;
+  // This node's id in the cluster.
+  virtual std::string node_id() const = 0;
+
   // Whether this node's lease is live (its deadline not passed).
   virtual bool live() const = 0;
 

@@ -13,6 +13,7 @@
 #include "gateway/api.hpp"
 #include "gateway/readiness.hpp"
 #include "gateway/worker_api.hpp"
+#include "gateway/worker_routing.hpp"
 #include "persistence/store.hpp"
 #include "services/node.hpp"
 
@@ -617,6 +618,11 @@ void api::worker_route(const request_ptr& r, reply_fn reply) {
       options_.tenant_polls_max, r->caller.admin()};
   if (r->caller.role == key_role::worker) {
     work.owner_prefix = r->caller.key_id + "/";
+  }
+  // In a cluster: polls, batches and the tasks view reach every node.
+  if (worker_routing_ != nullptr &&
+      worker_routing_->take(work, r->http, r->caller, r->forwarded, reply)) {
+    return;
   }
   if (r->http.method == "GET") {
     reply(handle_worker_route(node_, work));  // memory reads only

@@ -98,23 +98,42 @@ std::string lease_conflict_message(services::report_verdict verdict,
              ? "attempt " + attempt_id + " is leased to another worker"
              : "attempt " + attempt_id + " is not claimed by any worker";
 }
-}  // namespace worker_detail
 
-using namespace worker_detail;
-
-namespace {
-
-// The limits of these routes are in durin/limits.hpp.
-using limits::poll_id_bytes_max;
-using limits::poll_tasks_max;
-using limits::poll_wait_ms_max;
-using limits::task_queue_bytes_max;
-using limits::tasks_list_max;
-using limits::worker_id_bytes_max;
-using limits::worker_message_bytes_max;
-
-constexpr std::int64_t poll_wait_ms_default = 20'000;
-constexpr auto record_wait = std::chrono::seconds(30);
+std::optional<poll_fields> read_poll(const worker_request& request,
+                                     const std::string& queue,
+                                     std::optional<http_response>& problem) {
+  if (auto unknown = only_fields(
+          request.body, {"workerId", "pollRequestId", "waitMs", "maxTasks"})) {
+    problem = std::move(unknown);
+    return std::nullopt;
+  }
+  if (queue.empty() || queue.size() > limits::task_queue_bytes_max) {
+    problem =
+        bad_request("a task queue name is 1 to " +
+                    std::to_string(limits::task_queue_bytes_max) + " bytes");
+    return std::nullopt;
+  }
+  auto worker_id = text_field(request.body, "workerId",
+                              limits::worker_id_bytes_max, true, problem);
+  auto poll_id = text_field(request.body, "pollRequestId",
+                            limits::poll_id_bytes_max, false, problem);
+  auto wait_ms =
+      int_field(request.body, "waitMs", 0, limits::poll_wait_ms_max, problem);
+  auto max_tasks =
+      int_field(request.body, "maxTasks", 1,
+                static_cast<std::int64_t>(limits::poll_tasks_max), problem);
+  if (problem) {
+    return std::nullopt;
+  }
+  poll_fields out;
+  out.worker = *lease_owner(request, worker_id);
+  out.worker_id = std::move(*worker_id);
+  out.poll_id = poll_id.value_or("");
+  out.wait_ms = wait_ms.value_or(poll_wait_ms_default);
+  out.max_tasks = static_cast<std::size_t>(max_tasks.value_or(1));
+  out.batched = request.body.contains("maxTasks");
+  return out;
+}
 
 json task_json(const services::claimed_task& task) {
   const auto& spec = task.spec;
@@ -131,6 +150,44 @@ json task_json(const services::claimed_task& task) {
           {"heartbeatTimeoutMs", spec.timeouts.heartbeat.count()},
           {"startToCloseTimeoutMs", spec.timeouts.start_to_close.count()}};
 }
+
+json tasks_json(const std::vector<services::claimed_task>& claimed) {
+  json list = json::array();
+  for (const auto& task : claimed) {
+    list.push_back(task_json(task));
+  }
+  return list;
+}
+
+http_response poll_answer(bool batched, json tasks) {
+  if (!batched) {
+    return json_response(
+        200, {{"task", tasks.empty() ? json() : std::move(tasks.front())}});
+  }
+  return json_response(200, {{"tasks", std::move(tasks)}});
+}
+
+http_response too_many_polls(std::size_t parked_polls_max) {
+  auto refused = error_response(
+      429, "too-many-polls",
+      "this tenant has " + std::to_string(parked_polls_max) +
+          " long polls waiting, its limit; poll again once one is answered");
+  refused.headers.emplace_back("Retry-After", "1");
+  return refused;
+}
+}  // namespace worker_detail
+
+using namespace worker_detail;
+
+namespace {
+
+// The limits of these routes are in durin/limits.hpp.
+using limits::poll_wait_ms_max;
+using limits::tasks_list_max;
+using limits::worker_id_bytes_max;
+using limits::worker_message_bytes_max;
+
+constexpr auto record_wait = std::chrono::seconds(30);
 
 // A fencing violation (another worker's lease, nobody's lease) is 409; a
 // late heartbeat is 200 continue:false, not the caller's fault.
@@ -151,62 +208,25 @@ std::optional<http_response> heartbeat_refusal(services::report_verdict verdict,
       200, {{"continue", false}, {"reason", services::to_string(verdict)}});
 }
 
-http_response poll_answer(bool batched,
-                          const std::vector<services::claimed_task>& claimed) {
-  if (!batched) {
-    return json_response(
-        200, {{"task", claimed.empty() ? json() : task_json(claimed.front())}});
-  }
-  json list = json::array();
-  for (const auto& task : claimed) {
-    list.push_back(task_json(task));
-  }
-  return json_response(200, {{"tasks", std::move(list)}});
-}
-
 // A poll: answered at once when its queue has a task, else parked in the
 // task service without a thread until a task comes, its wait ends or the
 // node stops; 429 too-many-polls when the tenant has its limit parked.
 void poll(services::task_service& tasks, const worker_request& request,
           const std::string& queue, std::function<void(http_response)> reply) {
-  if (auto problem = only_fields(
-          request.body, {"workerId", "pollRequestId", "waitMs", "maxTasks"})) {
-    return reply(std::move(*problem));
-  }
-  if (queue.empty() || queue.size() > task_queue_bytes_max) {
-    return reply(bad_request("a task queue name is 1 to " +
-                             std::to_string(task_queue_bytes_max) + " bytes"));
-  }
   std::optional<http_response> problem;
-  auto worker = lease_owner(
-      request,
-      text_field(request.body, "workerId", worker_id_bytes_max, true, problem));
-  auto poll_id = text_field(request.body, "pollRequestId", poll_id_bytes_max,
-                            false, problem);
-  auto wait_ms =
-      int_field(request.body, "waitMs", 0, poll_wait_ms_max, problem);
-  auto max_tasks =
-      int_field(request.body, "maxTasks", 1,
-                static_cast<std::int64_t>(poll_tasks_max), problem);
-  if (problem) {
+  auto fields = read_poll(request, queue, problem);
+  if (!fields) {
     return reply(std::move(*problem));
   }
-  const bool batched = request.body.contains("maxTasks");
-  auto answer = [reply, batched](std::vector<services::claimed_task> claimed) {
-    reply(poll_answer(batched, claimed));
+  auto answer = [reply, batched = fields->batched](
+                    std::vector<services::claimed_task> claimed) {
+    reply(poll_answer(batched, tasks_json(claimed)));
   };
-  auto parking =
-      tasks.poll_async(request.tenant, queue, *worker, poll_id.value_or(""),
-                       wait_ms.value_or(poll_wait_ms_default),
-                       static_cast<std::size_t>(max_tasks.value_or(1)),
-                       request.parked_polls_max, std::move(answer));
+  auto parking = tasks.poll_async(
+      request.tenant, queue, fields->worker, fields->poll_id, fields->wait_ms,
+      fields->max_tasks, request.parked_polls_max, std::move(answer));
   if (parking == services::poll_parking::over_limit) {
-    auto refused = error_response(
-        429, "too-many-polls",
-        "this tenant has " + std::to_string(request.parked_polls_max) +
-            " long polls waiting, its limit; poll again once one is answered");
-    refused.headers.emplace_back("Retry-After", "1");
-    reply(std::move(refused));
+    reply(too_many_polls(request.parked_polls_max));
   }
 }
 

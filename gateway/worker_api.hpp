@@ -36,6 +36,16 @@
 // may have `parked_polls_max` polls waiting; one more is 429
 // `too-many-polls` with Retry-After: 1.
 //
+// In a cluster these routes answer for this node's task service only,
+// which holds the attempts of the runs this node serves; the api spreads
+// them over the nodes first (gateway/worker_routing.hpp): a report or
+// heartbeat of one attempt is forwarded to the node serving the attempt's
+// run (the attempt id names it) and fenced there; a batched report is split
+// by its items' shards, a poll visits every serving node and parks here in
+// slices of at most 1 s between rounds (a task enqueued on another node is
+// handed out within about a slice), and GET /v1/tasks merges every node's
+// view, tagging each task with its "node" and naming "unansweredNodes".
+//
 // Thread-safety: any thread. handle_worker_route blocks (a poll up to its
 // waitMs, at most 60 s; a report up to the run's write): call it from
 // gateway worker threads. answer_worker_route never blocks.

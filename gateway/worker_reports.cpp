@@ -222,38 +222,43 @@ void report_one(services::task_service& tasks, const worker_request& request,
       });
 }
 
-void report_many(services::task_service& tasks, const worker_request& request,
-                 std::function<void(http_response)> reply) {
+namespace {
+
+// The items of a batched report, each checked; a 400 naming the first
+// problem instead (nothing is sent then).
+std::optional<http_response> read_reports(const worker_request& request,
+                                          std::string& worker,
+                                          std::vector<report_item>& items) {
   if (auto unknown = only_fields(request.body, {"workerId", "reports"})) {
-    return reply(std::move(*unknown));
+    return unknown;
   }
   std::optional<http_response> problem;
-  auto worker = lease_owner(
+  auto owner = lease_owner(
       request,
       text_field(request.body, "workerId", worker_id_bytes_max, true, problem));
   if (problem) {
-    return reply(std::move(*problem));
+    return problem;
   }
+  worker = std::move(*owner);
   const auto& reports =
       request.body.contains("reports") ? request.body["reports"] : json();
   if (!reports.is_array() || reports.empty() ||
       reports.size() > worker_reports_max) {
-    return reply(bad_request("field 'reports' must be an array of 1 to " +
-                             std::to_string(worker_reports_max) + " reports"));
+    return bad_request("field 'reports' must be an array of 1 to " +
+                       std::to_string(worker_reports_max) + " reports");
   }
-  std::vector<report_item> items;
   items.reserve(reports.size());
   for (std::size_t i = 0; i < reports.size(); ++i) {
     const auto& fields = reports[i];
     auto where = "reports[" + std::to_string(i) + "].";
     if (!fields.is_object()) {
-      return reply(bad_request("field 'reports[" + std::to_string(i) +
-                               "]' must be an object"));
+      return bad_request("field 'reports[" + std::to_string(i) +
+                         "]' must be an object");
     }
     const auto& kind = fields.contains("outcome") ? fields["outcome"] : json();
     if (kind != json("complete") && kind != json("fail")) {
-      return reply(bad_request("field '" + where +
-                               "outcome' must be \"complete\" or \"fail\""));
+      return bad_request("field '" + where +
+                         "outcome' must be \"complete\" or \"fail\"");
     }
     bool completed = kind == json("complete");
     auto unknown =
@@ -264,18 +269,36 @@ void report_many(services::task_service& tasks, const worker_request& request,
                            "retryAfterMs"},
                           where);
     if (unknown) {
-      return reply(std::move(*unknown));
+      return unknown;
     }
     auto attempt_id = text_field(fields, "attemptId", attempt_id_bytes_max,
                                  true, problem, where);
     auto outcome = outcome_fields(fields, completed, problem, where);
     if (problem) {
-      return reply(std::move(*problem));
+      return problem;
     }
     items.push_back(report_item{std::move(*attempt_id), std::move(*outcome)});
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<http_response> check_reports(const worker_request& request) {
+  std::string worker;
+  std::vector<report_item> items;
+  return read_reports(request, worker, items);
+}
+
+void report_many(services::task_service& tasks, const worker_request& request,
+                 std::function<void(http_response)> reply) {
+  std::string worker;
+  std::vector<report_item> items;
+  if (auto problem = read_reports(request, worker, items)) {
+    return reply(std::move(*problem));
+  }
   send_reports(
-      tasks, request.tenant, *worker, std::move(items),
+      tasks, request.tenant, worker, std::move(items),
       [reply = std::move(reply)](const auto& ids, const auto& results) {
         json list = json::array();
         for (std::size_t i = 0; i < ids.size(); ++i) {

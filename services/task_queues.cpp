@@ -89,26 +89,42 @@ task_service::queue_state& task_service::queue_locked(
   return *slot;
 }
 
+std::vector<claimed_task> task_service::held_locked(
+    const std::string& worker, const std::string& poll_id) const {
+  std::vector<claimed_task> out;
+  if (poll_id.empty()) {
+    return out;
+  }
+  auto again = polls_.find(worker + '\n' + poll_id);
+  if (again == polls_.end()) {
+    return out;
+  }
+  for (const auto& id : again->second) {
+    auto it = live_.find(id);
+    if (it != live_.end() && it->second.view.owner == worker &&
+        it->second.view.state == attempt_state::running) {
+      out.push_back(claimed_task{it->second.spec, worker,
+                                 it->second.view.lease_expires_ms});
+    }
+  }
+  return out;
+}
+
+std::vector<claimed_task> task_service::held(const std::string& worker,
+                                             const std::string& poll_id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return held_locked(worker, poll_id);
+}
+
 std::vector<claimed_task> task_service::claim_now_locked(
     queue_state& queue, const std::string& worker, const std::string& poll_id,
     std::size_t max_tasks) {
-  std::vector<claimed_task> claimed;
+  auto claimed = held_locked(worker, poll_id);
+  if (!claimed.empty()) {
+    return claimed;
+  }
   if (!poll_id.empty()) {
-    auto again = polls_.find(worker + '\n' + poll_id);
-    if (again != polls_.end()) {
-      for (const auto& id : again->second) {
-        auto it = live_.find(id);
-        if (it != live_.end() && it->second.view.owner == worker &&
-            it->second.view.state == attempt_state::running) {
-          claimed.push_back(claimed_task{it->second.spec, worker,
-                                         it->second.view.lease_expires_ms});
-        }
-      }
-      if (!claimed.empty()) {
-        return claimed;
-      }
-      polls_.erase(again);
-    }
+    polls_.erase(worker + '\n' + poll_id);  // nothing of it is held
   }
   queue.last_poll_ms = now();
   max_tasks = std::max<std::size_t>(max_tasks, 1);

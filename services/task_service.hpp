@@ -252,6 +252,11 @@ class task_service {
                           const std::string& worker, const std::string& poll_id,
                           std::int64_t wait_ms, std::size_t max_tasks,
                           std::size_t tenant_parked_max, poll_answer answer);
+  // The tasks a poll of `poll_id` claimed for `worker` that are still
+  // leased to it: what a repeat of that poll gets back. Claims nothing;
+  // empty for an empty `poll_id`. Never blocks (only the lock).
+  std::vector<claimed_task> held(const std::string& worker,
+                                 const std::string& poll_id) const;
   // The node stops: answers every parked poll empty now; later polls are
   // answered at once, without waiting.
   void release_polls();
@@ -346,6 +351,10 @@ class task_service {
   static std::optional<timeout_kind> lapse_of(const attempt& entry,
                                               std::int64_t at_ms);
   std::vector<expiry> collect_expired();
+  // REQUIRES: mutex_ held. The tasks of (worker, poll_id) still leased to
+  // the worker.
+  std::vector<claimed_task> held_locked(const std::string& worker,
+                                        const std::string& poll_id) const;
   // REQUIRES: mutex_ held. The tasks a poll claims now: those of its
   // repeated poll_id still leased to it, else up to max_tasks queued ones.
   std::vector<claimed_task> claim_now_locked(queue_state& queue,

@@ -9,6 +9,7 @@
 #include <future>
 #include <thread>
 
+#include "actors/attempt_id.hpp"
 #include "durin/durin.hpp"
 #include "services/task_service.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -228,6 +229,48 @@ TEST_F(TaskTest, RepeatedPollRequestIdGetsTheSameTaskWhileItsLeaseHolds) {
   auto other = poll(*rt, "v", "poll-7");
   ASSERT_TRUE(other.has_value());
   EXPECT_NE(other->spec.attempt_id, first->spec.attempt_id);
+}
+
+TEST_F(TaskTest, HeldNamesWhatARepeatedPollGetsBackAndClaimsNothing) {
+  auto rt = open(remote_flows({}));
+  auto run = rt->start("one-remote", json(1));
+  ASSERT_TRUE(run.ok());
+  ASSERT_TRUE(rt->start("one-remote", json(2)).ok());
+  EXPECT_TRUE(rt->tasks().held("w", "poll-8").empty());  // nothing polled
+  ASSERT_TRUE(
+      testing::eventually([&] { return rt->tasks().stats().queued == 2; }));
+  auto first = poll(*rt, "w", "poll-8");
+  ASSERT_TRUE(first.has_value());
+  for (int again = 0; again < 2; ++again) {
+    auto held = rt->tasks().held("w", "poll-8");
+    ASSERT_EQ(held.size(), 1u);
+    EXPECT_EQ(held[0].spec.attempt_id, first->spec.attempt_id);
+  }
+  EXPECT_EQ(rt->tasks().stats().queued, 1u);  // the second still queued
+  EXPECT_TRUE(rt->tasks().held("v", "poll-8").empty());
+  EXPECT_TRUE(rt->tasks().held("w", "").empty());
+  // An ended attempt is no longer held.
+  EXPECT_TRUE(
+      report(*rt, first->spec.attempt_id, "w", succeeded(1)).second.recorded);
+  EXPECT_TRUE(rt->tasks().held("w", "poll-8").empty());
+}
+
+TEST_F(TaskTest, AnAttemptIdNamesItsRun) {
+  auto rt = open(remote_flows({}));
+  auto run = rt->start("one-remote", json(1));
+  ASSERT_TRUE(run.ok());
+  auto task = poll(*rt, "w");
+  ASSERT_TRUE(task.has_value());
+  EXPECT_EQ(task->spec.attempt_id.substr(0, 4), "att_");
+  auto named = actors::run_of_attempt(task->spec.attempt_id);
+  ASSERT_TRUE(named.has_value()) << task->spec.attempt_id;
+  EXPECT_EQ(*named, run->id);
+  // Ids of before name no run, nor do ids durin did not make.
+  EXPECT_FALSE(actors::run_of_attempt("att_0123456789abcdef01234567"));
+  EXPECT_FALSE(actors::run_of_attempt("att_0123456789abcdefXXXXXXXX_run_1"));
+  EXPECT_FALSE(actors::run_of_attempt("att_0123456789abcdef01234567_"));
+  EXPECT_FALSE(actors::run_of_attempt("att_nope"));
+  EXPECT_FALSE(actors::run_of_attempt("run_0123456789abcdef01234567_x"));
 }
 
 TEST_F(TaskTest, ReportsFromAnotherWorkerAreWrongOwnerAndUnknownIdsNotFound) {
