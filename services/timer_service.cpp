@@ -88,7 +88,9 @@ void timer_service::reload(std::int64_t now_ms) {
   }
   if (store_.guard() && (!store_.guard()->open() || !store_.ready())) {
     // Another node's shard now, or this node's again but still reopening
-    // (its timers are reloaded once it is ready): nothing to say.
+    // (its timers are reloaded once it is ready): nothing to say, and
+    // nothing to look at again before the idle wait (not every 1 ms).
+    next_reload_ms_ = now_ms + idle_wait_ms_max;
     return;
   }
   auto loaded = store_.timers_until(until, reload_slice_max, after);
