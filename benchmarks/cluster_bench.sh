@@ -5,8 +5,9 @@
 #      against one `durin serve` alone (the baseline; also with 8 shards),
 #      one cluster node, and three cluster nodes with the load spread over
 #      them: throughput, its ratio to the baseline, p50/p99, the share of
-#      requests forwarded (the nodes' /metrics before and after) and p50/p99
-#      of local and forwarded answers in the same run;
+#      requests forwarded (the nodes' /metrics before and after), p50/p99
+#      of local and forwarded answers in the same run, the servers' CPU per
+#      start and the cores the nodes use while idle;
 #   b. GET /v1/runs/{id} through one node of three, of a run in a shard that
 #      node serves and of one in a shard another node serves: requests/s and
 #      p50/p99 of both;
@@ -40,8 +41,9 @@ load="$build/benchmarks/http_load"
 etcd_bin="${ETCD:-etcd}"
 shards=8
 connections=32
-# etcd's timing as the issue measures with; the node lease at its minimum,
-# so a lost node's shards are given up soon.
+# etcd's raft timing as issue 13 asks (one member on loopback: fast
+# elections); the node lease at its minimum (2 s), so that a lost node's
+# shards are given up soon.
 etcd_timing=(--heartbeat-interval 100 --election-timeout 1000)
 lease=(--lease-ttl-s 2)
 
@@ -227,6 +229,23 @@ field() {  # LINE NAME: the value of NAME= in an http_load line
 
 now_us() { date +%s%6N; }
 
+# CPU seconds (user + system) a process has used: fields 14 and 15 of
+# /proc/PID/stat, in clock ticks. Its command name has no spaces here.
+cpu_seconds() {
+  awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$1/stat"
+}
+
+# The cores the named nodes use together while nothing is asked of them,
+# over 2 s: what a node costs before any request (lease keepalives, the
+# actor schedulers' threads, timers).
+idle_cores() {
+  local before=0 after=0 name
+  for name in "$@"; do before="$(awk -v a="$before" -v b="$(cpu_seconds "${node_pid[$name]}")" 'BEGIN { print a + b }')"; done
+  sleep 2
+  for name in "$@"; do after="$(awk -v a="$after" -v b="$(cpu_seconds "${node_pid[$name]}")" 'BEGIN { print a + b }')"; done
+  awk -v a="$before" -v b="$after" 'BEGIN { printf "%.3f", (b - a) / 2 }'
+}
+
 # The shard of a run id: its last two characters, Crockford base32 (high,
 # low), modulo the shard count, as services/shard_map.cpp computes it.
 crockford=0123456789ABCDEFGHJKMNPQRSTVWXYZ
@@ -265,14 +284,19 @@ keyed_start() {  # LABEL ROUND NAME...: a keyed-start load spread over NAMEs
     forwarded_before="$(metric_sum durin_cluster_forwarded_total "$@")"
     served_before="$(metric_sum durin_cluster_forwards_served_total "$@")"
   fi
-  local line
+  local idle line groups_before groups
+  idle="$(idle_cores "$@")"
+  # Group commits are fsyncs: with more shards a node's starts are split
+  # over more committers, each syncing its own log.
+  groups_before="$(metric_sum durin_commit_groups_total "$@")"
   line="$("$load" "${args[@]}")"
+  groups=$(($(metric_sum durin_commit_groups_total "$@") - groups_before))
   local forwarded=0 served=0
   if [ "$clustered" = 1 ]; then
     forwarded=$(($(metric_sum durin_cluster_forwarded_total "$@") - forwarded_before))
     served=$(($(metric_sum durin_cluster_forwards_served_total "$@") - served_before))
   fi
-  echo "case=$label round=$round $line fwd_total=$forwarded served_total=$served" |
+  echo "case=$label round=$round $line fwd_total=$forwarded served_total=$served idle_cores=$idle fsyncs=$groups" |
     tee -a "$lines"
 }
 
@@ -417,6 +441,9 @@ fi
 background=()
 stop_nodes a-0 b-0 c-0
 
+# One line per figure: throughputs are means over the rounds, ratios are
+# of the totals (the per-round ratios show the noise), latencies and CPU
+# are means of the per-round figures.
 echo "== figures ($(date -u '+%H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg))"
 awk -v rounds="$rounds" '
   function value(name,   i) {
@@ -428,6 +455,8 @@ awk -v rounds="$rounds" '
   {
     split($1, c, "="); split($2, r, "="); k = c[2]; n = r[2]
     thr[k, n] = value("throughput"); tot[k] += thr[k, n]; count[k]++
+    if (thr[k, n] > 0) { us[k] += 1e6 * value("server_cpu") / thr[k, n] }
+    idle[k] += value("idle_cores"); fsyncs[k] += value("fsyncs")
     p50[k] += value("p50"); p99[k] += value("p99"); cpu[k] += value("server_cpu")
     ok[k] += value("ok"); fwd[k] += value("fwd_total"); srv[k] += value("served_total")
     lp50[k] += value("local_p50"); lp99[k] += value("local_p99")
@@ -441,9 +470,10 @@ awk -v rounds="$rounds" '
     return s
   }
   function keyed(k, what) {
-    printf "%-44s %7.0f/s  x%.2f of alone (rounds%s)  p50 %.2f ms  p99 %.2f ms  servers %.2f cores\n",
+    printf "%-44s %7.0f/s  x%.2f of alone (rounds%s)  p50 %.2f ms  p99 %.2f ms  servers %.2f cores, %.0f us CPU a start, %.2f starts an fsync, %.3f cores idle\n",
       what, tot[k] / count[k], tot[k] / tot["alone"], per_round(k, "alone"),
-      p50[k] / count[k], p99[k] / count[k], cpu[k] / count[k]
+      p50[k] / count[k], p99[k] / count[k], cpu[k] / count[k], us[k] / count[k],
+      (fsyncs[k] > 0 ? ok[k] / fsyncs[k] : 0), idle[k] / count[k]
   }
   END {
     keyed("alone", "keyed starts, 1 node alone (baseline)")
@@ -456,12 +486,13 @@ awk -v rounds="$rounds" '
       "  local vs forwarded, same run, 3 nodes", lp50["three"] / count["three"], lp99["three"] / count["three"],
       fp50["three"] / count["three"], fp99["three"] / count["three"],
       (fp50["three"] - lp50["three"]) / count["three"], (fp99["three"] - lp99["three"]) / count["three"]
-    printf "%-44s local %7.0f/s (p50 %.2f p99 %.2f ms)  forwarded %7.0f/s (p50 %.2f p99 %.2f ms)  forwarded/local %.2f (rounds%s)\n",
+    printf "%-44s local %7.0f/s (p50 %.2f p99 %.2f ms, %.0f us CPU)  forwarded %7.0f/s (p50 %.2f p99 %.2f ms, %.0f us CPU)  forwarded/local %.2f (rounds%s)\n",
       "GET /v1/runs/{id} through a",
       tot["get-local"] / count["get-local"], p50["get-local"] / count["get-local"], p99["get-local"] / count["get-local"],
+      us["get-local"] / count["get-local"],
       tot["get-forwarded"] / count["get-forwarded"], p50["get-forwarded"] / count["get-forwarded"],
-      p99["get-forwarded"] / count["get-forwarded"], tot["get-forwarded"] / tot["get-local"],
-      per_round("get-forwarded", "get-local")
+      p99["get-forwarded"] / count["get-forwarded"], us["get-forwarded"] / count["get-forwarded"],
+      tot["get-forwarded"] / tot["get-local"], per_round("get-forwarded", "get-local")
     printf "%-44s forwarded by a: local %d, forwarded %d (of %d and %d answered)\n", "  check",
       fwd["get-local"], fwd["get-forwarded"], ok["get-local"], ok["get-forwarded"]
     printf "%-44s ms:%s  first codes:%s  requests given up at 10 ms: %d\n",
