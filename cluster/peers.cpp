@@ -8,6 +8,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <unordered_map>
 
@@ -243,6 +244,9 @@ caf::behavior mover(caf::event_based_actor*, shard_mover* moves) {
 struct forwarder_state {
   std::map<std::string, caf::actor> handles;  // by peer endpoint
   std::map<std::string, std::vector<std::uint64_t>> waiting;
+  // Forwards sent and not answered, by peer: CAF 0.17 answers none of them
+  // when the peer's connection goes, so the down message does.
+  std::map<std::string, std::set<std::uint64_t>> in_flight;
   static inline const char* name = "durin.peer-forwarder";
 };
 
@@ -316,10 +320,12 @@ void send_forward(caf::stateful_actor<forwarder_state>* self,
     message.role = static_cast<std::uint8_t>(forward.caller.role);
   }
   owner->forwarded.fetch_add(1);
+  self->state.in_flight[peer].insert(ticket);
   self->request(handle, owner->options.forward_timeout, forward_atom::value,
                 std::move(message))
       .then(
-          [self, owner, ticket](forwarded_response& response) {
+          [self, owner, ticket, peer](forwarded_response& response) {
+            self->state.in_flight[peer].erase(ticket);
             if (response.status != gateway::not_owner_status) {
               owner->answer(ticket, from_message(std::move(response)));
               return;
@@ -348,6 +354,7 @@ void send_forward(caf::stateful_actor<forwarder_state>* self,
                                       shard, owner->members.ttl_s()));
           },
           [self, owner, ticket, peer](caf::error& failure) {
+            self->state.in_flight[peer].erase(ticket);
             if (failure == caf::sec::request_timeout) {
               owner->timed_out.fetch_add(1);
             } else {
@@ -365,14 +372,27 @@ void send_forward(caf::stateful_actor<forwarder_state>* self,
 
 caf::behavior forwarder(caf::stateful_actor<forwarder_state>* self,
                         peers::impl* owner) {
-  self->set_down_handler([self](caf::down_msg& down) {
+  self->set_down_handler([self, owner](caf::down_msg& down) {
     for (auto it = self->state.handles.begin();
          it != self->state.handles.end();) {
-      if (it->second.address() == down.source) {
-        it = self->state.handles.erase(it);
-      } else {
+      if (it->second.address() != down.source) {
         ++it;
+        continue;
       }
+      // Sent to a node whose connection is gone: they may or may not have
+      // been carried out, and no answer will come.
+      auto lost = std::move(self->state.in_flight[it->first]);
+      self->state.in_flight.erase(it->first);
+      for (const auto ticket : lost) {
+        owner->answer(
+            ticket,
+            gateway::error_response(
+                503, "forward-outcome-unknown",
+                "the node serving this shard went away before it answered; "
+                "the request may or may not have taken effect: retry it "
+                "with the same Idempotency-Key"));
+      }
+      it = self->state.handles.erase(it);
     }
   });
   return {
