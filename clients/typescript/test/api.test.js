@@ -288,9 +288,13 @@ describe("API keys, tenants, authentication", () => {
     assert.ok(UnauthorizedError.is(error), String(error));
     assert.equal(error.status, 401);
     assert.equal(error.code, "unauthorized");
-    const again = await refusal(durin.apiKeys.revoke(made.id));
-    assert.ok(NotFoundError.is(again));
-    assert.equal(again.code, "api-key-not-found");
+    // Revoking again converges (a cluster sends the revocation everywhere
+    // again): the same answer, and the key stays refused.
+    assert.deepEqual(await durin.apiKeys.revoke(made.id), { id: made.id, revoked: true });
+    assert.ok(UnauthorizedError.is(await refusal(user.runs.list({ limit: 1 }))));
+    const unknown = await refusal(durin.apiKeys.revoke("key_0000000000000000"));
+    assert.ok(NotFoundError.is(unknown));
+    assert.equal(unknown.code, "api-key-not-found");
   });
 
   test("no key and a wrong key are UnauthorizedError", async () => {
