@@ -10,6 +10,8 @@
 #include <fstream>
 #include <thread>
 
+#include "cluster/detail/peer_wire.hpp"
+
 namespace durin::cluster {
 
 namespace {
@@ -20,18 +22,6 @@ using json = nlohmann::json;
 constexpr std::uint64_t chunk_bytes = 4u << 20;
 constexpr auto copy_retry = std::chrono::seconds(1);
 constexpr auto peer_timeout = std::chrono::seconds(30);
-
-bool split_address(const std::string& address, std::string& host,
-                   std::uint16_t& port) {
-  const auto colon = address.rfind(':');
-  if (colon == std::string::npos) {
-    return false;
-  }
-  host = address.substr(0, colon);
-  port = static_cast<std::uint16_t>(
-      std::strtoul(address.c_str() + colon + 1, nullptr, 10));
-  return port != 0;
-}
 
 bool sync_path(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
@@ -137,7 +127,7 @@ status shard_mover::fetch(std::uint32_t shard, const shard_config& config,
                           const std::string& peer, const std::string& into) {
   std::string host;
   std::uint16_t port = 0;
-  if (!split_address(peer, host, port)) {
+  if (!detail::split_address(peer, host, port)) {
     return make_error(errc::invalid_argument, "a malformed peer endpoint");
   }
   auto router = system_.middleman().remote_actor(host, port);

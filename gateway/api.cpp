@@ -196,8 +196,9 @@ void api::observe(metrics::route route, unsigned status,
                        .count());
 }
 
-void api::dispatch(http_request http, reply_fn reply,
-                   const offload_fn& offload) {
+api::request_ptr api::begin_request(http_request http,
+                                    const offload_fn& offload,
+                                    reply_fn& reply) {
   auto r = std::make_shared<request>();
   r->http = std::move(http);
   r->began = clock_type::now();
@@ -214,6 +215,12 @@ void api::dispatch(http_request http, reply_fn reply,
             response.status, r->began);
     reply(std::move(response));
   };
+  return r;
+}
+
+void api::dispatch(http_request http, reply_fn reply,
+                   const offload_fn& offload) {
+  auto r = begin_request(std::move(http), offload, reply);
   // The web console's files, built into the binary (console/), need no key.
   if (auto page = console::serve(r->http)) {
     reply(std::move(*page));
@@ -236,24 +243,11 @@ void api::dispatch(http_request http, reply_fn reply,
 
 void api::dispatch_forwarded(http_request http, principal caller,
                              reply_fn reply, const offload_fn& offload) {
-  auto r = std::make_shared<request>();
-  r->http = std::move(http);
-  r->began = clock_type::now();
-  r->offload = offload;
+  // Observed where it is answered; the forwarding node counts it too, under
+  // its own route.
+  auto r = begin_request(std::move(http), offload, reply);
   r->caller = std::move(caller);
   r->forwarded = true;
-  reply = [this, r, reply = std::move(reply),
-           once = std::make_shared<std::atomic<bool>>(false)](
-              http_response response) {
-    if (once->exchange(true)) {
-      return;
-    }
-    // Observed where it was answered; the forwarding node counts it too,
-    // under its own route.
-    observe(r->matched ? r->matched->metric : metrics::route::other,
-            response.status, r->began);
-    reply(std::move(response));
-  };
   if (!parse_target(*r, reply)) {
     return;
   }

@@ -176,6 +176,9 @@ class api {
   static key_role needed_role(access who);
   static const json& defaults_of(const route& chosen);
 
+  // A request read in, its reply made to observe the answer exactly once.
+  request_ptr begin_request(http_request http, const offload_fn& offload,
+                            reply_fn& reply);
   // The pipeline's steps; each answers a problem itself and returns false.
   bool parse_target(request& r, const reply_fn& reply);
   // The route for the request's method and path (r.matched, r.params);
