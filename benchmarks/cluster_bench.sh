@@ -16,6 +16,16 @@
 #   d. restart of that node to the first 200 for the same run.
 #
 #   benchmarks/cluster_bench.sh BUILD [SECONDS] [ROUNDS]
+#   benchmarks/cluster_bench.sh BUILD [SECONDS] [ROUNDS] replication [KILLS]
+#
+# The second form measures replication (issue 14) instead: two nodes with
+# --replicas 1 and with --replicas 2, keyed starts (bench.noop) and
+# 10-step flows (bench.ten-steps, waited) through both nodes: throughput,
+# p50/p99 and the ratios R=2 / R=1 per round; the replication lag (the
+# largest lagWrites of GET /v1/cluster, sampled every 0.2 s under load);
+# then KILLS (default 10) kill -9s of a primary of three nodes under a
+# light keyed load, each timed to the first 200 for a run in one of its
+# shards through another node (the distribution: min, p50, p99, max).
 #
 # BUILD holds bin/durin and benchmarks/http_load (-DDURIN_BENCHMARKS=ON);
 # SECONDS (default 4) is each load's length; ROUNDS (default 3) how often
@@ -36,6 +46,8 @@ fi
 build="$(cd "$1" && pwd)"
 seconds="${2:-4}"
 rounds="${3:-3}"
+mode="${4:-cluster}"
+kills="${5:-10}"
 durin="$build/bin/durin"
 load="$build/benchmarks/http_load"
 etcd_bin="${ETCD:-etcd}"
@@ -307,7 +319,7 @@ start_cluster() {  # NAME ROUND ID...: `cluster init`, then a node per id
   local ids
   ids="$(IFS=,; echo "$*")"
   "$durin" cluster init --etcd "$etcd_url" --cluster "$cluster" \
-    --shards "$shards" --nodes "$ids" >/dev/null
+    --shards "$shards" --nodes "$ids" --replicas "${replicas:-1}" >/dev/null
   local id
   for id in "$@"; do
     start_node "$id-$round" "$work/$cluster-$id" --etcd "$etcd_url" \
@@ -321,6 +333,12 @@ start_cluster() {  # NAME ROUND ID...: `cluster init`, then a node per id
 echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "   durin $durin; $connections connections, $seconds s a load, $rounds rounds, $shards shards"
 start_etcd
+
+if [ "$mode" = replication ]; then
+  # shellcheck source=benchmarks/replication_cases.sh
+  source "$(dirname "$0")/replication_cases.sh"
+  exit 0
+fi
 
 echo "== a. keyed starts (bench.noop, \"wait\": false)"
 for round in $(seq "$rounds"); do

@@ -223,12 +223,15 @@ struct cluster_flags {
   std::string node_id;
   std::string peer_listen = "127.0.0.1:0";
   std::int64_t lease_ttl_s = 5;
+  std::int64_t replication_timeout_ms = 2000;             // serve
+  std::size_t replication_log_bytes = 16u << 20;          // serve
   std::uint32_t shards = durin::cluster::shards_default;  // init
   std::vector<std::string> nodes;                         // init
-  std::uint32_t shard = 0;                                // move
-  std::string to;                                         // move
-  std::string node;                                       // drain
-  int timeout_s = 120;                                    // move, drain
+  std::uint32_t replicas = 0;  // init; 0: 2, or 1 for --nodes of one
+  std::uint32_t shard = 0;     // move
+  std::string to;              // move
+  std::string node;            // drain
+  int timeout_s = 120;         // move, drain
 };
 
 // One move, told and waited for: 0 once the target serves the shard.
@@ -292,14 +295,15 @@ int cluster_init_command(const cluster_flags& flags) {
     return 2;
   }
   auto made = durin::cluster::init_cluster(*etcd, flags.cluster, flags.shards,
-                                           flags.nodes);
+                                           flags.nodes, flags.replicas);
   if (!made) {
     std::cerr << durin::to_code(made.error().code) << ": "
               << made.error().message << "\n";
     return 1;
   }
   std::cout << "cluster '" << flags.cluster << "' initialised with "
-            << made->shards << " shards"
+            << made->shards << " shards, " << made->replicas
+            << (made->replicas == 1 ? " copy" : " copies") << " of each"
             << (flags.nodes.empty()
                     ? std::string("; they are placed over the nodes "
                                   "that join")
@@ -322,6 +326,30 @@ int cluster_status_command(const cluster_flags& flags) {
     std::cerr << durin::to_code(status.error().code) << ": "
               << status.error().message << "\n";
     return 1;
+  }
+  // The copies' log positions are on the nodes: a live node's GET
+  // /v1/cluster has them (with the cluster's admin key, from etcd).
+  if (auto config = etcd->range(durin::cluster::layout(flags.cluster).config());
+      config && !config->kvs.empty()) {
+    auto decoded = durin::cluster::decode_config(config->kvs.front().value);
+    for (const auto& node : (*status)["nodes"]) {
+      auto server = durin::client::parse_server_url(
+          "http://" + node.value("http", std::string()));
+      if (!decoded || !server) {
+        continue;
+      }
+      durin::client::http_connection connection(*server, 5000);
+      auto answer = connection.send(
+          "GET", "/v1/cluster",
+          {{"Authorization", "Bearer " + decoded->admin_key}}, "");
+      if (answer && answer->status == 200) {
+        auto full = durin::json::parse(answer->body, nullptr, false);
+        if (full.is_object()) {
+          std::cout << full.dump(2) << std::endl;
+          return 0;
+        }
+      }
+    }
   }
   std::cout << status->dump(2) << std::endl;
   return 0;
@@ -385,6 +413,16 @@ int serve_command(const std::string& data_dir, const std::string& listen,
     joined.members.lease_ttl_s = cluster.lease_ttl_s;
     joined.data_dir = data_dir;
     joined.peers.listen = cluster.peer_listen;
+    if (cluster.replication_timeout_ms < 100 ||
+        cluster.replication_timeout_ms > 60'000) {
+      std::cerr << "invalid-argument: --replication-timeout-ms must be 100 "
+                   "to 60000\n";
+      return 2;
+    }
+    joined.replication.timeout =
+        std::chrono::milliseconds(cluster.replication_timeout_ms);
+    joined.replication.log_bytes_max =
+        std::max<std::size_t>(cluster.replication_log_bytes, 1);
     auto member = durin::cluster::cluster_node::open(joined);
     if (!member) {
       std::cerr << durin::to_code(member.error().code) << ": "
@@ -693,6 +731,16 @@ void add_local_commands(CLI::App& app, cli& c) {
                    "the node lease's TTL in etcd, 2 to 60 s; the node stops "
                    "serving before it could expire")
       ->capture_default_str();
+  serve
+      ->add_option("--replication-timeout-ms", c.cluster.replication_timeout_ms,
+                   "a backup that does not answer a write this long is "
+                   "dropped from its shard's in-sync set")
+      ->capture_default_str();
+  serve
+      ->add_option("--replication-log-bytes", c.cluster.replication_log_bytes,
+                   "recent writes kept per shard for backups that catch up; "
+                   "one further behind re-copies a checkpoint")
+      ->capture_default_str();
   on_chosen(serve, c, [](cli& c) {
     return serve_command(c.data_dir, c.listen, c.limits, c.bench_flows,
                          c.cluster);
@@ -716,6 +764,10 @@ void add_local_commands(CLI::App& app, cli& c) {
                    "node ids to place the shards over now (rendezvous "
                    "hashing); without it, over the nodes that join")
       ->delimiter(',');
+  init->add_option("--replicas", c.cluster.replicas,
+                   "copies of each shard, 1 to 3: its primary and backups on "
+                   "other nodes (default 2, or 1 when --nodes names one "
+                   "node)");
   auto* move = cluster->add_subcommand(
       "move",
       "move a shard to another node (offline: it answers 503 while its data "

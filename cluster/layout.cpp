@@ -1,5 +1,8 @@
 #include "cluster/layout.hpp"
 
+#include "base/fnv1a.hpp"
+
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -22,13 +25,7 @@ result<json> parse(std::string_view text, std::string_view what) {
   return parsed;
 }
 
-std::uint64_t fnv1a(std::string_view text, std::uint64_t hash) {
-  for (const unsigned char byte : text) {
-    hash ^= byte;
-    hash *= 0x100000001b3ull;
-  }
-  return hash;
-}
+using base::fnv1a;
 
 }  // namespace
 
@@ -88,6 +85,7 @@ bool valid_name(std::string_view name) {
 std::string encode(const cluster_config& config) {
   return json{{"shards", config.shards},
               {"hashVersion", config.hash_version},
+              {"replicas", config.replicas},
               {"adminKey", config.admin_key}}
       .dump();
 }
@@ -108,6 +106,12 @@ result<cluster_config> decode_config(std::string_view text) {
   config.shards = value["shards"].get<std::uint32_t>();
   config.hash_version = value.value("hashVersion", 1u);
   config.admin_key = value.value("adminKey", std::string());
+  config.replicas = value.value("replicas", 1u);
+  if (config.replicas < 1 || config.replicas > 3) {
+    return make_error(errc::invalid_argument,
+                      "the cluster's config names a replica count outside "
+                      "1 to 3");
+  }
   return config;
 }
 
@@ -144,6 +148,17 @@ std::string encode(const shard_config& shard) {
   if (!shard.target.empty()) {
     value["target"] = shard.target;
   }
+  if (!shard.backups.empty()) {
+    value["backups"] = shard.backups;
+  }
+  if (!shard.in_sync.empty()) {
+    json in_sync = json::array();
+    for (const auto& entry : shard.in_sync) {
+      in_sync.push_back(
+          {{"node", entry.node}, {"lease", std::to_string(entry.lease)}});
+    }
+    value["inSync"] = std::move(in_sync);
+  }
   return value.dump();
 }
 
@@ -161,6 +176,24 @@ result<shard_config> decode_shard(std::string_view text) {
                     ? shard_state::moving
                     : shard_state::active;
   shard.target = parsed->value("target", std::string());
+  if (auto backups = parsed->find("backups");
+      backups != parsed->end() && backups->is_array()) {
+    for (const auto& node : *backups) {
+      if (node.is_string()) {
+        shard.backups.push_back(node.get<std::string>());
+      }
+    }
+  }
+  if (auto in_sync = parsed->find("inSync");
+      in_sync != parsed->end() && in_sync->is_array()) {
+    for (const auto& entry : *in_sync) {
+      if (entry.is_object()) {
+        shard.in_sync.push_back(
+            {entry.value("node", std::string()),
+             std::strtoll(entry.value("lease", "0").c_str(), nullptr, 10)});
+      }
+    }
+  }
   return shard;
 }
 
@@ -179,24 +212,54 @@ result<shard_lease> decode_lease(std::string_view text) {
   return lease;
 }
 
-std::string rendezvous(std::uint32_t shard,
-                       const std::vector<std::string>& nodes) {
-  std::string best;
-  std::uint64_t best_weight = 0;
+bool shard_config::is_backup(std::string_view node) const {
+  return std::find(backups.begin(), backups.end(), node) != backups.end();
+}
+
+bool shard_config::in_step(std::string_view node, std::int64_t lease) const {
+  return std::any_of(in_sync.begin(), in_sync.end(), [&](const auto& entry) {
+    return entry.node == node && entry.lease == lease;
+  });
+}
+
+namespace {
+
+std::uint64_t weight(std::uint32_t shard, const std::string& node) {
+  std::uint64_t hash = fnv1a(node, 0xcbf29ce484222325ull);
+  hash = fnv1a(std::to_string(shard), hash ^ 0xff);
+  // A final mix, so that nearby shard numbers spread.
+  hash ^= hash >> 33;
+  hash *= 0xff51afd7ed558ccdull;
+  hash ^= hash >> 33;
+  return hash;
+}
+
+}  // namespace
+
+std::vector<std::string> rendezvous_ranked(
+    std::uint32_t shard, const std::vector<std::string>& nodes,
+    std::size_t count) {
+  std::vector<std::pair<std::uint64_t, std::string>> ranked;
   for (const auto& node : nodes) {
-    std::uint64_t hash = fnv1a(node, 0xcbf29ce484222325ull);
-    hash = fnv1a(std::to_string(shard), hash ^ 0xff);
-    // A final mix, so that nearby shard numbers spread.
-    hash ^= hash >> 33;
-    hash *= 0xff51afd7ed558ccdull;
-    hash ^= hash >> 33;
-    if (best.empty() || hash > best_weight ||
-        (hash == best_weight && node < best)) {
-      best = node;
-      best_weight = hash;
+    ranked.emplace_back(weight(shard, node), node);
+  }
+  // Heaviest first; ties by name, so every node ranks alike.
+  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  std::vector<std::string> out;
+  for (std::size_t index = 0; index < ranked.size() && index < count; ++index) {
+    if (out.empty() || out.back() != ranked[index].second) {
+      out.push_back(ranked[index].second);
     }
   }
-  return best;
+  return out;
+}
+
+std::string rendezvous(std::uint32_t shard,
+                       const std::vector<std::string>& nodes) {
+  auto ranked = rendezvous_ranked(shard, nodes, 1);
+  return ranked.empty() ? std::string() : ranked.front();
 }
 
 }  // namespace durin::cluster

@@ -3,10 +3,13 @@
 // config {epoch, owner, state} and a lease key tied to its owner's node
 // lease. Never a run, a payload or a request key. Values are JSON.
 //
-//   /durin/<cluster>/config                 {"shards", "hashVersion",
-//   "adminKey"} /durin/<cluster>/nodes/<node>           {"id", "http", "peer",
-//   "lease"} /durin/<cluster>/shards/<NNNN>/config   {"epoch", "owner",
-//   "state"} /durin/<cluster>/shards/<NNNN>/lease    {"node", "epoch"}
+//   /durin/<cluster>/config               {"shards", "hashVersion",
+//                                          "replicas", "adminKey"}
+//   /durin/<cluster>/nodes/<node>         {"id", "http", "peer", "lease"}
+//   /durin/<cluster>/shards/<NNNN>/config {"epoch", "owner", "state",
+//                                          "target", "backups",
+//                                          "inSync": [{"node", "lease"}]}
+//   /durin/<cluster>/shards/<NNNN>/lease  {"node", "epoch"}
 //
 // The epoch of a shard rises by one with every acquisition of its lease
 // (a node's first, its re-acquisition after a lost lease, a move), so two
@@ -30,6 +33,9 @@ inline constexpr std::uint32_t shards_default = 64;
 struct cluster_config {
   std::uint32_t shards = shards_default;
   std::uint32_t hash_version = 1;
+  // Copies of each shard: its primary and replicas - 1 backups on other
+  // nodes (1 to 3; cluster/replication.hpp).
+  std::uint32_t replicas = 1;
   // The admin key of tenant `default`, which every node bootstraps with:
   // it works on every node. etcd is trusted with the cluster's control, and
   // this is part of it.
@@ -45,6 +51,15 @@ struct node_entry {
 
 enum class shard_state : std::uint8_t { active, moving };
 
+// A backup the primary waits for: the node and the lease (its incarnation)
+// it was in step at. A node that restarts has another lease, so it is in
+// step again only once it caught up (its data may be gone).
+struct in_sync_entry {
+  std::string node;
+  std::int64_t lease = 0;
+  bool operator==(const in_sync_entry&) const = default;
+};
+
 struct shard_config {
   std::uint64_t epoch = 0;
   std::string owner;  // node id; empty while the shard is not placed
@@ -52,7 +67,14 @@ struct shard_config {
   // While moving: the node the shard goes to (`durin cluster move`). The
   // owner lets the shard go; the target copies it, then becomes its owner.
   std::string target;
+  // The nodes that keep a copy beside the owner's, and those of them whose
+  // copy has every write the owner acknowledged (cluster/replication.hpp).
+  std::vector<std::string> backups;
+  std::vector<in_sync_entry> in_sync;
   std::int64_t mod_revision = 0;  // of the key: the compare of every change
+
+  bool is_backup(std::string_view node) const;
+  bool in_step(std::string_view node, std::int64_t lease) const;
 };
 
 struct shard_lease {
@@ -101,5 +123,10 @@ std::string_view to_string(shard_state state);
 // shard `shard` goes to. Stable: removing a node moves only its shards.
 std::string rendezvous(std::uint32_t shard,
                        const std::vector<std::string>& nodes);
+// The `count` first nodes of `nodes` by the same weights (fewer when there
+// are fewer nodes): the owner, then its backups.
+std::vector<std::string> rendezvous_ranked(
+    std::uint32_t shard, const std::vector<std::string>& nodes,
+    std::size_t count);
 
 }  // namespace durin::cluster

@@ -34,6 +34,14 @@ compare absent(std::string key) {
   return c;
 }
 
+// The owner first, then the backups.
+void place(shard_config& config, const std::vector<std::string>& ranked) {
+  config.owner = ranked.empty() ? std::string() : ranked.front();
+  config.backups.assign(ranked.size() > 1 ? ranked.begin() + 1 : ranked.end(),
+                        ranked.end());
+  config.in_sync.clear();
+}
+
 request_op put(std::string key, std::string value, std::int64_t lease = 0) {
   request_op op;
   op.what = request_op::kind::put;
@@ -375,6 +383,10 @@ void membership::acquire_round() {
           (taken.create_revision != 0 && taken.node == options_.node_id &&
            taken.lease == lease)) {
         release(shard, taken);
+      } else if (taken.create_revision == 0 && config.mod_revision != 0 &&
+                 config.state == shard_state::active &&
+                 config.in_step(options_.node_id, lease)) {
+        promote(shard, config);
       }
       continue;
     }
@@ -385,6 +397,9 @@ void membership::acquire_round() {
       }
       continue;  // held by us, or still by a lease that has not expired
     }
+    if (live_backup_in_step(seen, config, options_.node_id)) {
+      continue;  // the backup takes it (promote)
+    }
     acquire(shard, config);
   }
   place_unplaced(seen);
@@ -394,6 +409,8 @@ void membership::acquire(std::uint32_t shard, const shard_config& config) {
   const auto lease = lease_.load(std::memory_order_acquire);
   shard_config next = config;
   next.epoch = config.epoch + 1;
+  // A new tenure: backups are in step with it only once they joined it.
+  next.in_sync.clear();
   shard_lease held{options_.node_id, next.epoch, lease, 0};
   auto done =
       control_.txn({mod_is(keys_.shard_config(shard), config.mod_revision),
@@ -405,9 +422,49 @@ void membership::acquire(std::uint32_t shard, const shard_config& config) {
   }
 }
 
+void membership::promote(std::uint32_t shard, const shard_config& config) {
+  shard_config next = config;
+  next.owner = options_.node_id;
+  std::erase(next.backups, options_.node_id);
+  if (!config.owner.empty()) {
+    next.backups.push_back(config.owner);  // it joins back as a backup
+  }
+  std::fprintf(stderr,
+               "durin: node %s takes shard %u from %s (its lease is gone; "
+               "this copy is in step)\n",
+               options_.node_id.c_str(), shard, config.owner.c_str());
+  acquire(shard, next);
+}
+
+bool membership::live_backup_in_step(const table& seen,
+                                     const shard_config& config,
+                                     const std::string& except) {
+  for (const auto& entry : config.in_sync) {
+    if (entry.node == except) {
+      continue;
+    }
+    auto node = seen.nodes.find(entry.node);
+    if (node != seen.nodes.end() && node->second.lease == entry.lease) {
+      return true;
+    }
+  }
+  return false;
+}
+
+shard_config membership::config_of(std::uint32_t shard) const {
+  std::shared_lock lock(table_mutex_);
+  return shard < table_.configs.size() ? table_.configs[shard] : shard_config{};
+}
+
 bool membership::finish_move(std::uint32_t shard,
                              const shard_config& expected) {
   shard_config placed = expected;
+  if (expected.is_backup(options_.node_id) && !expected.owner.empty()) {
+    // The copies stay as many: the old owner keeps one in this one's place.
+    std::erase(placed.backups, options_.node_id);
+    placed.backups.push_back(expected.owner);
+  }
+  placed.in_sync.clear();
   placed.owner = options_.node_id;
   placed.state = shard_state::active;
   placed.target.clear();
@@ -461,12 +518,15 @@ void membership::place_unplaced(const table& seen) {
   }
   for (std::uint32_t shard = 0; shard < config_.shards; ++shard) {
     const auto& config = seen.configs[shard];
-    if (config.mod_revision == 0 || !config.owner.empty() ||
-        rendezvous(shard, live) != options_.node_id) {
+    if (config.mod_revision == 0 || !config.owner.empty()) {
+      continue;
+    }
+    auto ranked = rendezvous_ranked(shard, live, config_.replicas);
+    if (ranked.empty() || ranked.front() != options_.node_id) {
       continue;
     }
     shard_config placed = config;
-    placed.owner = options_.node_id;
+    place(placed, ranked);
     (void)control_.txn({mod_is(keys_.shard_config(shard), config.mod_revision)},
                        {put(keys_.shard_config(shard), encode(placed))});
   }
@@ -582,6 +642,18 @@ result<json> membership::describe() {
 
 // ---- status and init --------------------------------------------------------
 
+namespace {
+
+json in_sync_nodes(const shard_config& config) {
+  json out = json::array();
+  for (const auto& entry : config.in_sync) {
+    out.push_back(entry.node);
+  }
+  return out;
+}
+
+}  // namespace
+
 result<json> read_status(etcd_client& etcd, const std::string& cluster) {
   const layout keys(cluster);
   auto all = etcd.range(keys.prefix(), true);
@@ -643,11 +715,14 @@ result<json> read_status(etcd_client& etcd, const std::string& cluster) {
          {"epoch", placed.epoch},
          {"state", live ? std::string(to_string(placed.state))
                         : std::string("unavailable")},
-         {"leaseLeftMs", live ? left_ms[taken->second.lease] : 0}});
+         {"leaseLeftMs", live ? left_ms[taken->second.lease] : 0},
+         {"backups", placed.backups},
+         {"inSync", in_sync_nodes(placed)}});
   }
   return json{{"cluster", cluster},
               {"shardCount", config->shards},
               {"hashVersion", config->hash_version},
+              {"replicas", config->replicas},
               {"nodes", std::move(node_list)},
               {"shards", std::move(shard_list)}};
 }
@@ -655,7 +730,8 @@ result<json> read_status(etcd_client& etcd, const std::string& cluster) {
 result<cluster_config> init_cluster(etcd_client& etcd,
                                     const std::string& cluster,
                                     std::uint32_t shards,
-                                    const std::vector<std::string>& nodes) {
+                                    const std::vector<std::string>& nodes,
+                                    std::uint32_t replicas) {
   if (!valid_name(cluster)) {
     return make_error(
         errc::invalid_argument,
@@ -673,9 +749,26 @@ result<cluster_config> init_cluster(etcd_client& etcd,
           "node id '" + node + "' must be 1 to 64 of A-Z a-z 0-9 . _ -");
     }
   }
+  if (replicas == 0) {
+    // The default: a backup of every shard once there are two nodes to
+    // hold them (or none named yet: the nodes that join hold them).
+    replicas = nodes.size() == 1 ? 1 : 2;
+  }
+  if (replicas > 3) {
+    return make_error(
+        errc::invalid_argument,
+        "--replicas must be 1, 2 or 3; got " + std::to_string(replicas));
+  }
+  if (!nodes.empty() && nodes.size() < replicas) {
+    return make_error(errc::invalid_argument,
+                      "--replicas " + std::to_string(replicas) +
+                          " needs at least as many nodes; --nodes names " +
+                          std::to_string(nodes.size()));
+  }
   const layout keys(cluster);
   cluster_config config;
   config.shards = shards;
+  config.replicas = replicas;
   config.admin_key = gateway::auth::new_secret();
   // The config first, only if it is absent: a second init changes nothing.
   // Then the shards' configs, in txns of at most 100 puts (etcd's default
@@ -696,7 +789,7 @@ result<cluster_config> init_cluster(etcd_client& etcd,
   for (std::uint32_t shard = 0; shard < shards; ++shard) {
     shard_config placed;
     if (!nodes.empty()) {
-      placed.owner = rendezvous(shard, nodes);
+      place(placed, rendezvous_ranked(shard, nodes, replicas));
     }
     writes.push_back(put(keys.shard_config(shard), encode(placed)));
     if (writes.size() == 100 || shard + 1 == shards) {

@@ -126,6 +126,9 @@ class membership {
   // config {epoch, owner: this node, active}, only if it is still
   // `expected` (a move cancelled meanwhile refuses it). True when written.
   bool finish_move(std::uint32_t shard, const shard_config& expected);
+  // Shard `shard`'s config as the routing table has it (mod_revision 0:
+  // none yet).
+  shard_config config_of(std::uint32_t shard) const;
   // The peer endpoint of node `id` as the routing table has it; empty when
   // it is not live.
   std::string peer_of(const std::string& id) const;
@@ -157,6 +160,13 @@ class membership {
   void apply_to(table& target, const kv& now, bool erased) const;
   void acquire_round();
   void acquire(std::uint32_t shard, const shard_config& config);
+  // An in-sync backup takes the shard whose primary's lease is gone.
+  void promote(std::uint32_t shard, const shard_config& config);
+  // Whether a backup other than this node is in the in-sync set at the
+  // node lease it is live with (then it, not the owner, takes the shard:
+  // the owner's copy may be gone).
+  static bool live_backup_in_step(const table& seen, const shard_config& config,
+                                  const std::string& except);
   void place_unplaced(const table& seen);
   void hold(std::uint32_t shard, std::uint64_t epoch);
   void release(std::uint32_t shard, const shard_lease& seen);
@@ -205,10 +215,13 @@ result<nlohmann::json> read_status(etcd_client& etcd,
 
 // `durin cluster init`: writes the config once (a second init of the same
 // name is refused with invalid-argument), with every shard's config, placed
-// over `nodes` by rendezvous hashing when given. The admin key is made here.
+// over `nodes` by rendezvous hashing when given (owner and replicas - 1
+// backups). `replicas` 0: 2, or 1 when `nodes` names one node. The admin
+// key is made here.
 result<cluster_config> init_cluster(etcd_client& etcd,
                                     const std::string& cluster,
                                     std::uint32_t shards,
-                                    const std::vector<std::string>& nodes);
+                                    const std::vector<std::string>& nodes,
+                                    std::uint32_t replicas = 0);
 
 }  // namespace durin::cluster

@@ -31,6 +31,19 @@ gateway::placement& cluster_node::attach(gateway::api& routes) {
       },
       options_.data_dir, peers_->system());
   peers_->set_mover(mover_.get());
+  if (members_->config().replicas > 1) {
+    replication_ = std::make_unique<replicator>(
+        *members_,
+        [&node](std::uint32_t shard) -> persistence::store* {
+          return shard < node.shards.size() ? node.shards[shard]->store.get()
+                                            : nullptr;
+        },
+        *mover_, peers_->system(), options_.replication);
+    for (std::uint32_t shard = 0; shard < members_->config().shards; ++shard) {
+      members_->fences()[shard]->set_replication(replication_->shipping(shard));
+    }
+    peers_->set_replicator(replication_.get());
+  }
   members_->on_move([this](std::uint32_t shard, const shard_config& config) {
     mover_->observe(shard, config);
   });
@@ -44,6 +57,9 @@ status cluster_node::join(const std::string& http_address) {
   }
   members_->set_addresses(http_address, *listening);
   members_->start();
+  if (replication_) {
+    replication_->start();
+  }
   // Shards may be acquired meanwhile: a forwarded request was
   // authenticated by its sender. Only this node's own callers wait.
   keys_ = std::make_unique<gateway::key_sync>(*routes_, *peers_);
@@ -69,12 +85,16 @@ void cluster_node::leave() {
   if (members_) {
     members_->stop();
   }
+  if (replication_) {
+    replication_->stop();  // its waiting writes answered, its actors gone
+  }
   if (mover_) {
     mover_->stop();
   }
   if (peers_) {
     peers_->stop();
   }
+  replication_.reset();
   mover_.reset();
 }
 

@@ -10,6 +10,7 @@
 
 #include "cluster/membership.hpp"
 #include "cluster/peers.hpp"
+#include "cluster/replication.hpp"
 #include "cluster/shard_move.hpp"
 #include "gateway/key_sync.hpp"
 #include "gateway/server.hpp"
@@ -19,6 +20,7 @@ namespace durin::cluster {
 struct node_options {
   membership_options members;
   peer_options peers;
+  replication_options replication;
   std::string data_dir;  // where a shard's exports for moves go
   // How long join waits for the first exchange of key tables with every
   // live node before it returns anyway (authenticated requests answer 503
@@ -55,6 +57,7 @@ class cluster_node final : public gateway::cluster_member {
   gateway::api* routes_ = nullptr;
   std::unique_ptr<peers> peers_;
   std::unique_ptr<shard_mover> mover_;
+  std::unique_ptr<replicator> replication_;
   std::unique_ptr<gateway::key_sync> keys_;
 };
 

@@ -45,18 +45,28 @@ struct forwarded_response {
 };
 
 // A shard's exported files (cluster/shard_move.hpp), by name and size.
+// `export_name` names the export that chunks are asked of.
 struct move_manifest {
+  std::string export_name;
   std::vector<std::string> names;
   std::vector<std::uint64_t> sizes;
 };
 
 using move_files_atom = caf::atom_constant<caf::atom("mvfiles")>;
 using move_chunk_atom = caf::atom_constant<caf::atom("mvchunk")>;
+// Replication (cluster/replication.hpp): a primary's write to a backup,
+// a backup joining its primary, a checkpoint of the primary's copy.
+using replicate_atom = caf::atom_constant<caf::atom("replicate")>;
+using join_atom = caf::atom_constant<caf::atom("rjoin")>;
+using checkpoint_atom = caf::atom_constant<caf::atom("rckpt")>;
+// A node's copies and their log positions (replicator::local_view), as
+// JSON text.
+using replicas_atom = caf::atom_constant<caf::atom("rreplicas")>;
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, move_manifest& x) {
-  return f(caf::meta::type_name("durin::cluster::move_manifest"), x.names,
-           x.sizes);
+  return f(caf::meta::type_name("durin::cluster::move_manifest"), x.export_name,
+           x.names, x.sizes);
 }
 
 template <class Inspector>

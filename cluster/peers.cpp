@@ -12,9 +12,11 @@
 #include <thread>
 #include <unordered_map>
 
+#include "cluster/detail/job_pool.hpp"
 #include "cluster/detail/peer_wire.hpp"
 #include "cluster/peer_calls.hpp"
 #include "cluster/peer_messages.hpp"
+#include "cluster/replication.hpp"
 #include "cluster/shard_move.hpp"
 #include "gateway/wire_format.hpp"
 
@@ -29,55 +31,7 @@ using detail::from_message;
 using detail::split_address;
 using detail::to_message;
 
-// Threads for forwarded requests whose handler may block (the api's
-// offload), so that the router's actor never blocks.
-class job_pool {
- public:
-  explicit job_pool(std::size_t threads) {
-    for (std::size_t i = 0; i < threads; ++i) {
-      threads_.emplace_back([this] { run(); });
-    }
-  }
-  ~job_pool() {
-    {
-      std::lock_guard lock(mutex_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    for (auto& thread : threads_) {
-      thread.join();
-    }
-  }
-  void post(std::function<void()> job) {
-    {
-      std::lock_guard lock(mutex_);
-      jobs_.push_back(std::move(job));
-    }
-    wake_.notify_one();
-  }
-
- private:
-  void run() {
-    std::unique_lock lock(mutex_);
-    for (;;) {
-      wake_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
-      if (jobs_.empty()) {
-        return;
-      }
-      auto job = std::move(jobs_.front());
-      jobs_.pop_front();
-      lock.unlock();
-      job();
-      lock.lock();
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<std::function<void()>> jobs_;
-  bool stopping_ = false;
-  std::vector<std::thread> threads_;
-};
+using detail::job_pool;
 
 // A forward until it is answered: retried after a not-owner.
 struct pending_forward {
@@ -99,6 +53,7 @@ struct peers::impl {
   caf::actor router;
   caf::actor forwarder;
   caf::actor mover;  // detached: an export copies files
+  replicator* replication = nullptr;
   std::uint16_t port = 0;
   std::unique_ptr<job_pool> jobs;
 
@@ -193,11 +148,49 @@ caf::behavior router(caf::stateful_actor<router_state>* self,
                     std::uint64_t epoch) {
         return self->delegate(owner->mover, atom, shard, epoch);
       },
-      [self, owner](move_chunk_atom atom, std::uint32_t shard,
-                    std::uint64_t epoch, std::string& name,
-                    std::uint64_t offset, std::uint64_t length) {
-        return self->delegate(owner->mover, atom, shard, epoch, std::move(name),
-                              offset, length);
+      [self, owner](move_chunk_atom atom, std::string& export_name,
+                    std::string& name, std::uint64_t offset,
+                    std::uint64_t length) {
+        return self->delegate(owner->mover, atom, std::move(export_name),
+                              std::move(name), offset, length);
+      },
+      [owner](replicas_atom) -> std::string {
+        return owner->replication ? owner->replication->local_view().dump()
+                                  : std::string("[]");
+      },
+      [self, owner](checkpoint_atom atom, std::uint32_t shard) {
+        return self->delegate(owner->mover, atom, shard);
+      },
+      // Replication: writes go to the shard's applier (its own thread, as
+      // each waits for an fsync), joins to the primary's actor.
+      [self, owner](replicate_atom atom, std::uint32_t shard,
+                    std::uint64_t epoch, std::uint64_t written_at,
+                    std::uint64_t position,
+                    std::string& data) -> caf::delegated<caf::message> {
+        auto to = owner->replication ? owner->replication->applier(shard)
+                                     : caf::actor{};
+        if (!to) {
+          self->make_response_promise().deliver(
+              static_cast<std::uint64_t>(replica_code::retry),
+              std::uint64_t{0});
+          return {};
+        }
+        return self->delegate(to, atom, shard, epoch, written_at, position,
+                              std::move(data));
+      },
+      [self, owner](join_atom atom, std::uint32_t shard, std::string& node,
+                    std::int64_t lease, std::uint64_t epoch,
+                    std::uint64_t position) -> caf::delegated<caf::message> {
+        auto to =
+            owner->replication ? owner->replication->primary() : caf::actor{};
+        if (!to) {
+          self->make_response_promise().deliver(
+              static_cast<std::uint64_t>(replica_code::not_primary),
+              std::uint64_t{0});
+          return {};
+        }
+        return self->delegate(to, atom, shard, std::move(node), lease, epoch,
+                              position);
       },
       [self](answered_atom, std::uint64_t id, forwarded_response& response) {
         auto found = self->state.promises.find(id);
@@ -225,14 +218,24 @@ caf::behavior mover(caf::event_based_actor*, shard_mover* moves) {
         }
         return std::move(*files);
       },
-      [moves, refused](move_chunk_atom, std::uint32_t shard,
-                       std::uint64_t epoch, const std::string& name,
-                       std::uint64_t offset,
+      [moves, refused](checkpoint_atom,
+                       std::uint32_t shard) -> caf::result<move_manifest> {
+        if (moves == nullptr) {
+          return caf::make_error(caf::sec::runtime_error, "no mover");
+        }
+        auto files = moves->checkpoint(shard);
+        if (!files) {
+          return refused(files.error());
+        }
+        return std::move(*files);
+      },
+      [moves, refused](move_chunk_atom, const std::string& export_name,
+                       const std::string& name, std::uint64_t offset,
                        std::uint64_t length) -> caf::result<std::string> {
         if (moves == nullptr) {
           return caf::make_error(caf::sec::runtime_error, "no mover");
         }
-        auto bytes = moves->chunk(shard, epoch, name, offset, length);
+        auto bytes = moves->chunk(export_name, name, offset, length);
         if (!bytes) {
           return refused(bytes.error());
         }
@@ -460,6 +463,10 @@ peers::peers(membership& members, gateway::api& routes, peer_options options)
 
 peers::~peers() {
   stop();
+}
+
+void peers::set_replicator(replicator* replication) {
+  impl_->replication = replication;
 }
 
 void peers::set_mover(shard_mover* moves) {
@@ -693,6 +700,19 @@ std::string peers::metrics_text() const {
     text += "# TYPE " + std::string(name) + " counter\n" + name + " " +
             std::to_string(value) + "\n";
   }
+  if (impl_->replication) {
+    const auto copies = impl_->replication->statistics();
+    const std::pair<const char*, std::uint64_t> replicated[] = {
+        {"durin_replication_writes_shipped_total", copies.shipped},
+        {"durin_replication_writes_applied_total", copies.applied},
+        {"durin_replication_backups_dropped_total", copies.dropped},
+        {"durin_replication_backups_added_total", copies.added},
+        {"durin_replication_recopies_total", copies.recopies}};
+    for (const auto& [name, value] : replicated) {
+      text += "# TYPE " + std::string(name) + " counter\n" + name + " " +
+              std::to_string(value) + "\n";
+    }
+  }
   return text;
 }
 
@@ -705,7 +725,67 @@ wire::http_response peers::describe() {
   view["self"] = impl_->members.options().node_id;
   view["selfLeaseLeftMs"] = impl_->members.lease_left_ms();
   view["selfShardsServed"] = impl_->members.shards_served();
+  if (impl_->replication) {
+    add_replicas(view);
+  }
   return gateway::json_response(200, view);
+}
+
+void peers::add_replicas(nlohmann::json& view) {
+  // Every live node's copies, asked at once; a node that does not answer
+  // in time is left out (its copies show no position).
+  using json = nlohmann::json;
+  std::map<std::uint32_t, json> copies;  // by shard
+  auto gather = [&copies](const std::string& node, const json& local) {
+    for (const auto& copy : local) {
+      json one = copy;
+      one["node"] = node;
+      copies[copy.value("shard", 0u)].push_back(std::move(one));
+    }
+  };
+  gather(impl_->members.options().node_id, impl_->replication->local_view());
+  caf::scoped_actor self{*impl_->system};
+  for (const auto& node : impl_->members.live_nodes()) {
+    std::string host;
+    std::uint16_t port = 0;
+    if (node.id == impl_->members.options().node_id ||
+        !split_address(node.peer, host, port)) {
+      continue;
+    }
+    auto router = impl_->system->middleman().remote_actor(host, port);
+    if (!router) {
+      continue;
+    }
+    self->request(*router, std::chrono::seconds(2), replicas_atom::value)
+        .receive(
+            [&](const std::string& text) {
+              auto local = json::parse(text, nullptr, false);
+              if (local.is_array()) {
+                gather(node.id, local);
+              }
+            },
+            [](caf::error&) {});
+  }
+  for (auto& shard : view["shards"]) {
+    auto& found = copies[shard.value("id", 0u)];
+    std::uint64_t primary = 0;
+    for (const auto& copy : found) {
+      if (copy.value("role", "") == "primary") {
+        primary = copy.value("position", std::uint64_t{0});
+      }
+    }
+    json replicas = json::array();
+    for (const auto& copy : found) {
+      const auto position = copy.value("position", std::uint64_t{0});
+      replicas.push_back(
+          {{"node", copy["node"]},
+           {"role", copy["role"]},
+           {"epoch", copy["epoch"]},
+           {"position", position},
+           {"lagWrites", primary > position ? primary - position : 0}});
+    }
+    shard["replicas"] = std::move(replicas);
+  }
 }
 
 std::int64_t peers::retry_after_s() const {

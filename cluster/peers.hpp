@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,7 @@ class actor_system;
 namespace durin::cluster {
 
 class shard_mover;
+class replicator;
 
 struct peer_options {
   std::string listen = "127.0.0.1:0";  // host:port of the router
@@ -55,6 +57,9 @@ class peers final : public gateway::placement {
   // The owner's side of shard moves, answered by the router (set before
   // listen()).
   void set_mover(shard_mover* mover);
+  // The replication of this node's shards, answered by the router (set
+  // before listen(); null: none).
+  void set_replicator(replicator* replication);
   caf::actor_system& system();
 
   // Publishes the router: the host:port it listens on, or the error.
@@ -96,6 +101,10 @@ class peers final : public gateway::placement {
   struct impl;  // cluster/peers.cpp only
 
  private:
+  // GET /v1/cluster's "replicas" of every shard: each copy's node, role,
+  // epoch, log position and lag behind its primary.
+  void add_replicas(nlohmann::json& view);
+
   std::unique_ptr<impl> impl_;
 };
 

@@ -82,12 +82,20 @@ void shard_mover::observe(std::uint32_t shard, const shard_config& config) {
   jobs_.emplace_back([this, shard, config] { copy(shard, config); });
 }
 
-std::string shard_mover::export_dir(std::uint32_t shard,
-                                    std::uint64_t epoch) const {
-  char name[32];
-  std::snprintf(name, sizeof name, "%04u-e%llu", shard,
-                static_cast<unsigned long long>(epoch));
-  return data_dir_ + "/moves/" + name;
+namespace {
+
+std::string export_name_of(std::uint32_t shard, char kind,
+                           std::uint64_t number) {
+  char name[40];
+  std::snprintf(name, sizeof name, "%04u-%c%llu", shard, kind,
+                static_cast<unsigned long long>(number));
+  return name;
+}
+
+}  // namespace
+
+std::string shard_mover::export_dir(const std::string& export_name) const {
+  return data_dir_ + "/moves/" + export_name;
 }
 
 void shard_mover::copy(std::uint32_t shard, shard_config config) {
@@ -103,7 +111,7 @@ void shard_mover::copy(std::uint32_t shard, shard_config config) {
     const auto incoming = store->dir() + ".incoming";
     std::error_code ignored;
     fs::remove_all(incoming, ignored);
-    done = fetch(shard, config, peer, incoming);
+    done = fetch(peer, incoming, move_files_atom::value, shard, config.epoch);
     if (done) {
       done = store->replace_files(incoming);
     }
@@ -123,8 +131,9 @@ void shard_mover::copy(std::uint32_t shard, shard_config config) {
   not_before_[shard] = std::chrono::steady_clock::now() + copy_retry;
 }
 
-status shard_mover::fetch(std::uint32_t shard, const shard_config& config,
-                          const std::string& peer, const std::string& into) {
+template <class... Ts>
+status shard_mover::fetch(const std::string& peer, const std::string& into,
+                          Ts&&... ask) {
   std::string host;
   std::uint16_t port = 0;
   if (!detail::split_address(peer, host, port)) {
@@ -132,19 +141,18 @@ status shard_mover::fetch(std::uint32_t shard, const shard_config& config,
   }
   auto router = system_.middleman().remote_actor(host, port);
   if (!router) {
-    return make_error(errc::shutting_down, "cannot reach node " + config.owner +
-                                               ": " +
-                                               system_.render(router.error()));
+    return make_error(
+        errc::shutting_down,
+        "cannot reach node at " + peer + ": " + system_.render(router.error()));
   }
   caf::scoped_actor self{system_};
   move_manifest files;
   status failed;
-  self->request(*router, peer_timeout, move_files_atom::value, shard,
-                config.epoch)
+  self->request(*router, peer_timeout, std::forward<Ts>(ask)...)
       .receive([&](move_manifest& got) { files = std::move(got); },
                [&](caf::error& problem) {
                  failed = make_error(errc::shutting_down,
-                                     "node " + config.owner +
+                                     "the node at " + peer +
                                          " did not export the shard: " +
                                          system_.render(problem));
                });
@@ -165,8 +173,8 @@ status shard_mover::fetch(std::uint32_t shard, const shard_config& config,
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     for (std::uint64_t offset = 0; offset < files.sizes[index];) {
       std::string bytes;
-      self->request(*router, peer_timeout, move_chunk_atom::value, shard,
-                    config.epoch, name, offset, chunk_bytes)
+      self->request(*router, peer_timeout, move_chunk_atom::value,
+                    files.export_name, name, offset, chunk_bytes)
           .receive([&](std::string& got) { bytes = std::move(got); },
                    [&](caf::error& problem) {
                      failed = make_error(errc::shutting_down,
@@ -194,6 +202,12 @@ status shard_mover::fetch(std::uint32_t shard, const shard_config& config,
   return {};
 }
 
+status shard_mover::pull_checkpoint(std::uint32_t shard,
+                                    const std::string& peer,
+                                    const std::string& into) {
+  return fetch(peer, into, checkpoint_atom::value, shard);
+}
+
 result<move_manifest> shard_mover::manifest(std::uint32_t shard,
                                             std::uint64_t epoch) {
   auto* store = stores_(shard);
@@ -205,21 +219,56 @@ result<move_manifest> shard_mover::manifest(std::uint32_t shard,
     return make_error(errc::invalid_argument,
                       "this node still serves the shard");
   }
-  const auto dir = export_dir(shard, epoch);
+  const auto name = export_name_of(shard, 'e', epoch);
+  const auto dir = export_dir(name);
   {
     std::lock_guard lock(mutex_);
-    if (exported_.count(dir) == 0) {
+    if (exported_.count(name) == 0) {
       std::error_code ignored;
       fs::remove_all(dir, ignored);
       if (auto exported = store->export_files(dir); !exported) {
         return exported.error();
       }
-      exported_.insert(dir);
+      exported_.insert(name);
     }
   }
+  return list_export(name);
+}
+
+result<move_manifest> shard_mover::checkpoint(std::uint32_t shard) {
+  auto* store = stores_(shard);
+  if (store == nullptr) {
+    return make_error(errc::invalid_argument, "no such shard");
+  }
+  std::string name;
+  {
+    std::lock_guard lock(mutex_);
+    name = export_name_of(shard, 'c', ++next_checkpoint_);
+    if (auto last = checkpoints_.find(shard); last != checkpoints_.end()) {
+      std::error_code ignored;
+      fs::remove_all(export_dir(last->second), ignored);
+      exported_.erase(last->second);
+    }
+    checkpoints_[shard] = name;
+  }
+  std::error_code ignored;
+  fs::create_directories(data_dir_ + "/moves", ignored);
+  fs::remove_all(export_dir(name), ignored);
+  if (auto made = store->checkpoint(export_dir(name)); !made) {
+    return made.error();
+  }
+  {
+    std::lock_guard lock(mutex_);
+    exported_.insert(name);
+  }
+  return list_export(name);
+}
+
+result<move_manifest> shard_mover::list_export(const std::string& name) {
   move_manifest out;
+  out.export_name = name;
   std::error_code failure;
-  for (const auto& entry : fs::directory_iterator(dir, failure)) {
+  for (const auto& entry : fs::directory_iterator(export_dir(name), failure)) {
     if (entry.is_regular_file()) {
       out.names.push_back(entry.path().filename().string());
       out.sizes.push_back(entry.file_size());
@@ -231,14 +280,14 @@ result<move_manifest> shard_mover::manifest(std::uint32_t shard,
   return out;
 }
 
-result<std::string> shard_mover::chunk(std::uint32_t shard, std::uint64_t epoch,
+result<std::string> shard_mover::chunk(const std::string& export_name,
                                        const std::string& name,
                                        std::uint64_t offset,
                                        std::uint64_t length) {
-  const auto dir = export_dir(shard, epoch);
+  const auto dir = export_dir(export_name);
   {
     std::lock_guard lock(mutex_);
-    if (exported_.count(dir) == 0 || !plain_name(name)) {
+    if (exported_.count(export_name) == 0 || !plain_name(name)) {
       return make_error(errc::invalid_argument, "no such exported file");
     }
   }

@@ -64,16 +64,28 @@ class shard_mover {
   // The owner's side, asked by the target: the shard's files, exported
   // once per epoch; refused while this node still serves the shard.
   result<move_manifest> manifest(std::uint32_t shard, std::uint64_t epoch);
-  // `length` bytes of an exported file from `offset` (fewer at its end).
-  result<std::string> chunk(std::uint32_t shard, std::uint64_t epoch,
+  // A primary's side of a backup's re-copy (cluster/replication.hpp): a
+  // checkpoint of the shard's open copy, a new one each time (the last
+  // one of the shard is removed).
+  result<move_manifest> checkpoint(std::uint32_t shard);
+  // `length` bytes of a file of export `export_name` from `offset` (fewer
+  // at its end).
+  result<std::string> chunk(const std::string& export_name,
                             const std::string& name, std::uint64_t offset,
                             std::uint64_t length);
+  // A backup's side: pulls a checkpoint of `shard` from the primary at
+  // `peer` into `into`, a new directory, synced.
+  status pull_checkpoint(std::uint32_t shard, const std::string& peer,
+                         const std::string& into);
 
  private:
   void copy(std::uint32_t shard, shard_config config);
-  status fetch(std::uint32_t shard, const shard_config& config,
-               const std::string& peer, const std::string& into);
-  std::string export_dir(std::uint32_t shard, std::uint64_t epoch) const;
+  // Asks `peer` for a manifest with `ask`, then pulls its files into
+  // `into`.
+  template <class... Ts>
+  status fetch(const std::string& peer, const std::string& into, Ts&&... ask);
+  std::string export_dir(const std::string& export_name) const;
+  result<move_manifest> list_export(const std::string& export_name);
 
   membership& members_;
   store_of stores_;
@@ -82,7 +94,9 @@ class shard_mover {
   std::mutex mutex_;
   std::set<std::uint32_t> copying_;  // shards with a copy job running
   std::map<std::uint32_t, std::chrono::steady_clock::time_point> not_before_;
-  std::set<std::string> exported_;  // export dirs made by this process
+  std::set<std::string> exported_;  // export names made by this process
+  std::map<std::uint32_t, std::string> checkpoints_;  // the last, by shard
+  std::uint64_t next_checkpoint_ = 0;
   std::vector<std::thread> jobs_;
   bool stopping_ = false;
 };

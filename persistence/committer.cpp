@@ -228,8 +228,15 @@ void committer::commit_group(std::vector<pending>& group, fault injected) {
     for (const std::size_t index : members) {
       operations += group[index].batch.count();
     }
-    const status written =
-        write_group(*target, members.size(), operations, injected);
+    std::uint64_t epoch = 0;
+    std::uint64_t position = 0;
+    const status written = write_group(*target, members.size(), operations,
+                                       injected, epoch, position);
+    const auto& fence = store_.guard();
+    if (written && position != 0 && fence && fence->replication()) {
+      ship(*fence, group, members, outcomes, epoch, position, *target);
+      members.clear();  // answered once replicated
+    }
     for (const std::size_t index : members) {
       outcomes[index] = written;
     }
@@ -237,8 +244,40 @@ void committer::commit_group(std::vector<pending>& group, fault injected) {
 
   // Outside the lock and in submission order: a callback may submit again.
   for (std::size_t index = 0; index < group.size(); ++index) {
-    answer(group[index].done, outcomes[index]);
+    if (group[index].done) {
+      answer(group[index].done, outcomes[index]);
+    }
   }
+}
+
+void committer::ship(const fence& guard, std::vector<pending>& group,
+                     const std::vector<std::size_t>& members,
+                     std::vector<status>& outcomes, std::uint64_t epoch,
+                     std::uint64_t position, write_batch& written) {
+  std::vector<callback> waiting;
+  for (const std::size_t index : members) {
+    waiting.push_back(std::move(group[index].done));
+    group[index].done = nullptr;
+    outcomes[index] = {};
+  }
+  const auto* fenced = &guard;
+  guard.replication()->ship(
+      epoch, position, written.raw().Data(),
+      [fenced, epoch, waiting = std::move(waiting)](const status& shipped) {
+        status outcome = shipped;
+        if (outcome && (!fenced->open() || fenced->epoch() != epoch)) {
+          // Replicated, but the lease's deadline passed meanwhile: an
+          // answer now would come from a node that may no longer hold the
+          // shard (persistence/README.md, invariant 11).
+          outcome = make_error(errc::storage_error,
+                               "the shard's lease ended during the write; "
+                               "it may or may not count, retry with the "
+                               "same key");
+        }
+        for (const auto& done : waiting) {
+          answer(done, outcome);
+        }
+      });
 }
 
 write_batch* committer::merge_group(std::vector<pending>& group,
@@ -273,7 +312,8 @@ write_batch* committer::merge_group(std::vector<pending>& group,
 }
 
 status committer::write_group(write_batch& target, std::size_t batches,
-                              std::size_t operations, fault injected) {
+                              std::size_t operations, fault injected,
+                              std::uint64_t& epoch, std::uint64_t& position) {
   if (injected == fault::fail_before_write) {
     return make_error(errc::storage_error, "injected fault: group not written");
   }
@@ -281,8 +321,8 @@ status committer::write_group(write_batch& target, std::size_t batches,
   // shard at and the next log position, and none is written once the
   // lease's deadline has passed (persistence/README.md, invariant 11).
   const auto& fence = store_.guard();
-  std::uint64_t epoch = 0;
-  std::uint64_t position = 0;
+  epoch = 0;
+  position = 0;
   if (fence) {
     if (!fence->open()) {
       (void)store_.hold();  // makes the store not ready: it reports why
@@ -296,7 +336,7 @@ status committer::write_group(write_batch& target, std::size_t batches,
   status written = store_.write(target);  // sync=true: durable when ok
   DURIN_TEST_KILL_POINT("committer.after_write");
   if (fence && written) {
-    store_.advanced_to(position);
+    store_.advanced_to(position, epoch);
     if (!fence->open() || fence->epoch() != epoch) {
       // The deadline passed during the write: it landed, but an answer now
       // would come from a node that no longer holds the shard.

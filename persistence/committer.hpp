@@ -2,7 +2,10 @@
 // thread merges everything pending into a single RocksDB write with
 // sync=true, then calls each batch's callback with the outcome. Nothing is
 // reported durable before the fsync returned. Callbacks run on the committer
-// thread in submission order and must not block (actors send a message).
+// thread in submission order and must not block (actors send a message);
+// in a cluster with backups, a fenced write's callbacks run once the
+// shard's replication says every in-sync backup has it (persistence/
+// replication.hpp), on its thread, in log order.
 //
 // A failed write is indefinite (storage-error): it may or may not have
 // landed, so callers re-read the truth before acting on it. A batch with a
@@ -94,8 +97,16 @@ class committer {
                            std::vector<std::size_t>& members,
                            write_batch& merged);
   // Writes `target` (sync) and counts it, or fails it as `injected` says.
+  // Hands the members' callbacks to the shard's replication: they are
+  // answered once the write at `position` is on every in-sync backup.
+  void ship(const fence& guard, std::vector<pending>& group,
+            const std::vector<std::size_t>& members,
+            std::vector<status>& outcomes, std::uint64_t epoch,
+            std::uint64_t position, write_batch& written);
+  // In a cluster, `position` gets the log position written (0 outside).
   status write_group(write_batch& target, std::size_t batches,
-                     std::size_t operations, fault injected);
+                     std::size_t operations, fault injected,
+                     std::uint64_t& epoch, std::uint64_t& position);
 
   store& store_;
   options options_;

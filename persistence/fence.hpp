@@ -18,7 +18,10 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
+
+#include "persistence/replication.hpp"
 
 namespace durin::persistence {
 
@@ -84,6 +87,13 @@ class fence {
     listener_ = std::move(listener);
   }
 
+  // In a cluster with backups: where the committer ships every group write
+  // made under this fence. Set once, before the first grant.
+  void set_replication(std::shared_ptr<persistence::replication> shipping) {
+    replication_ = std::move(shipping);
+  }
+  persistence::replication* replication() const { return replication_.get(); }
+
  private:
   static std::int64_t ticks(clock::time_point at) {
     return at.time_since_epoch().count();
@@ -94,6 +104,7 @@ class fence {
   std::atomic<bool> ready_{false};
   std::mutex mutex_;
   std::function<void()> listener_;
+  std::shared_ptr<persistence::replication> replication_;
 };
 
 }  // namespace durin::persistence

@@ -407,7 +407,15 @@ status store::load_log_position() {
     }
     position = keys::get_u64((*stored)->data());
   }
-  log_position_.store(position, std::memory_order_release);
+  auto epoch_stored = read_meta(epoch_name);
+  if (!epoch_stored) {
+    return epoch_stored.error();
+  }
+  std::uint64_t epoch = 0;
+  if (epoch_stored->has_value() && (*epoch_stored)->size() == 8) {
+    epoch = keys::get_u64((*epoch_stored)->data());
+  }
+  advanced_to(position, epoch);
   return {};
 }
 
@@ -517,6 +525,15 @@ void count_change(Counts& counts,
 }
 
 }  // namespace
+
+void store::forget_counts() {
+  std::lock_guard lock(watch_->mutex);
+  watch_->counting.store(false, std::memory_order_release);
+  watch_->open_runs.clear();
+  for (auto& count : watch_->counts) {
+    count.store(0, std::memory_order_relaxed);
+  }
+}
 
 result<store::status_counts> store::runs_by_status() {
   auto read = [this] {

@@ -257,7 +257,12 @@ class store {
   std::uint64_t log_position() const {
     return log_position_.load(std::memory_order_acquire);
   }
-  void advanced_to(std::uint64_t position) {
+  // The epoch of the write at log_position() (0 before any).
+  std::uint64_t last_epoch() const {
+    return last_epoch_.load(std::memory_order_acquire);
+  }
+  void advanced_to(std::uint64_t position, std::uint64_t epoch) {
+    last_epoch_.store(epoch, std::memory_order_release);
     log_position_.store(position, std::memory_order_release);
   }
   const std::shared_ptr<fence>& guard() const { return options_.fence; }
@@ -272,6 +277,30 @@ class store {
   // opens.
   status export_files(const std::string& into);
   status replace_files(const std::string& from);
+
+  // A backup's copy (cluster/replication.hpp). follow() opens the database
+  // behind a closed fence for the primary's writes alone: the store stays
+  // not ready (fenced) for everyone else, so no run of the shard is read
+  // or acted on here. A grant reopens it as any store (a promotion);
+  // unfollow() closes it. REQUIRE the fence closed; follow() when
+  // following already does nothing.
+  status follow();
+  void unfollow();
+  bool following() const { return following_.load(std::memory_order_acquire); }
+  // Writes (sync) one group write of the primary, `data` its WriteBatch
+  // representation (which carries the epoch and position itself), only
+  // as the next position: invalid-argument otherwise, or when not
+  // following. Durable when ok.
+  status apply_replicated(std::uint64_t epoch, std::uint64_t position,
+                          std::string_view data);
+  // A consistent copy of the open database (a RocksDB checkpoint: SSTs
+  // hard-linked) in `into`, a new directory; serving or following. Its
+  // log position is the one in its `meta`.
+  status checkpoint(const std::string& into);
+  // Every key and value of every family but `meta`'s local probe, hashed
+  // (FNV-1a, in key order): equal on replicas that hold the same writes.
+  // Serving or following.
+  result<std::uint64_t> checksum() const;
 
  private:
   store() = default;
@@ -301,6 +330,8 @@ class store {
   mutable std::shared_mutex db_mutex_;
   // After a durable write: updates the runs-by-status counts.
   void observe_runs(const write_batch& batch);
+  // The counts are made afresh at the next runs_by_status.
+  void forget_counts();
 
   struct run_watch;
   std::unique_ptr<run_watch> watch_;
@@ -312,6 +343,8 @@ class store {
   std::shared_ptr<rocksdb::Logger> info_log_;  // the LOG file, across reopens
   std::atomic<std::uint64_t> generation_{0};   // of db_; +1 on every open
   std::atomic<std::uint64_t> log_position_{0};
+  std::atomic<std::uint64_t> last_epoch_{0};
+  std::atomic<bool> following_{false};
   // Reads the log position from `meta`. REQUIRES: as check_schema.
   status load_log_position();
   std::vector<std::uint32_t> family_ids_;  // of the first open

@@ -76,7 +76,6 @@ error storage_failure(std::string_view what, const rocksdb::Status& status) {
 namespace {
 
 // Written (synced) by every reopen: the proof that writes work again.
-constexpr std::string_view probe_name = "storage_probe";
 
 const char* reason_words(rocksdb::BackgroundErrorReason reason) {
   switch (reason) {
@@ -268,11 +267,16 @@ void store::recover_loop() {
 
 status store::reopen() {
   std::unique_lock exclusive(db_mutex_);
-  close_database();
   if (options_.fence && !options_.fence->open()) {
-    // Left closed: another node may own the shard's data now.
+    // Left closed, another node may own the shard's data now; or left
+    // open for the primary's writes when this node keeps a backup.
+    if (!following()) {
+      close_database();
+    }
     return make_error(errc::storage_error, std::string(fenced_words));
   }
+  close_database();
+  following_.store(false, std::memory_order_release);
   if (const auto opened = open_database(); !opened.ok()) {
     close_database();
     return storage_failure("reopen", opened);

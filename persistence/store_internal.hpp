@@ -60,6 +60,9 @@ auto guarded(std::string_view what, Body&& body) -> decltype(body()) {
 // each), written by the committer with every group write.
 inline constexpr std::string_view epoch_name = "shard_epoch";
 inline constexpr std::string_view position_name = "log_position";
+// Written by each store's reopen to probe its disk: local, never
+// replicated.
+inline constexpr std::string_view probe_name = "storage_probe";
 // Why a store whose fence is closed takes nothing.
 inline constexpr std::string_view fenced_words =
     "this node does not hold the shard's lease";

@@ -90,6 +90,7 @@ status store::replace_files(const std::string& from) {
   }
   std::unique_lock exclusive(db_mutex_);
   close_database();
+  following_.store(false, std::memory_order_release);
   std::error_code failure;
   const fs::path current(dir_);
   const fs::path old = current.string() + ".old";

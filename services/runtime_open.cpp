@@ -102,8 +102,11 @@ namespace {
 // Where shard `index` of `count` keeps its RocksDB: the data directory
 // itself for a node of one shard (as before shards), else shards/NNN. The
 // count is fixed when the directory is made: ids resolve to shards by it.
+// `nested`: shards/NNN even for one shard (in a cluster, where a shard's
+// directory is swapped whole for a copy, and must not hold the node's own
+// files), unless the data directory holds a single shard already.
 result<std::string> shard_dir(const std::string& data_dir, std::uint32_t count,
-                              std::uint32_t index) {
+                              std::uint32_t index, bool nested) {
   namespace fs = std::filesystem;
   std::error_code ignored;
   const fs::path root(data_dir);
@@ -121,7 +124,7 @@ result<std::string> shard_dir(const std::string& data_dir, std::uint32_t count,
             " shard(s); it was opened with shards = " + std::to_string(count) +
             " (the count is fixed when the directory is made)");
   }
-  if (count == 1) {
+  if (count == 1 && (single || !nested)) {
     return data_dir;
   }
   if (found == 0 && index == 0) {
@@ -152,7 +155,8 @@ status runtime_impl::open_shards(
   }
   reactivators.resize(count);
   for (std::uint32_t index = 0; index < count; ++index) {
-    auto dir = shard_dir(services.options.data_dir, count, index);
+    auto dir =
+        shard_dir(services.options.data_dir, count, index, !fences.empty());
     if (!dir) {
       return dir.error();
     }

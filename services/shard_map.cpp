@@ -1,5 +1,7 @@
 #include "services/shard_map.hpp"
 
+#include "base/fnv1a.hpp"
+
 namespace durin::services {
 
 namespace {
@@ -16,11 +18,7 @@ int digit_value(char c) {
 }
 
 std::uint64_t fnv1a(std::uint64_t hash, std::string_view bytes) {
-  for (unsigned char c : bytes) {
-    hash ^= c;
-    hash *= 1099511628211ULL;
-  }
-  return hash;
+  return base::fnv1a(bytes, hash);
 }
 
 constexpr std::uint64_t fnv_offset = 14695981039346656037ULL;

@@ -590,6 +590,9 @@ TEST_F(ClusterTest, AMoveAndADrainUnderLoadLoseNoAcknowledgedWrite) {
   EXPECT_GT(cluster_.status(0)["shards"][moved]["epoch"].get<std::uint64_t>(),
             epoch_before);
   ASSERT_GT(acknowledged.size(), 10u);
+  // The CLI returns once etcd names the new owners; their stores may still
+  // be opening.
+  ASSERT_TRUE(cluster_.wait_for_routing());
   // Every acknowledged start is there and replays, through any node.
   int via = 0;
   for (const auto& [key, id] : acknowledged) {

@@ -35,6 +35,11 @@ struct cluster_setup {
   // Place the shards over the nodes at init (--nodes); else they are
   // placed over the nodes that join.
   bool place_at_init = true;
+  // Copies of each shard (--replicas).
+  std::uint32_t replicas = 1;
+  // Environment of every node ("NAME=value"), and flags of its serve.
+  std::vector<std::string> env;
+  std::vector<std::string> flags;
 };
 
 class cluster_harness {
@@ -42,8 +47,11 @@ class cluster_harness {
   explicit cluster_harness(cluster_setup setup = {})
       : setup_(setup), name_("t" + std::to_string(std::random_device{}())) {
     std::vector<std::string> init = {
-        "cluster",   "init", "--etcd",   etcd_.endpoint(),
-        "--cluster", name_,  "--shards", std::to_string(setup.shards)};
+        "cluster",    "init",
+        "--etcd",     etcd_.endpoint(),
+        "--cluster",  name_,
+        "--shards",   std::to_string(setup.shards),
+        "--replicas", std::to_string(setup.replicas)};
     if (setup.place_at_init) {
       std::string ids;
       for (int i = 0; i < setup.nodes; ++i) {
@@ -89,13 +97,23 @@ class cluster_harness {
   // "NAME=value" (e.g. DURIN_KILL_AT, persistence/test_points.hpp).
   void start(int i, std::vector<std::string> env = {}) {
     serve_setup node_setup;
-    node_setup.env = std::move(env);
+    node_setup.env = setup_.env;
+    node_setup.env.insert(node_setup.env.end(), env.begin(), env.end());
     node_setup.read_timeout_ms = 10'000;
-    node_setup.flags = {"--etcd",        etcd_.endpoint(),
-                        "--cluster",     name_,
-                        "--node-id",     node_id(i),
-                        "--peer-listen", "127.0.0.1:0",
-                        "--lease-ttl-s", std::to_string(setup_.lease_ttl_s)};
+    node_setup.flags = {"--etcd",
+                        etcd_.endpoint(),
+                        "--cluster",
+                        name_,
+                        "--node-id",
+                        node_id(i),
+                        "--peer-listen",
+                        "127.0.0.1:0",
+                        "--lease-ttl-s",
+                        std::to_string(setup_.lease_ttl_s),
+                        "--replication-timeout-ms",
+                        "1000"};
+    node_setup.flags.insert(node_setup.flags.end(), setup_.flags.begin(),
+                            setup_.flags.end());
     nodes_.at(i) = std::make_unique<serve_process>(data_dir(i), node_setup);
   }
   void kill9(int i) { node(i).kill9(); }

@@ -1,0 +1,154 @@
+# The replication cases of benchmarks/cluster_bench.sh (its "replication"
+# mode), sourced by it after its helpers and etcd are up: see its header.
+# Not run alone.
+
+# The largest lagWrites of any copy, as NAME's GET /v1/cluster says.
+max_lag() {
+  get "$1" /v1/cluster | python3 -c '
+import json, sys
+view = json.load(sys.stdin)
+print(max([c["lagWrites"] for s in view["shards"] for c in s.get("replicas", [])] or [0]))'
+}
+
+# Until every shard's backups are in step (R=2) on NAME's view.
+wait_in_step() {
+  local view
+  for _ in $(seq 600); do
+    view="$(get "$1" /v1/cluster 2>/dev/null || true)"
+    if [ -n "$view" ] && python3 -c '
+import json, sys
+view = json.loads(sys.argv[1])
+sys.exit(0 if all(s["owner"] is not None and len(s["inSync"]) == len(s["backups"])
+                  for s in view["shards"]) else 1)' "$view"; then
+      return
+    fi
+    sleep 0.1
+  done
+  echo "backups never came in step; last view: $view" >&2
+  exit 1
+}
+
+# LABEL ROUND: 10-step flows, each start waited for, through a and b.
+ten_steps() {
+  local line
+  line="$("$load" --workload raw-keyed --path /v1/runs \
+    --body '{"flow":"bench.ten-steps"}' --connections "$connections" \
+    --seconds "$seconds" --api-key "$(admin_key "a-$2")" \
+    --server "$(url "a-$2")" --server-pid "${node_pid[a-$2]}" \
+    --server "$(url "b-$2")" --server-pid "${node_pid[b-$2]}")"
+  echo "case=$1 round=$2 $line" | tee -a "$lines"
+}
+
+echo "== e. keyed starts and 10-step flows, 2 nodes, --replicas 1 vs 2"
+for round in $(seq "$rounds"); do
+  for r in 1 2; do
+    replicas=$r start_cluster "r$r-$round" "$round" a b
+    [ "$r" = 2 ] && wait_in_step "a-$round"
+    # The lag, sampled under the keyed load.
+    : >"$work/lag-$r-$round"
+    if [ "$r" = 2 ]; then
+      (for _ in $(seq $((seconds * 5))); do
+        max_lag "a-$round" >>"$work/lag-$r-$round" 2>/dev/null || true
+        sleep 0.2
+      done) &
+      background+=($!)
+    fi
+    keyed_start "keyed-r$r" "$round" "a-$round" "b-$round"
+    wait
+    background=()
+    ten_steps "steps-r$r" "$round"
+    if [ "$r" = 2 ]; then
+      echo "case=lag round=$round max=$(sort -n "$work/lag-$r-$round" | tail -1) samples=$(wc -l <"$work/lag-$r-$round")" |
+        tee -a "$lines"
+    fi
+    stop_nodes "a-$round" "b-$round"
+  done
+done
+
+echo "== f. kill -9 of a primary under load, $kills times: to the first 200 for a run in one of its shards"
+replicas=2 start_cluster failover 0 a b c
+wait_in_step a-0
+victims=(a b c)
+for kill in $(seq "$kills"); do
+  victim="${victims[$((kill % 3))]}-0"
+  watcher="${victims[$(((kill + 1) % 3))]}-0"
+  victim_shards="$(shards_of "$watcher" "${victim%%-*}")"
+  if [ "$victim_shards" = "-" ]; then
+    echo "kill $kill: ${victim%%-*} owns no shard; skipped" >&2
+    continue
+  fi
+  run=""
+  for i in $(seq 400); do
+    id="$(curl -sf -X POST -H "Authorization: Bearer $(admin_key "$watcher")" \
+      -H "Idempotency-Key: pick-$kill-$i" -H 'Content-Type: application/json' \
+      -d '{"flow":"bench.noop","wait":false}' "$(url "$watcher")/v1/runs" |
+      python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])')"
+    if in_list "$(shard_of "$id")" "$victim_shards"; then run="$id"; break; fi
+  done
+  # A light keyed load on the other two nodes meanwhile.
+  others=()
+  for name in a-0 b-0 c-0; do
+    [ "$name" != "$victim" ] && others+=(--server "$(url "$name")")
+  done
+  "$load" --workload keyed-start --flow bench.noop --connections 4 \
+    --seconds 8 --api-key "$(admin_key "$watcher")" "${others[@]}" \
+    >"$work/bg-$kill" 2>&1 &
+  background+=($!)
+  sleep 0.5
+  kill -9 "${node_pid[$victim]}"
+  killed_at="$(now_us)"
+  wait "${node_pid[$victim]}" 2>/dev/null || true
+  # The first answer after the kill that is not a 200 (the shard gone),
+  # then the first 200 again (its backup serves it).
+  "$load" --server "$(url "$watcher")" --api-key "$(admin_key "$watcher")" \
+    --workload get-run --run-id "$run" --connections 1 --pause-ms 1 \
+    --request-timeout-ms 50 --seconds 60 --until-status 503 \
+    >/dev/null 2>&1 || true
+  "$load" --server "$(url "$watcher")" --api-key "$(admin_key "$watcher")" \
+    --workload get-run --run-id "$run" --connections 1 --pause-ms 1 \
+    --request-timeout-ms 50 --seconds 60 --until-status 200 \
+    >"$work/failover-$kill" 2>&1
+  met="$(field "$(head -1 "$work/failover-$kill")" met_at_unix_us)"
+  echo "case=failover round=$kill ms=$(((met - killed_at) / 1000))" | tee -a "$lines"
+  wait
+  background=()
+  restart_node "$victim"
+  wait_ready "$victim"
+  wait_in_step "$watcher"
+done
+stop_nodes a-0 b-0 c-0
+
+echo "== figures ($(date -u '+%H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg))"
+awk '
+  function value(name,   i) {
+    for (i = 1; i <= NF; ++i) {
+      if (index($i, name "=") == 1) { return substr($i, length(name) + 2) + 0 }
+    }
+    return 0
+  }
+  {
+    split($1, c, "="); split($2, r, "="); k = c[2]; n = r[2]
+    thr[k, n] = value("throughput"); tot[k] += thr[k, n]; count[k]++
+    p50[k] += value("p50"); p99[k] += value("p99")
+    if (k == "lag") { lag = lag " " value("max") }
+    if (k == "failover") { ms[++kills] = value("ms") }
+    if (n > rounds) { rounds = n }
+  }
+  function pair(what, one, two,   n, s) {
+    s = ""
+    for (n = 1; n <= rounds; ++n) { if (thr[one, n] > 0) { s = s sprintf(" %.2f", thr[two, n] / thr[one, n]) } }
+    printf "%-30s R=1 %7.0f/s p50 %.2f p99 %.2f ms | R=2 %7.0f/s p50 %.2f p99 %.2f ms | R=2/R=1 throughput %.2f (rounds%s), p50 x%.2f\n",
+      what, tot[one] / count[one], p50[one] / count[one], p99[one] / count[one],
+      tot[two] / count[two], p50[two] / count[two], p99[two] / count[two],
+      tot[two] / tot[one], s, (p50[two] / count[two]) / (p50[one] / count[one])
+  }
+  END {
+    pair("keyed starts (no wait)", "keyed-r1", "keyed-r2")
+    pair("10-step flows (waited)", "steps-r1", "steps-r2")
+    printf "%-30s largest lag per round (writes):%s\n", "replication lag, R=2", lag
+    if (kills > 0) {
+      n = asort(ms)
+      printf "%-30s %d kills: min %d p50 %d p99 %d max %d ms\n", "failover, kill -9 to 200", n,
+        ms[1], ms[int((n + 1) / 2)], ms[int(n * 0.99 + 0.999) > n ? n : int(n * 0.99 + 0.999)], ms[n]
+    }
+  }' "$lines"

@@ -1,0 +1,1010 @@
+#include "cluster/replication.hpp"
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+
+#include "cluster/detail/job_pool.hpp"
+#include "cluster/detail/peer_wire.hpp"
+#include "cluster/etcd.hpp"
+#include "cluster/peer_messages.hpp"
+#include "cluster/shard_move.hpp"
+#include "persistence/test_points.hpp"
+
+namespace durin::cluster {
+
+namespace {
+
+using json = nlohmann::json;
+using clock_type = std::chrono::steady_clock;
+
+constexpr auto control_interval = std::chrono::milliseconds(100);
+// A backup that joined and is still not in step after this long joins
+// again (the primary may have dropped it meanwhile).
+constexpr auto rejoin_after = std::chrono::seconds(3);
+constexpr auto retry_pause = std::chrono::milliseconds(20);
+constexpr auto peer_timeout = std::chrono::seconds(30);
+
+// One group write as the log keeps it.
+struct log_entry {
+  std::uint64_t epoch = 0;
+  std::uint64_t position = 0;
+  std::string data;
+};
+
+// The recent writes of one shard, on its primary and on its backups (for
+// after a promotion): contiguous positions, oldest trimmed first. `base_*`
+// name the write just before the first one kept.
+struct shard_log {
+  std::mutex mutex;
+  std::deque<log_entry> entries;
+  std::size_t bytes = 0;
+  std::uint64_t base_epoch = 0;
+  std::uint64_t base_position = 0;
+
+  // REQUIRES: mutex held.
+  void append(std::uint64_t epoch, std::uint64_t position, std::string data,
+              std::size_t bytes_max) {
+    if (!entries.empty() && position != entries.back().position + 1) {
+      // Not contiguous (a re-copy, a write that was never shipped): the
+      // log starts again here.
+      entries.clear();
+      bytes = 0;
+    }
+    if (entries.empty()) {
+      base_position = position - 1;
+      base_epoch = 0;  // unknown: a join at the base re-copies
+    }
+    bytes += data.size();
+    entries.push_back({epoch, position, std::move(data)});
+    while (bytes > bytes_max && entries.size() > 1) {
+      bytes -= entries.front().data.size();
+      base_epoch = entries.front().epoch;
+      base_position = entries.front().position;
+      entries.pop_front();
+    }
+  }
+
+  // Whether a copy whose last write is (epoch, position) holds exactly the
+  // writes this log (and what came before it) holds up to that position.
+  // REQUIRES: mutex held.
+  bool continues(std::uint64_t epoch, std::uint64_t position) const {
+    if (entries.empty()) {
+      return false;
+    }
+    if (position == base_position) {
+      // An empty copy precedes every log that starts at the first write.
+      return position == 0 || (base_epoch != 0 && base_epoch == epoch);
+    }
+    if (position < base_position || position > entries.back().position) {
+      return false;
+    }
+    return entries[position - base_position - 1].epoch == epoch;
+  }
+};
+
+// Writes shipped and not yet answered, in log order.
+struct shard_waits {
+  std::mutex mutex;
+  std::condition_variable room;
+  std::deque<std::pair<std::uint64_t, persistence::replication::done_fn>> queue;
+};
+
+
+}  // namespace
+
+struct replicator::impl {
+  membership& members;
+  store_of stores;
+  shard_mover& mover;
+  caf::actor_system& system;
+  replication_options options;
+  layout keys;
+  std::optional<etcd_client> etcd;  // swaps of the in-sync set
+
+  std::vector<std::unique_ptr<shard_log>> logs;
+  std::vector<std::unique_ptr<shard_waits>> waits;
+  caf::actor primary_actor;
+  std::vector<caf::actor> appliers;
+  std::mutex actors_mutex;
+
+  std::atomic<bool> stopping{false};
+  std::thread control;
+  std::mutex control_mutex;
+  std::condition_variable control_wake;
+  // One thread each, as both block: etcd compare-and-swaps, and re-copies
+  // of a checkpoint. What is left at a stop is dropped.
+  detail::job_pool swaps{1, false};
+  detail::job_pool copies{1, false};
+
+  // The control thread's view, per shard.
+  struct follow_state {
+    std::uint64_t joined_epoch = 0;
+    clock_type::time_point joined_at{};
+    std::int64_t seen_revision = -1;
+    bool copying = false;
+  };
+  std::vector<follow_state> follows;
+  std::mutex copying_mutex;  // guards follow_state::copying
+
+  std::atomic<std::uint64_t> shipped{0}, applied{0}, dropped{0}, added{0},
+      recopies{0};
+
+  impl(membership& m, store_of s, shard_mover& mv, caf::actor_system& sys,
+       replication_options o)
+      : members(m),
+        stores(std::move(s)),
+        mover(mv),
+        system(sys),
+        options(o),
+        keys(m.options().cluster) {
+    const auto shards = members.config().shards;
+    for (std::uint32_t shard = 0; shard < shards; ++shard) {
+      logs.push_back(std::make_unique<shard_log>());
+      waits.push_back(std::make_unique<shard_waits>());
+    }
+    appliers.resize(shards);
+    follows.resize(shards);
+    if (auto made = etcd_client::make(members.options().etcd)) {
+      etcd.emplace(std::move(*made));
+    }
+  }
+
+  // Answers the waiting writes of `shard` up to `position` with `outcome`.
+  void finish(std::uint32_t shard, std::uint64_t position,
+              const status& outcome) {
+    std::vector<persistence::replication::done_fn> done;
+    {
+      auto& waiting = *waits[shard];
+      std::lock_guard lock(waiting.mutex);
+      while (!waiting.queue.empty() &&
+             waiting.queue.front().first <= position) {
+        done.push_back(std::move(waiting.queue.front().second));
+        waiting.queue.pop_front();
+      }
+      waiting.room.notify_all();
+    }
+    for (auto& answer : done) {
+      answer(outcome);
+    }
+  }
+
+  void fail_all(std::uint32_t shard, const status& outcome) {
+    finish(shard, UINT64_MAX, outcome);
+  }
+
+  // The in-sync set of `shard`, changed by `change` on its config in etcd
+  // while that config is still at `epoch` with this node its owner.
+  // Answers: 0 done, 1 superseded (the config moved on: another epoch or
+  // owner), 2 failed (etcd did not answer; try again).
+  int swap_in_sync(std::uint32_t shard, std::uint64_t epoch,
+                   const std::function<void(shard_config&)>& change) {
+    if (!etcd) {
+      return 2;
+    }
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      auto read = etcd->range(keys.shard_config(shard));
+      if (!read || read->kvs.empty()) {
+        return 2;
+      }
+      auto config = decode_shard(read->kvs.front().value);
+      if (!config) {
+        return 2;
+      }
+      if (config->epoch != epoch ||
+          config->owner != members.options().node_id) {
+        return 1;
+      }
+      shard_config next = *config;
+      change(next);
+      compare same;
+      same.key = keys.shard_config(shard);
+      same.what = compare::target::mod;
+      same.number = read->kvs.front().mod_revision;
+      request_op write;
+      write.key = same.key;
+      write.value = encode(next);
+      auto done = etcd->txn({same}, {write});
+      if (!done) {
+        return 2;
+      }
+      if (done->succeeded) {
+        return 0;
+      }
+    }
+    return 2;
+  }
+};
+
+namespace {
+
+using ship_atom = caf::atom_constant<caf::atom("rship")>;
+using config_atom = caf::atom_constant<caf::atom("rconfig")>;
+using resend_atom = caf::atom_constant<caf::atom("rresend")>;
+using swapped_atom = caf::atom_constant<caf::atom("rswapped")>;
+using connected_atom = caf::atom_constant<caf::atom("rconn")>;
+
+// The committer's side of one shard.
+class shard_shipping final : public persistence::replication {
+ public:
+  shard_shipping(std::shared_ptr<replicator::impl> owner, std::uint32_t shard)
+      : keep_(std::move(owner)), owner_(*keep_), shard_(shard) {}
+
+  void ship(std::uint64_t epoch, std::uint64_t position, std::string data,
+            done_fn done) override {
+    auto& waiting = *owner_.waits[shard_];
+    {
+      std::unique_lock lock(waiting.mutex);
+      waiting.room.wait(lock, [&] {
+        return owner_.stopping.load() ||
+               waiting.queue.size() < owner_.options.window;
+      });
+      if (owner_.stopping.load()) {
+        lock.unlock();
+        done(make_error(errc::shutting_down,
+                        "the node is stopping; the write may count"));
+        return;
+      }
+      waiting.queue.emplace_back(position, std::move(done));
+    }
+    {
+      auto& log = *owner_.logs[shard_];
+      std::lock_guard lock(log.mutex);
+      log.append(epoch, position, data, owner_.options.log_bytes_max);
+    }
+    DURIN_TEST_KILL_POINT("replication.before_ship");
+    caf::actor primary;
+    {
+      std::lock_guard lock(owner_.actors_mutex);
+      primary = owner_.primary_actor;
+    }
+    if (primary) {
+      caf::anon_send(primary, ship_atom::value, shard_, epoch, position,
+                     std::move(data));
+    } else {
+      owner_.fail_all(shard_, make_error(errc::shutting_down,
+                                         "the node is stopping; the write "
+                                         "may count"));
+    }
+  }
+
+ private:
+  std::shared_ptr<replicator::impl> keep_;
+  replicator::impl& owner_;
+  std::uint32_t shard_;
+};
+
+// ---- the primary's side -----------------------------------------------------
+
+struct target_state {
+  std::int64_t lease = 0;
+  caf::actor handle;
+  bool connecting = false;
+  bool streaming = false;  // sent every write after `acked`
+  bool waited = false;     // its acks hold the writes' answers
+  bool adding = false;     // a swap into the in-sync set is under way
+  bool dropping = false;   // a swap out of it is under way
+  std::uint64_t acked = 0;
+};
+
+struct primary_shard {
+  std::uint64_t epoch = 0;
+  std::uint64_t last = 0;  // the last position shipped
+  bool superseded = false;
+  std::map<std::string, target_state> targets;
+};
+
+struct primary_state {
+  std::map<std::uint32_t, primary_shard> shards;
+  static inline const char* name = "durin.replication-primary";
+};
+
+using primary_actor = caf::stateful_actor<primary_state>;
+
+void complete(primary_actor* self, replicator::impl* owner,
+              std::uint32_t shard) {
+  auto& state = self->state.shards[shard];
+  if (state.superseded) {
+    return;
+  }
+  // Every write up to `through` is on every waited backup.
+  std::uint64_t through = state.last;
+  for (const auto& [node, target] : state.targets) {
+    if (target.waited) {
+      through = std::min(through, target.acked);
+    }
+  }
+  owner->finish(shard, through, {});
+}
+
+void supersede(primary_actor* self, replicator::impl* owner,
+               std::uint32_t shard) {
+  auto& state = self->state.shards[shard];
+  state.superseded = true;
+  owner->fail_all(shard, make_error(errc::storage_error,
+                                    "the shard has a newer primary; the "
+                                    "write may or may not count, retry with "
+                                    "the same key"));
+}
+
+void send_entry(primary_actor* self, replicator::impl* owner,
+                std::uint32_t shard, const std::string& node,
+                const log_entry& entry);
+
+// Takes `node` out of the in-sync set (when it is in it), then forgets it:
+// it joins again.
+void drop(primary_actor* self, replicator::impl* owner, std::uint32_t shard,
+          const std::string& node) {
+  auto& state = self->state.shards[shard];
+  auto found = state.targets.find(node);
+  if (found == state.targets.end()) {
+    return;
+  }
+  auto& target = found->second;
+  target.streaming = false;
+  if (!target.waited) {
+    state.targets.erase(found);
+    return;
+  }
+  if (target.dropping) {
+    return;
+  }
+  target.dropping = true;
+  const auto epoch = state.epoch;
+  auto me = caf::actor_cast<caf::actor>(self);
+  owner->swaps.post([owner, me, shard, epoch, node] {
+    const int outcome =
+        owner->swap_in_sync(shard, epoch, [&node](shard_config& config) {
+          std::erase_if(config.in_sync,
+                        [&](const auto& entry) { return entry.node == node; });
+        });
+    caf::anon_send(me, swapped_atom::value, shard, epoch, node, false,
+                   static_cast<std::int32_t>(outcome));
+  });
+}
+
+// A backup that caught up with every write shipped is added to the
+// in-sync set; it is waited for from before the swap.
+void maybe_add(primary_actor* self, replicator::impl* owner,
+               std::uint32_t shard, const std::string& node) {
+  auto& state = self->state.shards[shard];
+  auto& target = state.targets[node];
+  if (target.waited || target.adding || !target.streaming ||
+      target.acked < state.last) {
+    return;
+  }
+  target.adding = true;
+  target.waited = true;
+  const auto epoch = state.epoch;
+  const auto lease = target.lease;
+  auto me = caf::actor_cast<caf::actor>(self);
+  owner->swaps.post([owner, me, shard, epoch, node, lease] {
+    const int outcome =
+        owner->swap_in_sync(shard, epoch, [&node, lease](shard_config& config) {
+          std::erase_if(config.in_sync,
+                        [&](const auto& entry) { return entry.node == node; });
+          config.in_sync.push_back({node, lease});
+        });
+    caf::anon_send(me, swapped_atom::value, shard, epoch, node, true,
+                   static_cast<std::int32_t>(outcome));
+  });
+}
+
+void on_answer(primary_actor* self, replicator::impl* owner,
+               std::uint32_t shard, const std::string& node,
+               std::uint64_t position, std::uint64_t code, std::uint64_t at) {
+  auto& state = self->state.shards[shard];
+  auto found = state.targets.find(node);
+  if (found == state.targets.end() || !found->second.streaming) {
+    return;
+  }
+  auto& target = found->second;
+  switch (static_cast<replica_code>(code)) {
+    case replica_code::ok:
+      target.acked = std::max(target.acked, position);
+      maybe_add(self, owner, shard, node);
+      complete(self, owner, shard);
+      return;
+    case replica_code::retry:
+      self->delayed_send(self, retry_pause, resend_atom::value, shard, node,
+                         position);
+      return;
+    case replica_code::stale:
+      supersede(self, owner, shard);
+      return;
+    case replica_code::gap: {
+      // It has fewer writes than it acknowledged to us: resent from its
+      // position while the log holds them, else it re-copies.
+      auto& log = *owner->logs[shard];
+      std::vector<log_entry> again;
+      {
+        std::lock_guard lock(log.mutex);
+        if (!log.entries.empty() && at >= log.base_position &&
+            at < log.entries.back().position) {
+          for (auto index = at - log.base_position; index < log.entries.size();
+               ++index) {
+            again.push_back(log.entries[index]);
+          }
+        }
+      }
+      if (again.empty() || target.acked > at) {
+        drop(self, owner, shard, node);
+        return;
+      }
+      for (const auto& entry : again) {
+        send_entry(self, owner, shard, node, entry);
+      }
+      return;
+    }
+    default:
+      drop(self, owner, shard, node);
+      return;
+  }
+}
+
+void send_entry(primary_actor* self, replicator::impl* owner,
+                std::uint32_t shard, const std::string& node,
+                const log_entry& entry) {
+  auto& target = self->state.shards[shard].targets[node];
+  if (!target.handle) {
+    return;
+  }
+  owner->shipped.fetch_add(1);
+  const auto position = entry.position;
+  // The tenure's epoch fences the sender; the write's own epoch (older for
+  // a catch-up from the log) is what the backup records with it.
+  self->request(target.handle, owner->options.timeout, replicate_atom::value,
+                shard, self->state.shards[shard].epoch, entry.epoch,
+                entry.position, entry.data)
+      .then(
+          [self, owner, shard, node, position](std::uint64_t code,
+                                               std::uint64_t at) {
+            on_answer(self, owner, shard, node, position, code, at);
+          },
+          [self, owner, shard, node](caf::error&) {
+            // No answer in time, or the connection went: the backup is
+            // dropped (from the in-sync set, when it is in it).
+            drop(self, owner, shard, node);
+          });
+}
+
+// Sends the log's writes after `after` to `node`.
+void stream_from(primary_actor* self, replicator::impl* owner,
+                 std::uint32_t shard, const std::string& node,
+                 std::uint64_t after) {
+  std::vector<log_entry> pending;
+  {
+    auto& log = *owner->logs[shard];
+    std::lock_guard lock(log.mutex);
+    for (const auto& entry : log.entries) {
+      if (entry.position > after) {
+        pending.push_back(entry);
+      }
+    }
+  }
+  for (const auto& entry : pending) {
+    send_entry(self, owner, shard, node, entry);
+  }
+  maybe_add(self, owner, shard, node);
+}
+
+void connect_target(primary_actor* self, replicator::impl* owner,
+                    std::uint32_t shard, const std::string& node,
+                    std::uint64_t after) {
+  std::string host;
+  std::uint16_t port = 0;
+  if (!detail::split_address(owner->members.peer_of(node), host, port)) {
+    drop(self, owner, shard, node);
+    return;
+  }
+  self->state.shards[shard].targets[node].connecting = true;
+  auto mm = self->system().middleman().actor_handle();
+  self->request(mm, std::chrono::seconds(5), caf::connect_atom::value, host,
+                port)
+      .then(
+          [self, owner, shard, node, after](const caf::node_id&,
+                                            caf::strong_actor_ptr& ptr,
+                                            const std::set<std::string>&) {
+            auto& targets = self->state.shards[shard].targets;
+            auto found = targets.find(node);
+            if (found == targets.end()) {
+              return;
+            }
+            found->second.connecting = false;
+            if (!ptr) {
+              drop(self, owner, shard, node);
+              return;
+            }
+            found->second.handle = caf::actor_cast<caf::actor>(ptr);
+            found->second.streaming = true;
+            stream_from(self, owner, shard, node, after);
+          },
+          [self, owner, shard, node](caf::error&) {
+            // Never forgotten while the in-sync set names it: dropped.
+            drop(self, owner, shard, node);
+          });
+}
+
+caf::behavior primary_behavior(primary_actor* self, replicator::impl* owner) {
+  return {
+      [self, owner](ship_atom, std::uint32_t shard, std::uint64_t epoch,
+                    std::uint64_t position, const std::string& data) {
+        auto& state = self->state.shards[shard];
+        if (state.epoch != epoch) {
+          // A new tenure: backups join it afresh.
+          state = primary_shard{};
+          state.epoch = epoch;
+        }
+        if (state.superseded) {
+          supersede(self, owner, shard);
+          return;
+        }
+        state.last = position;
+        const log_entry entry{epoch, position, data};
+        for (auto& [node, target] : state.targets) {
+          if (target.streaming) {
+            send_entry(self, owner, shard, node, entry);
+          }
+        }
+        complete(self, owner, shard);
+      },
+      [self, owner](
+          join_atom, std::uint32_t shard, const std::string& node,
+          std::int64_t lease, std::uint64_t epoch,
+          std::uint64_t position) -> caf::result<std::uint64_t, std::uint64_t> {
+        auto* store = owner->stores(shard);
+        const auto at = owner->members.locate(shard);
+        const auto config = owner->members.config_of(shard);
+        if (store == nullptr || at.at != route::where::here ||
+            !config.is_backup(node)) {
+          return {static_cast<std::uint64_t>(replica_code::not_primary),
+                  std::uint64_t{0}};
+        }
+        auto& state = self->state.shards[shard];
+        if (state.epoch != at.epoch) {
+          state = primary_shard{};
+          state.epoch = at.epoch;
+          state.last = store->log_position();
+        }
+        bool continues = false;
+        {
+          auto& log = *owner->logs[shard];
+          std::lock_guard lock(log.mutex);
+          continues = log.continues(epoch, position);
+        }
+        if (!continues) {
+          // Its last write is ours (the same epoch at the same position:
+          // one writer per epoch), or nothing was ever written.
+          continues = (position == store->log_position() &&
+                       epoch == store->last_epoch()) ||
+                      (position == 0 && store->log_position() == 0);
+          if (continues) {
+            std::lock_guard lock(owner->logs[shard]->mutex);
+            const auto& log = *owner->logs[shard];
+            continues =
+                log.entries.empty() || log.entries.back().position <= position;
+          }
+        }
+        if (!continues) {
+          return {static_cast<std::uint64_t>(replica_code::recopy),
+                  store->log_position()};
+        }
+        auto& target = state.targets[node];
+        const bool waited = target.waited;
+        target = target_state{};
+        target.lease = lease;
+        target.acked = position;
+        target.waited = waited;  // still in the set until a swap says not
+        connect_target(self, owner, shard, node, position);
+        return {static_cast<std::uint64_t>(replica_code::ok), position};
+      },
+      [self, owner](config_atom, std::uint32_t shard) {
+        auto& state = self->state.shards[shard];
+        const auto config = owner->members.config_of(shard);
+        if (state.epoch != 0 && config.epoch != state.epoch) {
+          if (config.epoch > state.epoch) {
+            supersede(self, owner, shard);
+          }
+          return;
+        }
+        for (auto it = state.targets.begin(); it != state.targets.end();) {
+          auto& [node, target] = *it;
+          if (!config.is_backup(node) && !target.waited) {
+            it = state.targets.erase(it);
+            continue;
+          }
+          if (!target.adding && !target.dropping) {
+            target.waited = config.in_step(node, target.lease);
+          }
+          ++it;
+        }
+        complete(self, owner, shard);
+      },
+      [self, owner](resend_atom, std::uint32_t shard, const std::string& node,
+                    std::uint64_t position) {
+        auto& log = *owner->logs[shard];
+        std::optional<log_entry> entry;
+        {
+          std::lock_guard lock(log.mutex);
+          if (!log.entries.empty() && position > log.base_position &&
+              position <= log.entries.back().position) {
+            entry = log.entries[position - log.base_position - 1];
+          }
+        }
+        if (!entry) {
+          drop(self, owner, shard, node);
+          return;
+        }
+        send_entry(self, owner, shard, node, *entry);
+      },
+      [self, owner](swapped_atom, std::uint32_t shard, std::uint64_t epoch,
+                    const std::string& node, bool adding,
+                    std::int32_t outcome) {
+        auto& state = self->state.shards[shard];
+        if (state.epoch != epoch) {
+          return;
+        }
+        if (outcome == 1) {
+          supersede(self, owner, shard);
+          return;
+        }
+        auto found = state.targets.find(node);
+        if (found == state.targets.end()) {
+          return;
+        }
+        auto& target = found->second;
+        if (adding) {
+          target.adding = false;
+          if (outcome == 0) {
+            owner->added.fetch_add(1);
+          } else {
+            target.waited = false;  // tried again at its next answer
+          }
+          complete(self, owner, shard);
+          return;
+        }
+        target.dropping = false;
+        if (outcome == 0) {
+          owner->dropped.fetch_add(1);
+          std::fprintf(stderr,
+                       "durin: shard %u goes on without backup %s (it did "
+                       "not answer)\n",
+                       shard, node.c_str());
+          state.targets.erase(found);
+          complete(self, owner, shard);
+          return;
+        }
+        // etcd did not answer: the writes wait, and the drop is tried
+        // again (the lease's deadline bounds the wait).
+        drop(self, owner, shard, node);
+      },
+  };
+}
+
+// ---- the backup's side ------------------------------------------------------
+
+caf::behavior applier_behavior(caf::event_based_actor*, replicator::impl* owner,
+                               std::uint32_t shard) {
+  using answer = caf::result<std::uint64_t, std::uint64_t>;
+  auto reply = [](replica_code code, std::uint64_t at) -> answer {
+    return {static_cast<std::uint64_t>(code), at};
+  };
+  return {
+      [owner, shard, reply](replicate_atom, std::uint32_t, std::uint64_t epoch,
+                            std::uint64_t written_at, std::uint64_t position,
+                            std::string& data) -> answer {
+        auto* store = owner->stores(shard);
+        const auto config = owner->members.config_of(shard);
+        if (store == nullptr) {
+          return reply(replica_code::retry, 0);
+        }
+        if (config.epoch > epoch) {
+          return reply(replica_code::stale, 0);
+        }
+        if (config.epoch < epoch) {
+          return reply(replica_code::retry, 0);  // the watch is behind
+        }
+        if (!config.is_backup(owner->members.options().node_id)) {
+          return reply(replica_code::not_primary, 0);
+        }
+        if (!store->following()) {
+          if (auto followed = store->follow(); !followed) {
+            return reply(replica_code::retry, 0);
+          }
+        }
+        const auto now = store->log_position();
+        if (position <= now) {
+          return reply(replica_code::ok, now);  // sent again: has it
+        }
+        if (position != now + 1) {
+          return reply(replica_code::gap, now);
+        }
+        if (auto applied =
+                store->apply_replicated(written_at, position, data);
+            !applied) {
+          std::fprintf(stderr, "durin: shard %u: a replicated write: %s\n",
+                       shard, applied.error().message.c_str());
+          return reply(replica_code::retry, now);
+        }
+        owner->applied.fetch_add(1);
+        {
+          auto& log = *owner->logs[shard];
+          std::lock_guard lock(log.mutex);
+          log.append(written_at, position, std::move(data),
+                     owner->options.log_bytes_max);
+        }
+        return reply(replica_code::ok, position);
+      },
+  };
+}
+
+}  // namespace
+
+// ---- the control thread -----------------------------------------------------
+
+namespace {
+
+// A blocking exchange with node `peer`'s router.
+template <class Handler, class... Ts>
+status ask_peer(caf::actor_system& system, const std::string& peer,
+                std::chrono::milliseconds timeout, Handler on_answer,
+                Ts&&... message) {
+  std::string host;
+  std::uint16_t port = 0;
+  if (!detail::split_address(peer, host, port)) {
+    return make_error(errc::invalid_argument, "a malformed peer endpoint");
+  }
+  auto router = system.middleman().remote_actor(host, port);
+  if (!router) {
+    return make_error(errc::shutting_down, "cannot reach " + peer + ": " +
+                                               system.render(router.error()));
+  }
+  caf::scoped_actor self{system};
+  status outcome;
+  self->request(*router, timeout, std::forward<Ts>(message)...)
+      .receive(on_answer, [&](caf::error& problem) {
+        outcome =
+            make_error(errc::shutting_down, "no answer from " + peer + ": " +
+                                                system.render(problem));
+      });
+  return outcome;
+}
+
+void recopy(replicator::impl& owner, std::uint32_t shard,
+            const std::string& peer) {
+  auto* store = owner.stores(shard);
+  const auto incoming = store->dir() + ".incoming";
+  std::error_code ignored;
+  std::filesystem::remove_all(incoming, ignored);
+  status done = owner.mover.pull_checkpoint(shard, peer, incoming);
+  if (done) {
+    done = store->replace_files(incoming);
+  }
+  if (done) {
+    done = store->follow();
+  }
+  if (!done) {
+    std::filesystem::remove_all(incoming, ignored);
+    std::fprintf(stderr, "durin: shard %u: the copy from its primary: %s\n",
+                 shard, done.error().message.c_str());
+  } else {
+    owner.recopies.fetch_add(1);
+    std::fprintf(stderr,
+                 "durin: shard %u re-copied from its primary (at write %llu)\n",
+                 shard, static_cast<unsigned long long>(store->log_position()));
+  }
+  std::lock_guard lock(owner.copying_mutex);
+  owner.follows[shard].copying = false;
+  owner.follows[shard].joined_epoch = 0;
+}
+
+// One shard, on every tick of the control thread.
+void tend(replicator::impl& owner, std::uint32_t shard) {
+  auto* store = owner.stores(shard);
+  if (store == nullptr) {
+    return;
+  }
+  auto& state = owner.follows[shard];
+  const auto& me = owner.members.options().node_id;
+  const auto config = owner.members.config_of(shard);
+  const auto at = owner.members.locate(shard);
+  if (at.at == route::where::here) {
+    if (config.mod_revision != state.seen_revision) {
+      state.seen_revision = config.mod_revision;
+      caf::actor primary;
+      {
+        std::lock_guard lock(owner.actors_mutex);
+        primary = owner.primary_actor;
+      }
+      if (primary) {
+        caf::anon_send(primary, config_atom::value, shard);
+      }
+    }
+    return;
+  }
+  state.seen_revision = -1;
+  {
+    std::lock_guard lock(owner.copying_mutex);
+    if (state.copying) {
+      return;
+    }
+  }
+  const auto& fence = store->guard();
+  if (!config.is_backup(me) || config.owner.empty()) {
+    if (store->following() && fence && !fence->open()) {
+      store->unfollow();
+    }
+    state.joined_epoch = 0;
+    return;
+  }
+  if (fence && fence->open()) {
+    return;  // promoted meanwhile: served once the store reopens
+  }
+  if (!store->following()) {
+    if (auto followed = store->follow(); !followed) {
+      return;  // tried again at the next tick
+    }
+  }
+  const auto lease = owner.members.lease_id();
+  if (config.in_step(me, lease) && state.joined_epoch == config.epoch) {
+    return;
+  }
+  if (at.at != route::where::there || at.epoch != config.epoch) {
+    return;  // no primary serves the shard now
+  }
+  const auto now = clock_type::now();
+  if (state.joined_epoch == config.epoch &&
+      now - state.joined_at < rejoin_after) {
+    return;  // catching up
+  }
+  std::uint64_t code = 0;
+  std::uint64_t position = 0;
+  auto asked = ask_peer(
+      owner.system, at.peer, std::chrono::milliseconds(2000),
+      [&](std::uint64_t c, std::uint64_t p) {
+        code = c;
+        position = p;
+      },
+      join_atom::value, shard, me, lease, store->last_epoch(),
+      store->log_position());
+  if (!asked) {
+    return;
+  }
+  if (code == static_cast<std::uint64_t>(replica_code::ok)) {
+    state.joined_epoch = config.epoch;
+    state.joined_at = now;
+    return;
+  }
+  if (code == static_cast<std::uint64_t>(replica_code::recopy)) {
+    std::fprintf(stderr,
+                 "durin: shard %u: this copy (write %llu) cannot follow the "
+                 "primary's log; it is copied afresh\n",
+                 shard, static_cast<unsigned long long>(store->log_position()));
+    {
+      std::lock_guard lock(owner.copying_mutex);
+      state.copying = true;
+    }
+    auto* impl = &owner;
+    const auto peer = at.peer;
+    owner.copies.post([impl, shard, peer] { recopy(*impl, shard, peer); });
+  }
+}
+
+}  // namespace
+
+replicator::replicator(membership& members, store_of stores, shard_mover& mover,
+                       caf::actor_system& system, replication_options options)
+    : impl_(std::make_shared<impl>(members, std::move(stores), mover, system,
+                                   options)) {
+  impl_->primary_actor = system.spawn(primary_behavior, impl_.get());
+}
+
+replicator::~replicator() {
+  stop();
+}
+
+std::shared_ptr<persistence::replication> replicator::shipping(
+    std::uint32_t shard) {
+  return std::make_shared<shard_shipping>(impl_, shard);
+}
+
+void replicator::start() {
+  auto* self = impl_.get();
+  self->control = std::thread([self] {
+    std::unique_lock lock(self->control_mutex);
+    while (!self->stopping.load()) {
+      lock.unlock();
+      for (std::uint32_t shard = 0; shard < self->members.config().shards;
+           ++shard) {
+        if (self->stopping.load()) {
+          break;
+        }
+        tend(*self, shard);
+      }
+      lock.lock();
+      self->control_wake.wait_for(lock, control_interval,
+                                  [self] { return self->stopping.load(); });
+    }
+  });
+}
+
+void replicator::stop() {
+  auto& self = *impl_;
+  if (self.stopping.exchange(true)) {
+    return;
+  }
+  self.control_wake.notify_all();
+  if (self.control.joinable()) {
+    self.control.join();
+  }
+  self.copies.stop();
+  self.swaps.stop();
+  for (std::uint32_t shard = 0; shard < self.waits.size(); ++shard) {
+    self.waits[shard]->room.notify_all();
+    self.fail_all(shard, make_error(errc::shutting_down,
+                                    "the node is stopping; the write may "
+                                    "count"));
+  }
+  std::lock_guard lock(self.actors_mutex);
+  if (self.primary_actor) {
+    caf::anon_send_exit(self.primary_actor, caf::exit_reason::user_shutdown);
+  }
+  for (auto& one : self.appliers) {
+    if (one) {
+      caf::anon_send_exit(one, caf::exit_reason::user_shutdown);
+    }
+  }
+  self.primary_actor = caf::actor{};
+  for (auto& one : self.appliers) {
+    one = caf::actor{};
+  }
+}
+
+caf::actor replicator::primary() const {
+  std::lock_guard lock(impl_->actors_mutex);
+  return impl_->primary_actor;
+}
+
+caf::actor replicator::applier(std::uint32_t shard) {
+  auto& self = *impl_;
+  std::lock_guard lock(self.actors_mutex);
+  if (self.stopping.load() || shard >= self.appliers.size()) {
+    return caf::actor{};
+  }
+  if (!self.appliers[shard]) {
+    // Detached: an applied write waits for its fsync.
+    self.appliers[shard] =
+        self.system.spawn<caf::detached>(applier_behavior, &self, shard);
+  }
+  return self.appliers[shard];
+}
+
+json replicator::local_view() const {
+  json out = json::array();
+  auto& self = *impl_;
+  for (std::uint32_t shard = 0; shard < self.members.config().shards; ++shard) {
+    auto* store = self.stores(shard);
+    if (store == nullptr) {
+      continue;
+    }
+    const bool primary = self.members.locate(shard).at == route::where::here;
+    if (!primary && !store->following()) {
+      continue;
+    }
+    out.push_back({{"shard", shard},
+                   {"role", primary ? "primary" : "backup"},
+                   {"epoch", store->last_epoch()},
+                   {"position", store->log_position()}});
+  }
+  return out;
+}
+
+replicator::counters replicator::statistics() const {
+  const auto& self = *impl_;
+  return {self.shipped.load(), self.applied.load(), self.dropped.load(),
+          self.added.load(), self.recopies.load()};
+}
+
+}  // namespace durin::cluster

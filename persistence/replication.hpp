@@ -1,0 +1,35 @@
+// A shard's replication as the committer sees it: every group write made
+// under a fence (persistence/fence.hpp) goes to the shard's in-sync
+// backups after it landed here, and its callers are answered only once
+// every one of them has it durably (cluster/replication.hpp implements
+// it). A store without one answers its writes as soon as they are synced.
+//
+// Thread-safety: ship is called by the committer thread only; `done` runs
+// on another thread, once, in log order.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "durin/error.hpp"
+
+namespace durin::persistence {
+
+class replication {
+ public:
+  using done_fn = std::function<void(const status&)>;
+  virtual ~replication() = default;
+
+  // The group write at (epoch, position), `data` its WriteBatch
+  // representation, landed locally: `done` gets ok once every in-sync
+  // backup wrote it (or was dropped from the in-sync set, in etcd, for not
+  // answering), storage-error when that cannot be known (an indefinite
+  // outcome: the write may count). Blocks while the window of writes in
+  // flight is full, which holds the committer back (CAF has no
+  // backpressure of its own).
+  virtual void ship(std::uint64_t epoch, std::uint64_t position,
+                    std::string data, done_fn done) = 0;
+};
+
+}  // namespace durin::persistence
