@@ -36,6 +36,8 @@ constexpr std::int64_t retry_ms = 1000;
 constexpr std::int64_t overlap_poll_ms = 250;
 // An API change waits this long for the schedule's firing in flight.
 constexpr auto idle_wait_max = std::chrono::seconds(10);
+// Runs a schedule remembers as running (for its overlap policy).
+constexpr std::size_t running_max = 1000;
 constexpr std::int64_t catchup_window_ms_max = 366LL * 24 * 3600 * 1000;
 // Occurrences counted one by one when a cron catches up; beyond, the
 // schedule jumps to now and the count stops there.
@@ -554,6 +556,11 @@ void schedule_service::step(std::uint32_t shard, const std::string& key,
     schedule_state::firing firing{*occurrence, node_.new_run_id(shard)};
     next.last = firing;
     next.running.push_back(firing.run_id);
+    if (next.running.size() > running_max) {
+      // allow_all with runs that never end: the oldest are forgotten (the
+      // list only serves overlap decisions), so the record stays bounded.
+      next.running.erase(next.running.begin());
+    }
     ++next.fired;
     next.recent.push_back(firing);
     if (next.recent.size() > recent_firings_max) {
