@@ -17,10 +17,16 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// Firings so far; a transient 503 (a peer coming up) is asked again.
 std::uint64_t fired(api_client& client, const std::string& id) {
-  auto view = client.get("/v1/schedules/" + id);
-  return view.status == 200 ? view.value["info"]["fired"].get<std::uint64_t>()
-                            : 0;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    auto view = client.get("/v1/schedules/" + id);
+    if (view.status == 200) {
+      return view.value["info"]["fired"].get<std::uint64_t>();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return 0;
 }
 
 TEST(ScheduleClusterTest,
@@ -33,14 +39,22 @@ TEST(ScheduleClusterTest,
   ASSERT_GE(owner, 0);
   const int entry = (owner + 1) % 3;  // created through another node
   auto client = cluster.client(entry);
-  auto made = client.post(
-      "/v1/schedules",
-      {{"scheduleId", id},
-       {"spec", {{"interval", "1s"}}},
-       {"action",
-        {{"flow", "acme.review-order"}, {"input", {{"orderId", id}}}}},
-       {"overlap", "allow_all"}},
-      "create-" + id);
+  // A peer connection may still be coming up: a 503 is retried with the
+  // same Idempotency-Key, which is what makes the retry safe.
+  api_client::answer made;
+  ASSERT_TRUE(eventually(
+      [&] {
+        made = client.post(
+            "/v1/schedules",
+            {{"scheduleId", id},
+             {"spec", {{"interval", "1s"}}},
+             {"action",
+              {{"flow", "acme.review-order"}, {"input", {{"orderId", id}}}}},
+             {"overlap", "allow_all"}},
+            "create-" + id);
+        return made.status != 503;
+      },
+      20s));
   ASSERT_EQ(made.status, 201u) << made.body;
   ASSERT_TRUE(eventually([&] { return fired(client, id) >= 2; }, 20s));
 
@@ -70,9 +84,14 @@ TEST(ScheduleClusterTest,
   ASSERT_TRUE(
       eventually([&] { return fired(client, id) >= after_move + 2; }, 20s));
 
-  ASSERT_EQ(
-      client.post("/v1/schedules/" + id + "/pause", json::object()).status,
-      200u);
+  ASSERT_TRUE(eventually(
+      [&] {
+        return client
+                   .post("/v1/schedules/" + id + "/pause", json::object(),
+                         "pause-" + id)
+                   .status == 200;
+      },
+      20s));
   std::this_thread::sleep_for(1s);
   const auto total = fired(client, id);
   std::map<std::string, int> by_occurrence;

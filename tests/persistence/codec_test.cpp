@@ -144,6 +144,31 @@ TEST(CodecTest, RunRecordLayoutIsTheDocumentedOne) {
   EXPECT_EQ(codec::encode(record), frame(body));
 }
 
+// A run a schedule started has two trailing fields; a record without them
+// (every other run, and every run written before them) still decodes.
+TEST(CodecTest, ScheduledRunRecordAddsScheduleIdAndOccurrenceAtTheEnd) {
+  run_record record;
+  record.id = "r";
+  record.flow = "f";
+  record.tenant = "t";
+  const auto plain = codec::encode(record);
+  record.schedule_id = "s";
+  record.occurrence_ms = 5;
+  const auto scheduled = codec::encode(record);
+  // The plain body, then str "s" and i64 5, under a new checksum.
+  EXPECT_EQ(scheduled.substr(0, plain.size() - 4),
+            plain.substr(0, plain.size() - 4));
+  EXPECT_EQ(scheduled.substr(plain.size() - 4, 13),
+            "\x00\x00\x00\x01s\x00\x00\x00\x00\x00\x00\x00\x05"s);
+  auto decoded = codec::decode_run(scheduled);
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ(*decoded, record);
+  auto old = codec::decode_run(plain);
+  ASSERT_TRUE(old.ok());
+  EXPECT_TRUE(old->schedule_id.empty());
+  EXPECT_EQ(old->occurrence_ms, 0);
+}
+
 TEST(CodecTest, EventRecordLayoutIsTheDocumentedOne) {
   event_record event;
   event.kind = event_kind::timer_armed;
