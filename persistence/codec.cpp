@@ -276,12 +276,17 @@ result<run_record> decode_run(std::string_view bytes) {
   record.spec_version = in.u32("spec_version");
   record.tenant = in.string("tenant");
   record.start_token = in.string("start_token");
-  if (!in.at_end()) {
+  const bool scheduled = !in.at_end();
+  if (scheduled) {
     record.schedule_id = in.string("schedule_id");
     record.occurrence_ms = in.i64("occurrence_ms");
   }
   if (auto problem = in.problem()) {
     return corrupt("run record", *problem);
+  }
+  if (scheduled && record.schedule_id.empty()) {
+    // The encoder writes the fields only for a schedule's run.
+    return corrupt("run record", "schedule_id present but empty");
   }
   if (!valid_run_status(status)) {
     return corrupt("run record",

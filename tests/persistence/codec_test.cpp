@@ -263,11 +263,26 @@ TEST(CodecTest, EnumsOutsideTheirRangeAreCorruptEvenWithAValidChecksum) {
 }
 
 TEST(CodecTest, TrailingBytesAreCorruptRecord) {
-  const std::string run_body = body_of(codec::encode(sample_run()));
+  // A run record's last field is occurrence_ms when it has the schedule
+  // fields; bytes after start_token that are not both are corrupt too.
+  auto scheduled = sample_run();
+  scheduled.schedule_id = "s";
+  scheduled.occurrence_ms = 1;
+  const std::string run_body = body_of(codec::encode(scheduled));
   auto run = codec::decode_run(frame(run_body + "x"));
   ASSERT_FALSE(run.ok());
   EXPECT_EQ(run.error().code, errc::corrupt_record);
   EXPECT_NE(run.error().message.find("trailing"), std::string::npos);
+  const std::string plain_body = body_of(codec::encode(sample_run()));
+  auto partial = codec::decode_run(frame(plain_body + "x"));
+  ASSERT_FALSE(partial.ok());
+  EXPECT_EQ(partial.error().code, errc::corrupt_record);
+  std::string empty_schedule = plain_body;
+  keys::put_u32(empty_schedule, 0);
+  keys::put_u64(empty_schedule, 1);
+  auto empty = codec::decode_run(frame(empty_schedule));
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.error().code, errc::corrupt_record);
   EXPECT_EQ(codec::decode_marker(frame("x")).error().code,
             errc::corrupt_record);
   EXPECT_EQ(codec::decode_bytes(frame(u32_string("ab") + "c")).error().code,
