@@ -31,6 +31,13 @@ inline std::string command_token(std::string_view command_id) {
   return std::string{reserved_token_mark, 'c', ':'} + std::string(command_id);
 }
 
+// Where a schedule lives: its id as a token of a namespace of its own, so a
+// schedule hashes to a shard by the one shard function (shard_map::
+// of_schedule). Never claimed: it only places the schedule.
+inline std::string schedule_token(std::string_view schedule_id) {
+  return std::string{reserved_token_mark, 's', ':'} + std::string(schedule_id);
+}
+
 // The instance id a start token stands for, if it is an instance token.
 inline std::optional<std::string> instance_of_token(std::string_view token) {
   if (token.size() > 3 && token[0] == reserved_token_mark && token[1] == 'i' &&

@@ -86,6 +86,8 @@ run_info describe_run(const persistence::run_record& record) {
   out.created_at_ms = record.created_at_ms;
   out.started_at_ms = record.started_at_ms;
   out.completed_at_ms = record.completed_at_ms;
+  out.schedule_id = record.schedule_id;
+  out.occurrence_ms = record.occurrence_ms;
   return out;
 }
 

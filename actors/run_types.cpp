@@ -80,6 +80,10 @@ json run_info::to_json() const {
   if (!start_token.empty()) {
     out["startToken"] = start_token;
   }
+  if (!schedule_id.empty()) {
+    out["scheduleId"] = schedule_id;
+    out["occurrence"] = timestamp(occurrence_ms);
+  }
   return out;
 }
 

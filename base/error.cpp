@@ -40,6 +40,10 @@ std::string_view to_code(errc code) noexcept {
       return "hook-not-found";
     case errc::start_outcome_unknown:
       return "start-outcome-unknown";
+    case errc::schedule_not_found:
+      return "schedule-not-found";
+    case errc::schedule_exists:
+      return "schedule-exists";
   }
   return "internal";
 }

@@ -616,6 +616,20 @@ int describe_command(const client_options& client, const std::string& id) {
   return 0;
 }
 
+// `durin schedules create`'s options.
+struct schedule_flags {
+  std::string cron;
+  std::string timezone;
+  std::string interval;
+  std::string jitter;
+  std::string start_at;
+  std::string end_at;
+  std::string overlap;
+  std::string catchup_window;
+  std::string note;
+  bool paused = false;
+};
+
 // The command line's option values, filled by CLI11 and read by the
 // subcommands' callbacks (which run once parsing is done).
 struct cli {
@@ -647,6 +661,8 @@ struct cli {
   std::string queue = "workers";
   std::size_t concurrency = 4;
   std::string worker_id;
+  std::string schedule_filter;
+  schedule_flags schedule;
 };
 
 // Runs `command` with the parsed options once `sub` was chosen.
@@ -837,6 +853,7 @@ std::string list_target(const cli& c) {
   };
   add("status", c.status_filter);
   add("flow", c.flow_filter);
+  add("scheduleId", c.schedule_filter);
   add("limit", c.limit > 0 ? std::to_string(c.limit) : "");
   add("cursor", c.cursor);
   return "/v1/runs" + query;
@@ -875,6 +892,8 @@ void add_run_commands(CLI::App& app, cli& c) {
   auto* list = runs->add_subcommand("list", "runs, newest first");
   list->add_option("--status", c.status_filter, "only this status");
   list->add_option("--flow", c.flow_filter, "only this flow");
+  list->add_option("--schedule-id", c.schedule_filter,
+                   "only runs this schedule started");
   list->add_option("--limit", c.limit, "page size, 1 to 1000");
   list->add_option("--cursor", c.cursor, "from a previous nextCursor");
   add_client_options(list, c.client, false);
@@ -988,6 +1007,135 @@ void add_key_commands(CLI::App& app, cli& c) {
   });
 }
 
+// The body of `schedules create` from its options.
+std::optional<durin::json> schedule_body(cli& c) {
+  const auto& f = c.schedule;
+  auto input = parse_json_option("--input", c.input);
+  if (!input) {
+    return std::nullopt;
+  }
+  durin::json spec = durin::json::object();
+  auto put = [](durin::json& into, const char* field, const std::string& v) {
+    if (!v.empty()) {
+      into[field] = v;
+    }
+  };
+  put(spec, "cron", f.cron);
+  put(spec, "timezone", f.timezone);
+  put(spec, "interval", f.interval);
+  put(spec, "jitter", f.jitter);
+  put(spec, "startAt", f.start_at);
+  put(spec, "endAt", f.end_at);
+  durin::json body = {{"scheduleId", c.id},
+                      {"spec", spec},
+                      {"action", {{"flow", c.flow}, {"input", *input}}}};
+  put(body, "overlap", f.overlap);
+  put(body, "catchupWindow", f.catchup_window);
+  put(body, "note", f.note);
+  if (f.paused) {
+    body["paused"] = true;
+  }
+  return body;
+}
+
+// schedules create|get|list|pause|unpause|trigger|backfill|delete.
+void add_schedule_commands(CLI::App& app, cli& c) {
+  auto* schedules =
+      app.add_subcommand("schedules", "start runs on a cron or an interval");
+  schedules->require_subcommand(1);
+  auto target = [](std::string suffix) {
+    return [suffix](const cli& c) {
+      return "/v1/schedules/" + percent_encode(c.id) + suffix;
+    };
+  };
+  auto& f = c.schedule;
+  auto* create = schedules->add_subcommand("create", "a new schedule");
+  create->add_option("id", c.id, "schedule id, unique in the tenant")
+      ->required();
+  create->add_option("--cron", f.cron, "5-field cron, e.g. \"30 2 * * *\"");
+  create->add_option("--timezone", f.timezone, "IANA zone of the cron");
+  create->add_option("--interval", f.interval, "instead of a cron: \"1m\"");
+  create->add_option("--jitter", f.jitter, "delay each firing up to this");
+  create->add_option("--start-at", f.start_at, "RFC 3339: no firing before");
+  create->add_option("--end-at", f.end_at, "RFC 3339: no firing after");
+  create->add_option("--flow", c.flow, "the flow each firing starts")
+      ->required();
+  create->add_option("--input", c.input, "the flow's input, as JSON");
+  create->add_option("--overlap", f.overlap,
+                     "skip (default), buffer_one, buffer_all, allow_all, "
+                     "cancel_other, terminate_other");
+  create->add_option("--catchup-window", f.catchup_window,
+                     "missed occurrences younger than this fire (default 1m)");
+  create->add_option("--note", f.note, "why");
+  create->add_flag("--paused", f.paused, "create it paused");
+  add_client_options(create, c.client, true);
+  request_command(create, c, "POST", fixed("/v1/schedules"), schedule_body);
+
+  auto* get = schedules->add_subcommand("get", "the schedule and its firings");
+  get->add_option("id", c.id, "schedule id")->required();
+  add_client_options(get, c.client, false);
+  request_command(get, c, "GET", target(""), nullptr);
+
+  auto* list = schedules->add_subcommand("list", "the tenant's schedules");
+  list->add_option("--limit", c.limit, "page size, 1 to 1000");
+  list->add_option("--cursor", c.cursor, "from a previous nextCursor");
+  add_client_options(list, c.client, false);
+  request_command(
+      list, c, "GET",
+      [](const cli& c) {
+        std::string query;
+        if (c.limit > 0) {
+          query = "?limit=" + std::to_string(c.limit);
+        }
+        if (!c.cursor.empty()) {
+          query += (query.empty() ? "?" : "&") + std::string("cursor=") +
+                   percent_encode(c.cursor);
+        }
+        return "/v1/schedules" + query;
+      },
+      nullptr);
+
+  for (const char* verb : {"pause", "unpause"}) {
+    auto* change = schedules->add_subcommand(
+        verb, std::string(verb) + " a schedule, with a note");
+    change->add_option("id", c.id, "schedule id")->required();
+    change->add_option("--note", f.note, "why");
+    add_client_options(change, c.client, true);
+    request_command(change, c, "POST", target(std::string("/") + verb),
+                    [](cli& c) {
+                      durin::json body = durin::json::object();
+                      if (!c.schedule.note.empty()) {
+                        body["note"] = c.schedule.note;
+                      }
+                      return std::optional<durin::json>(body);
+                    });
+  }
+
+  auto* trigger = schedules->add_subcommand("trigger", "fire once, now");
+  trigger->add_option("id", c.id, "schedule id")->required();
+  add_client_options(trigger, c.client, true);
+  request_command(trigger, c, "POST", target("/trigger"), [](cli&) {
+    return std::optional<durin::json>(durin::json::object());
+  });
+
+  auto* backfill = schedules->add_subcommand(
+      "backfill", "fire every occurrence of a past time range");
+  backfill->add_option("id", c.id, "schedule id")->required();
+  backfill->add_option("--start-at", f.start_at, "RFC 3339")->required();
+  backfill->add_option("--end-at", f.end_at, "RFC 3339")->required();
+  add_client_options(backfill, c.client, true);
+  request_command(backfill, c, "POST", target("/backfill"), [](cli& c) {
+    return std::optional<durin::json>(durin::json{
+        {"startAt", c.schedule.start_at}, {"endAt", c.schedule.end_at}});
+  });
+
+  auto* remove =
+      schedules->add_subcommand("delete", "delete a schedule (its runs stay)");
+  remove->add_option("id", c.id, "schedule id")->required();
+  add_client_options(remove, c.client, true);
+  request_command(remove, c, "DELETE", target(""), nullptr);
+}
+
 // tasks list, worker.
 void add_task_commands(CLI::App& app, cli& c) {
   auto* tasks = app.add_subcommand("tasks", "step attempts and leases");
@@ -1019,6 +1167,7 @@ int main(int argc, char** argv) {
   add_hook_commands(app, c);
   add_key_commands(app, c);
   add_task_commands(app, c);
+  add_schedule_commands(app, c);
   CLI11_PARSE(app, argc, argv);
   return c.exit_code;
 }

@@ -227,6 +227,13 @@ class api {
   http_response list_keys(request& r);
   http_response revoke_key(request& r);
   http_response create_tenant(request& r);
+  // Schedules (gateway/schedule_routes.cpp).
+  http_response create_schedule(request& r);
+  http_response get_schedule(request& r);
+  http_response list_schedules(request& r);
+  // pause, unpause, trigger, backfill: the path's last segment says which.
+  http_response change_schedule(request& r);
+  http_response delete_schedule(request& r);
   // Internal routes (gateway/key_sync.cpp).
   http_response merge_key_records(request& r);
   http_response exchange_key_table(request& r);

@@ -83,6 +83,18 @@ std::optional<std::uint32_t> api::home_shard(const request& r) const {
     }
     return std::nullopt;
   }
+  // A schedule lives in its (tenant, id)'s shard: a create names it in its
+  // body, the other routes in the path; a list spans every node.
+  if (path[1] == "schedules") {
+    if (path.size() >= 3) {
+      return map.of_schedule(tenant, path[2]);
+    }
+    if (r.http.method == "POST" && r.body.contains("scheduleId") &&
+        r.body["scheduleId"].is_string()) {
+      return map.of_schedule(tenant, r.body["scheduleId"].get<std::string>());
+    }
+    return std::nullopt;
+  }
   if (path[1] == "instances" && path.size() >= 3) {
     return map.of_token(
         persistence::keys::token(tenant, actors::instance_token(path[2])));

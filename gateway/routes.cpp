@@ -119,6 +119,10 @@ http_response api::list_runs(request& ctx) {
       if (!value.empty()) {
         filter.flow = value;
       }
+    } else if (name == "scheduleId") {
+      if (!value.empty()) {
+        filter.schedule_id = value;
+      }
     } else if (name == "limit") {
       if (value.empty()) {
         continue;
@@ -139,7 +143,8 @@ http_response api::list_runs(request& ctx) {
       filter.cursor = value;
     } else {
       return bad_request("unknown query parameter '" + name +
-                         "'; allowed: status, flow, limit, cursor");
+                         "'; allowed: status, flow, scheduleId, limit, "
+                         "cursor");
     }
   }
   auto page = node_.list(filter);

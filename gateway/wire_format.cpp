@@ -169,9 +169,11 @@ unsigned http_status_of(errc code) {
     case errc::step_not_found:
     case errc::run_not_found:
     case errc::hook_not_found:
+    case errc::schedule_not_found:
       return 404;
     case errc::run_finished:
     case errc::hook_conflict:
+    case errc::schedule_exists:
     case errc::nondeterministic_replay:
     case errc::cancelled:
       return 409;

@@ -211,7 +211,8 @@ status validate(const run_record& record) {
       {"error_code", &record.error_code},
       {"error_message", &record.error_message},
       {"tenant", &record.tenant},
-      {"start_token", &record.start_token}};
+      {"start_token", &record.start_token},
+      {"schedule_id", &record.schedule_id}};
   for (const auto& [name, value] : fields) {
     if (auto checked = check_field(name, *value); !checked) {
       return checked;
@@ -231,7 +232,8 @@ std::string encode(const run_record& record) {
       begin_frame(record.id.size() + record.flow.size() + record.input.size() +
                   record.output.size() + record.error_code.size() +
                   record.error_message.size() + record.tenant.size() +
-                  record.start_token.size() + 8 * 4 + 1 + 3 * 8 + 4);
+                  record.start_token.size() + record.schedule_id.size() +
+                  8 * 5 + 1 + 4 * 8 + 4);
   put_string(out, record.id);
   put_string(out, record.flow);
   out.push_back(static_cast<char>(record.status));
@@ -245,6 +247,12 @@ std::string encode(const run_record& record) {
   keys::put_u32(out, record.spec_version);
   put_string(out, record.tenant);
   put_string(out, record.start_token);
+  // Only a scheduled run has the two trailing fields, so every other
+  // record keeps its layout and records written before them still decode.
+  if (!record.schedule_id.empty()) {
+    put_string(out, record.schedule_id);
+    put_i64(out, record.occurrence_ms);
+  }
   return end_frame(std::move(out));
 }
 
@@ -268,8 +276,17 @@ result<run_record> decode_run(std::string_view bytes) {
   record.spec_version = in.u32("spec_version");
   record.tenant = in.string("tenant");
   record.start_token = in.string("start_token");
+  const bool scheduled = !in.at_end();
+  if (scheduled) {
+    record.schedule_id = in.string("schedule_id");
+    record.occurrence_ms = in.i64("occurrence_ms");
+  }
   if (auto problem = in.problem()) {
     return corrupt("run record", *problem);
+  }
+  if (scheduled && record.schedule_id.empty()) {
+    // The encoder writes the fields only for a schedule's run.
+    return corrupt("run record", "schedule_id present but empty");
   }
   if (!valid_run_status(status)) {
     return corrupt("run record",

@@ -215,6 +215,14 @@ std::string api_key(std::string_view key_id) {
 
 // ---- end of gateway/ families ---------------------------------------------
 
+std::string schedule(std::string_view tenant, std::string_view schedule_id) {
+  return token(tenant, schedule_id);  // the same two length-prefixed strings
+}
+
+std::optional<token_address> decode_schedule(std::string_view key) {
+  return decode_token(key);
+}
+
 void put_u16(std::string& out, std::uint16_t value) {
   out.push_back(static_cast<char>(value >> 8));
   out.push_back(static_cast<char>(value));

@@ -74,6 +74,12 @@ std::string tenant(std::string_view tenant_id);
 std::string api_key(std::string_view key_id);
 // ---- end of gateway/ families ---------------------------------------------
 
+// `schedules`: lp(tenant) + lp(schedule id) (services/schedule_service.hpp).
+std::string schedule(std::string_view tenant, std::string_view schedule_id);
+// The (tenant, schedule id) a `schedules` key names; nullopt otherwise.
+std::optional<token_address> decode_schedule(std::string_view key);
+// ---- end of schedules ---------------------------------------------
+
 // Big-endian helpers, shared with the codec. REQUIRES (get_*): `bytes`
 // points at 2, 4 or 8 readable bytes.
 void put_u16(std::string& out, std::uint16_t value);

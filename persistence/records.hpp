@@ -33,6 +33,10 @@ struct run_record {
   std::uint32_t spec_version = persistence::spec_version;
   std::string tenant = "default";  // runs of one tenant are invisible to others
   std::string start_token;         // the start hook's token, empty without one
+  // A run a schedule started: the schedule's id and the occurrence (the
+  // nominal firing time) it was started for; empty and 0 otherwise.
+  std::string schedule_id;
+  std::int64_t occurrence_ms = 0;
 
   bool operator==(const run_record&) const = default;
 };

@@ -61,13 +61,14 @@ enum class family : std::uint8_t {
   timers,
   active,
   meta,
-  tokens,    // hook tokens: owner, state, retention (actors/token_*)
-  inbox,     // payloads resumed to a token, resume ids
-  requests,  // request idempotency keys (gateway/)
-  tenants,   // tenants (gateway/)
-  api_keys,  // API keys (gateway/)
+  tokens,     // hook tokens: owner, state, retention (actors/token_*)
+  inbox,      // payloads resumed to a token, resume ids
+  requests,   // request idempotency keys (gateway/)
+  tenants,    // tenants (gateway/)
+  api_keys,   // API keys (gateway/)
+  schedules,  // schedules and their firings (services/schedule_service)
 };
-inline constexpr std::size_t family_count = 10;
+inline constexpr std::size_t family_count = 11;
 
 struct store_options {
   // Tests only: the file system RocksDB uses, e.g. a fault injector
@@ -176,7 +177,8 @@ class store {
   // cannot break listing; get_run reports it. The scan also stops after the
   // result whose stored records bring the results' bytes to `bytes_max` or
   // more (at least one result), so a page of huge inputs stays bounded.
-  // max == 0 or scan_max == 0 is invalid-argument.
+  // max == 0 or scan_max == 0 is invalid-argument. With `schedule_id`, only
+  // the runs that schedule started.
   struct run_scan {
     std::vector<run_record> runs;
     std::string next_before_id;
@@ -186,7 +188,8 @@ class store {
                              std::optional<std::string> flow, std::size_t max,
                              std::size_t scan_max = 100'000,
                              std::optional<std::string> tenant = {},
-                             std::size_t bytes_max = SIZE_MAX) const;
+                             std::size_t bytes_max = SIZE_MAX,
+                             std::optional<std::string> schedule_id = {}) const;
 
   // Writes `batch` with sync=true, on the calling thread. The committer uses
   // this; others go through the committer. A batch with a refused put

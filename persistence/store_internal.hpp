@@ -28,8 +28,8 @@ namespace store_detail {
 
 // Indexed by `family`; the names are on disk and never change.
 inline constexpr std::array<const char*, family_count> family_names = {
-    "runs",   "history", "timers",   "active",  "meta",
-    "tokens", "inbox",   "requests", "tenants", "api_keys"};
+    "runs",  "history",  "timers",  "active",   "meta",     "tokens",
+    "inbox", "requests", "tenants", "api_keys", "schedules"};
 const char* name_of(family which);
 
 // `text` quoted for an error message: printable ASCII as is, other bytes as

@@ -178,12 +178,11 @@ result<std::vector<timer_record>> store::timers_until(
   });
 }
 
-result<store::run_scan> store::scan_runs(std::string_view before_id,
-                                         std::optional<run_status> status,
-                                         std::optional<std::string> flow,
-                                         std::size_t max, std::size_t scan_max,
-                                         std::optional<std::string> tenant,
-                                         std::size_t bytes_max) const {
+result<store::run_scan> store::scan_runs(
+    std::string_view before_id, std::optional<run_status> status,
+    std::optional<std::string> flow, std::size_t max, std::size_t scan_max,
+    std::optional<std::string> tenant, std::size_t bytes_max,
+    std::optional<std::string> schedule_id) const {
   return guarded("scan runs", [&]() -> result<run_scan> {
     auto pinned = hold();
     if (!pinned) {
@@ -227,7 +226,8 @@ result<store::run_scan> store::scan_runs(std::string_view before_id,
       const bool readable = decoded.ok() && decoded->id == *id;
       if (readable && (!status || decoded->status == *status) &&
           (!flow || decoded->flow == *flow) &&
-          (!tenant || decoded->tenant == *tenant)) {
+          (!tenant || decoded->tenant == *tenant) &&
+          (!schedule_id || decoded->schedule_id == *schedule_id)) {
         scan.runs.push_back(std::move(*decoded));
         bytes += it->value().size();
       }

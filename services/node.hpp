@@ -25,6 +25,7 @@
 #include "services/linger_list.hpp"
 #include "services/reply_relay.hpp"
 #include "services/run_events.hpp"
+#include "services/schedule_service.hpp"
 #include "services/shard_map.hpp"
 #include "services/step_executor.hpp"
 #include "services/task_service.hpp"
@@ -67,6 +68,8 @@ struct node {
   std::atomic<bool> closing{false};  // set first when the runtime closes
   held_tokens held;  // written by token actors, read by starts (all shards)
   std::unique_ptr<linger_list> lingering;  // idle token actors
+  // The schedules of the shards this node serves (made last, stopped first).
+  std::unique_ptr<schedule_service> schedules;
 
   shard& shard_of_run(std::string_view run_id) {
     return *shards[map.of_run(run_id)];

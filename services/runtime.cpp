@@ -271,7 +271,7 @@ result<run_page> runtime::list(const run_filter& filter) const {
     }
     auto scan = shard->store->scan_runs(
         filter.cursor, stored_status, filter.flow, filter.limit, list_scan_max,
-        filter.tenant, filter.page_bytes_max);
+        filter.tenant, filter.page_bytes_max, filter.schedule_id);
     if (!scan) {
       return scan.error();
     }
@@ -432,6 +432,10 @@ node& services_of(runtime& rt) {
 
 services::task_service& runtime::tasks() {
   return *impl_->services.tasks;
+}
+
+services::schedule_service& runtime::schedules() {
+  return *impl_->services.schedules;
 }
 
 std::size_t runtime::active_run_actors() const {

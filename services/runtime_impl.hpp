@@ -39,6 +39,9 @@ class runtime_impl {
       return;
     }
     services.closing = true;
+    if (services.schedules) {
+      services.schedules->stop();
+    }
     for (auto& shard : services.shards) {
       // Waits for a listener call that may be running.
       shard->store->set_health_listener(nullptr);

@@ -319,6 +319,8 @@ result<std::unique_ptr<runtime>> runtime_access::open(
     shard->timers->start();
   }
   services.tasks->start();
+  services.schedules = std::make_unique<services::schedule_service>(services);
+  services.schedules->start();
   return std::unique_ptr<runtime>(new runtime(std::move(impl)));
 }
 

@@ -1,6 +1,8 @@
 #include "services/shard_map.hpp"
 
+#include "actors/identity.hpp"
 #include "base/fnv1a.hpp"
+#include "persistence/keys.hpp"
 
 namespace durin::services {
 
@@ -39,6 +41,12 @@ std::uint32_t shard_map::of_token(std::string_view address) const {
     return 0;
   }
   return static_cast<std::uint32_t>(fnv1a(fnv_offset, address) % count_);
+}
+
+std::uint32_t shard_map::of_schedule(std::string_view tenant,
+                                     std::string_view schedule_id) const {
+  return of_token(
+      persistence::keys::token(tenant, actors::schedule_token(schedule_id)));
 }
 
 std::uint32_t shard_map::of_key(const persistence::request_address& key) const {

@@ -8,6 +8,7 @@
 //   hook token       FNV-1a 64 of the token's key (tenant and token): instance
 //                    ids and command ids are tokens too (actors/identity.hpp)
 //   idempotency key  FNV-1a 64 of (tenant, caller, key)
+//   schedule id      as a token (actors::schedule_token) of its tenant
 //
 // A run started with a start token (a hook, an instance id, a command id) is
 // given an id in that token's shard, so its admission is one local write. The
@@ -37,6 +38,9 @@ class shard_map {
   // `address` is persistence::keys::token(tenant, token).
   std::uint32_t of_token(std::string_view address) const;
   std::uint32_t of_key(const persistence::request_address& key) const;
+  // A schedule: as the token actors::schedule_token(id) of its tenant.
+  std::uint32_t of_schedule(std::string_view tenant,
+                            std::string_view schedule_id) const;
 
   // The two characters a run id of `shard` ends with.
   static std::string run_id_suffix(std::uint32_t shard);

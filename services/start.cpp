@@ -144,6 +144,8 @@ result<persistence::run_record> new_record(
   if (keyed) {
     record.start_token = keyed->token;
   }
+  record.schedule_id = start.schedule_id;
+  record.occurrence_ms = start.occurrence_ms;
   return record;
 }
 

@@ -25,6 +25,10 @@ struct start_request {
   // Drawn beforehand (draw_run_id) by a caller that subscribes to the run's
   // events before the run exists; empty: drawn here.
   std::string run_id;
+  // A start by a schedule (services/schedule_service.hpp): recorded on the
+  // run, so that it names the schedule and the occurrence it is for.
+  std::string schedule_id;
+  std::int64_t occurrence_ms = 0;
 };
 
 // Admits the run; `done` runs once the admission is durable or refused, on

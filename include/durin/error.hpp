@@ -32,6 +32,8 @@ enum class errc : std::uint8_t {
   hook_conflict,            // another run owns the token (error::run_id)
   hook_not_found,           // no run can receive payloads for the token
   start_outcome_unknown,    // the start may or may not be admitted (run_id)
+  schedule_not_found,       // no schedule with that id in the tenant
+  schedule_exists,          // another schedule holds that id in the tenant
 };
 
 // The stable wire name, e.g. errc::flow_not_found -> "flow-not-found".

@@ -51,6 +51,10 @@ struct run_info {
   // The token of the hook the run was started with; empty without one (and
   // for a run started with an instance id).
   std::string start_token;
+  // A run a schedule started: its id and the occurrence (the nominal firing
+  // time) it was started for; empty and 0 otherwise.
+  std::string schedule_id;
+  std::int64_t occurrence_ms = 0;
 
   json to_json() const;  // {"id","flow","status","input","output",...}
 };
@@ -70,8 +74,9 @@ struct run_filter {
   std::string tenant = "default";
   std::optional<run_status> status;
   std::optional<std::string> flow;
-  std::size_t limit = 100;  // 1..1000
-  std::string cursor;       // from a previous page's next_cursor
+  std::optional<std::string> schedule_id;  // runs this schedule started
+  std::size_t limit = 100;                 // 1..1000
+  std::string cursor;                      // from a previous page's next_cursor
   // A page ends early, with a next_cursor, after the run that brings its
   // runs' stored records (input, output, error) to this many bytes; it
   // holds at least one run. 1 KiB..1 GiB.

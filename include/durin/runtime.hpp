@@ -143,6 +143,7 @@ struct node;
 // process (actors/admission.hpp).
 node& services_of(runtime& rt);
 class task_service;
+class schedule_service;
 }  // namespace services
 
 class runtime {
@@ -234,6 +235,10 @@ class runtime {
   // Every step attempt and its lease (services/task_service.hpp): remote
   // workers poll and report through it (gateway/worker_api.hpp).
   services::task_service& tasks();
+
+  // The node's schedules (services/schedule_service.hpp): runs started on
+  // a cron or an interval, once per occurrence.
+  services::schedule_service& schedules();
 
   // Run actors alive now (runs passivated on a far timer have none).
   std::size_t active_run_actors() const;

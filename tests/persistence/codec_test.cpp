@@ -144,6 +144,31 @@ TEST(CodecTest, RunRecordLayoutIsTheDocumentedOne) {
   EXPECT_EQ(codec::encode(record), frame(body));
 }
 
+// A run a schedule started has two trailing fields; a record without them
+// (every other run, and every run written before them) still decodes.
+TEST(CodecTest, ScheduledRunRecordAddsScheduleIdAndOccurrenceAtTheEnd) {
+  run_record record;
+  record.id = "r";
+  record.flow = "f";
+  record.tenant = "t";
+  const auto plain = codec::encode(record);
+  record.schedule_id = "s";
+  record.occurrence_ms = 5;
+  const auto scheduled = codec::encode(record);
+  // The plain body, then str "s" and i64 5, under a new checksum.
+  EXPECT_EQ(scheduled.substr(0, plain.size() - 4),
+            plain.substr(0, plain.size() - 4));
+  EXPECT_EQ(scheduled.substr(plain.size() - 4, 13),
+            "\x00\x00\x00\x01s\x00\x00\x00\x00\x00\x00\x00\x05"s);
+  auto decoded = codec::decode_run(scheduled);
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ(*decoded, record);
+  auto old = codec::decode_run(plain);
+  ASSERT_TRUE(old.ok());
+  EXPECT_TRUE(old->schedule_id.empty());
+  EXPECT_EQ(old->occurrence_ms, 0);
+}
+
 TEST(CodecTest, EventRecordLayoutIsTheDocumentedOne) {
   event_record event;
   event.kind = event_kind::timer_armed;
@@ -238,11 +263,26 @@ TEST(CodecTest, EnumsOutsideTheirRangeAreCorruptEvenWithAValidChecksum) {
 }
 
 TEST(CodecTest, TrailingBytesAreCorruptRecord) {
-  const std::string run_body = body_of(codec::encode(sample_run()));
+  // A run record's last field is occurrence_ms when it has the schedule
+  // fields; bytes after start_token that are not both are corrupt too.
+  auto scheduled = sample_run();
+  scheduled.schedule_id = "s";
+  scheduled.occurrence_ms = 1;
+  const std::string run_body = body_of(codec::encode(scheduled));
   auto run = codec::decode_run(frame(run_body + "x"));
   ASSERT_FALSE(run.ok());
   EXPECT_EQ(run.error().code, errc::corrupt_record);
   EXPECT_NE(run.error().message.find("trailing"), std::string::npos);
+  const std::string plain_body = body_of(codec::encode(sample_run()));
+  auto partial = codec::decode_run(frame(plain_body + "x"));
+  ASSERT_FALSE(partial.ok());
+  EXPECT_EQ(partial.error().code, errc::corrupt_record);
+  std::string empty_schedule = plain_body;
+  keys::put_u32(empty_schedule, 0);
+  keys::put_u64(empty_schedule, 1);
+  auto empty = codec::decode_run(frame(empty_schedule));
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.error().code, errc::corrupt_record);
   EXPECT_EQ(codec::decode_marker(frame("x")).error().code,
             errc::corrupt_record);
   EXPECT_EQ(codec::decode_bytes(frame(u32_string("ab") + "c")).error().code,

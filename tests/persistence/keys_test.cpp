@@ -44,6 +44,21 @@ TEST(KeysTest, TimerKeyIsDueThenRunThenCallThenKind) {
             "\x02"s);
 }
 
+TEST(KeysTest, ScheduleKeyIsTenantThenIdLengthPrefixed) {
+  EXPECT_EQ(keys::schedule("default", "nightly"),
+            "\x00\x07"
+            "default"
+            "\x00\x07"
+            "nightly"s);
+  auto decoded = keys::decode_schedule(keys::schedule("t", "s"));
+  ASSERT_TRUE(decoded.has_value());
+  EXPECT_EQ(decoded->tenant, "t");
+  EXPECT_EQ(decoded->token, "s");
+  EXPECT_FALSE(keys::decode_schedule("\x00\x05"
+                                     "ab"s)
+                   .has_value());
+}
+
 TEST(KeysTest, MetaKeyIsTheRawName) {
   EXPECT_EQ(keys::meta("schema_version"), "schema_version");
 }

@@ -1,0 +1,155 @@
+// The routes of schedules (/v1/schedules...): thin over the node's schedule
+// service (services/schedule_service.hpp). Each runs on a gateway worker
+// (a change waits for its fsync); placement routes it to the node serving
+// the schedule's shard (gateway/placement.cpp), a list asks every node.
+#include <algorithm>
+#include <string>
+
+#include "base/time_text.hpp"
+#include "gateway/api.hpp"
+#include "services/schedule_service.hpp"
+
+namespace durin::gateway {
+
+namespace {
+
+std::optional<std::int64_t> time_field(const json& body, const char* field) {
+  if (!body.contains(field) || !body[field].is_string()) {
+    return std::nullopt;
+  }
+  return time_text::parse_rfc3339_ms(body[field].get<std::string>());
+}
+
+http_response view_response(unsigned status, result<json> outcome) {
+  return outcome ? json_response(status, *outcome)
+                 : error_response(outcome.error());
+}
+
+// Pages of schedules (by id, each with its nextCursor) as one page.
+json merge_schedule_pages(std::vector<json>& pages, std::size_t limit) {
+  std::vector<json> merged;
+  for (auto& page : pages) {
+    for (auto& one : page["schedules"]) {
+      merged.push_back(std::move(one));
+    }
+  }
+  std::sort(merged.begin(), merged.end(), [](const json& a, const json& b) {
+    return a.value("scheduleId", "") < b.value("scheduleId", "");
+  });
+  json out = json::array();
+  for (auto& one : merged) {
+    if (out.size() == limit) {
+      break;
+    }
+    out.push_back(std::move(one));
+  }
+  json next = merged.size() > limit ? out.back()["scheduleId"] : json(nullptr);
+  return json{{"schedules", std::move(out)}, {"nextCursor", std::move(next)}};
+}
+
+}  // namespace
+
+http_response api::create_schedule(request& ctx) {
+  auto made = node_.schedules().create(ctx.caller.tenant, ctx.body);
+  if (!made) {
+    return error_response(made.error());
+  }
+  return json_response(made->value("created", false) ? 201 : 200, *made);
+}
+
+http_response api::get_schedule(request& ctx) {
+  return view_response(200,
+                       node_.schedules().get(ctx.caller.tenant, ctx.params[0]));
+}
+
+http_response api::list_schedules(request& ctx) {
+  std::string after;
+  std::size_t limit = 100;
+  for (const auto& [name, value] : ctx.query) {
+    if (name == "cursor") {
+      after = value;
+    } else if (name == "limit") {
+      const bool digits = !value.empty() && value.size() <= 4 &&
+                          std::all_of(value.begin(), value.end(), [](char c) {
+                            return c >= '0' && c <= '9';
+                          });
+      limit = digits ? std::stoul(value) : 0;
+      if (limit < 1 || limit > services::schedules_page_max) {
+        return bad_request("limit must be a number from 1 to 1000");
+      }
+    } else {
+      return bad_request("unknown query parameter '" + name +
+                         "'; allowed: limit, cursor");
+    }
+  }
+  auto page = node_.schedules().list(ctx.caller.tenant, after, limit);
+  if (!page) {
+    return error_response(page.error());
+  }
+  if (placement_ == nullptr || ctx.forwarded) {
+    return json_response(200, *page);
+  }
+  std::vector<json> pages{std::move(*page)};
+  for (auto& other : placement_->ask_every_other_node(ctx.http, ctx.caller)) {
+    if (other.status != 200) {
+      return other;  // a node that did not answer: no page with a hole
+    }
+    auto parsed = json::parse(other.body, nullptr, false);
+    if (parsed.is_discarded() || !parsed.contains("schedules")) {
+      return error_response(502, "bad-gateway",
+                            "a node answered a list with no schedules");
+    }
+    pages.push_back(std::move(parsed));
+  }
+  auto merged = merge_schedule_pages(pages, limit);
+  if (auto missing = placement_->unserved(); !missing.empty()) {
+    merged["unavailableShards"] = missing;
+  }
+  return json_response(200, merged);
+}
+
+http_response api::change_schedule(request& ctx) {
+  const auto& id = ctx.params[0];
+  const auto& verb = ctx.path.back();
+  auto& schedules = node_.schedules();
+  if (verb == "pause" || verb == "unpause") {
+    if (auto problem = only_fields(ctx.body, {"note"})) {
+      return *problem;
+    }
+    if (ctx.body.contains("note") && !ctx.body["note"].is_string()) {
+      return bad_request("field 'note' must be a string");
+    }
+    return view_response(
+        200, schedules.pause(ctx.caller.tenant, id, verb == "pause",
+                             ctx.body.value("note", std::string())));
+  }
+  if (verb == "trigger") {
+    if (auto problem = only_fields(ctx.body, {})) {
+      return *problem;
+    }
+    return view_response(202, schedules.trigger(ctx.caller.tenant, id));
+  }
+  // backfill
+  if (auto problem = only_fields(ctx.body, {"startAt", "endAt"})) {
+    return *problem;
+  }
+  auto from = time_field(ctx.body, "startAt");
+  auto to = time_field(ctx.body, "endAt");
+  if (!from || !to) {
+    return bad_request(
+        "backfill needs 'startAt' and 'endAt', RFC 3339 times such as "
+        "\"2026-12-01T09:00:00Z\"");
+  }
+  return view_response(202,
+                       schedules.backfill(ctx.caller.tenant, id, *from, *to));
+}
+
+http_response api::delete_schedule(request& ctx) {
+  auto removed = node_.schedules().remove(ctx.caller.tenant, ctx.params[0]);
+  if (!removed) {
+    return error_response(removed.error());
+  }
+  return json_response(200, {{"scheduleId", ctx.params[0]}, {"deleted", true}});
+}
+
+}  // namespace durin::gateway
