@@ -40,6 +40,12 @@ std::string_view to_code(errc code) noexcept {
       return "hook-not-found";
     case errc::start_outcome_unknown:
       return "start-outcome-unknown";
+    case errc::update_rejected:
+      return "update-rejected";
+    case errc::query_refused:
+      return "query-refused";
+    case errc::handler_not_found:
+      return "handler-not-found";
   }
   return "internal";
 }

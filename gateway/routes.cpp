@@ -112,7 +112,7 @@ http_response api::list_runs(request& ctx) {
       if (!status) {
         return bad_request("unknown status '" + value +
                            "'; one of pending, running, waiting, completed, "
-                           "failed, cancelled");
+                           "failed, cancelled, terminated");
       }
       filter.status = status;
     } else if (name == "flow") {
@@ -272,7 +272,7 @@ http_response api::count_runs(request& ctx) {
   for (auto status :
        {run_status::pending, run_status::running, run_status::waiting,
         run_status::blocked, run_status::completed, run_status::failed,
-        run_status::cancelled}) {
+        run_status::cancelled, run_status::terminated}) {
     counts[std::string(to_string(status))] = 0;
   }
   std::uint64_t total = 0;

@@ -25,6 +25,12 @@ struct start_request {
   // Drawn beforehand (draw_run_id) by a caller that subscribes to the run's
   // events before the run exists; empty: drawn here.
   std::string run_id;
+  // A message-with-start (services/runtime_messages.cpp): the run's first
+  // events and its message's key, admitted with the run by its instance
+  // token's actor (actors::start_claim).
+  std::vector<persistence::event_record> first_events;
+  std::string message_scope;
+  std::string message_key;
 };
 
 // Admits the run; `done` runs once the admission is durable or refused, on

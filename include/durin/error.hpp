@@ -32,6 +32,9 @@ enum class errc : std::uint8_t {
   hook_conflict,            // another run owns the token (error::run_id)
   hook_not_found,           // no run can receive payloads for the token
   start_outcome_unknown,    // the start may or may not be admitted (run_id)
+  update_rejected,          // the flow's validation refused the update
+  query_refused,            // the query's handler tried to change state
+  handler_not_found,        // the run has no update or query of that name
 };
 
 // The stable wire name, e.g. errc::flow_not_found -> "flow-not-found".
