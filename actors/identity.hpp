@@ -57,8 +57,8 @@ inline std::string message_name_problem(std::string_view name) {
 // never hold the mark, so the last one ends the id.
 inline std::string message_scope(char addressed_by, std::string_view id,
                                  std::string_view name) {
-  return std::string{reserved_token_mark, addressed_by, ':'} +
-         std::string(id) + reserved_token_mark + std::string(name);
+  return std::string{reserved_token_mark, addressed_by, ':'} + std::string(id) +
+         reserved_token_mark + std::string(name);
 }
 inline std::string run_message_scope(std::string_view run_id,
                                      std::string_view name) {

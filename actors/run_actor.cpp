@@ -346,8 +346,8 @@ void handle_message(self_pointer self, message_request request,
     } else if (request.wait_completed) {
       reply(make_error(errc::run_finished,
                        "run " + st.run_id +
-                           " ended before completing update '" +
-                           request.key + "'"));
+                           " ended before completing update '" + request.key +
+                           "'"));
       return;
     }
     reply(std::move(receipt));
@@ -700,9 +700,9 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, shard* home,
           -> caf::typed_response_promise<std::string> {
         auto promise = self->make_response_promise<std::string>();
         reply_once<std::string> reply(
-            promise, make_error(errc::storage_error,
-                                "the query of run " + self->state.run_id +
-                                    " was not answered"));
+            promise, make_error(errc::storage_error, "the query of run " +
+                                                         self->state.run_id +
+                                                         " was not answered"));
         handle_query(self, request, reply);
         drain(self);
         return promise;

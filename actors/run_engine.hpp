@@ -224,8 +224,7 @@ class run_engine final : public detail::driver {
                      const std::function<void(result<message_receipt>)>& reply);
   // The receipt of the message at history `sequence`, as a repeat of it is
   // answered (an update: with its result once completed).
-  void answer_recorded(const message_request& request,
-                       message_receipt receipt,
+  void answer_recorded(const message_request& request, message_receipt receipt,
                        std::function<void(result<message_receipt>)> reply);
   // Answers a query from the flow's handler; records nothing. query-refused
   // when the handler makes a durable call.

@@ -50,7 +50,8 @@ void run_engine::index_messages() {
       continue;
     }
     if (event.kind == event_kind::message_received) {
-      unread_[i + 1] = {event.name, encode_payload(data.value("payload", json())),
+      unread_[i + 1] = {event.name,
+                        encode_payload(data.value("payload", json())),
                         data.value("update", std::string())};
     } else if (event.kind == event_kind::message_read) {
       unread_.erase(data.value("sequence", std::uint64_t{0}));
@@ -174,9 +175,9 @@ void run_engine::update_complete(std::uint64_t sequence, json result) {
   }
   auto id = update_ids_.find(sequence);
   if (id == update_ids_.end()) {
-    throw invalid_argument_error(
-        "ctx.complete_update: history sequence " + std::to_string(sequence) +
-        " is not an update this run received");
+    throw invalid_argument_error("ctx.complete_update: history sequence " +
+                                 std::to_string(sequence) +
+                                 " is not an update this run received");
   }
   auto bytes = encode_payload(result);
   json data = {{"sequence", sequence}, {"result", std::move(result)}};
@@ -209,10 +210,10 @@ void run_engine::on_message(
     return;
   }
   if (blocked()) {
-    reply(make_error(errc::nondeterministic_replay,
-                     "run " + record_.id +
-                         " is held for replay and records nothing: " +
-                         blocked_reason_));
+    reply(make_error(
+        errc::nondeterministic_replay,
+        "run " + record_.id +
+            " is held for replay and records nothing: " + blocked_reason_));
     return;
   }
   json payload = decode_or_null(request.payload);
@@ -238,9 +239,9 @@ void run_engine::on_message(
       reason = "its validation tried to change the flow's state";
     }
     if (!reason.empty()) {
-      reply(make_error(errc::update_rejected,
-                       "update '" + request.name + "' of run " + record_.id +
-                           " was rejected: " + reason));
+      reply(make_error(errc::update_rejected, "update '" + request.name +
+                                                  "' of run " + record_.id +
+                                                  " was rejected: " + reason));
       return;
     }
   }
@@ -357,10 +358,10 @@ result<json> run_engine::query(const std::string& name, const json& args) {
                           "; only a run that has not ended answers queries");
   }
   if (blocked()) {
-    return make_error(errc::nondeterministic_replay,
-                      "run " + record_.id +
-                          " is held for replay; its state is not known: " +
-                          blocked_reason_);
+    return make_error(
+        errc::nondeterministic_replay,
+        "run " + record_.id +
+            " is held for replay; its state is not known: " + blocked_reason_);
   }
   auto handler = queries_.find(name);
   if (handler == queries_.end()) {
@@ -387,8 +388,7 @@ result<json> run_engine::query(const std::string& name, const json& args) {
   }
   if (!failure.empty()) {
     return make_error(errc::flow_error, "query '" + name + "' of run " +
-                                            record_.id +
-                                            " failed: " + failure);
+                                            record_.id + " failed: " + failure);
   }
   return answer;
 }

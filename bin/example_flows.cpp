@@ -133,7 +133,9 @@ flow<json> counter(context& ctx, json input) {
       input["value"].is_number_integer()) {
     value = input["value"].get<std::int64_t>();
   }
-  ctx.on_query("value", [&value](const json&) { return json{{"value", value}}; });
+  ctx.on_query("value", [&value](const json&) {
+    return json{{"value", value}};
+  });
   ctx.on_update("add", add_problem);
   // Named, not a temporary in the co_await (g++ 12 coroutine bug).
   const std::vector<std::string> inputs = {"add", "stop"};

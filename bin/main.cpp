@@ -812,8 +812,8 @@ std::optional<durin::json> stop_body(cli& c) {
 
 // runs message|update|query: talking to a running flow.
 void add_message_commands(CLI::App* runs, cli& c) {
-  auto* message = runs->add_subcommand(
-      "message", "send a run (or an instance) a message");
+  auto* message =
+      runs->add_subcommand("message", "send a run (or an instance) a message");
   message->add_option("id", c.id, "run id (instance id with --instance)")
       ->required();
   message->add_option("name", c.name, "the message's name")->required();

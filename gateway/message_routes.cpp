@@ -35,8 +35,7 @@ std::optional<http_response> read_message_start(
   }
   const auto& start = body["start"];
   if (!start.is_object()) {
-    return bad_request(
-        "field 'start' must be an object {\"flow\", \"input\"}");
+    return bad_request("field 'start' must be an object {\"flow\", \"input\"}");
   }
   if (auto problem = only_fields(start, {"flow", "input"})) {
     return problem;
@@ -57,13 +56,11 @@ http_response api::send_message(request& ctx) {
   bool by_instance = ctx.path[1] == "instances";
   const std::string& id = ctx.params[0];
   const std::string& name = ctx.params[1];
-  if (auto problem =
-          only_fields(ctx.body, by_instance ? std::set<std::string>{
-                                                  "payload", "idempotencyKey",
-                                                  "start"}
-                                            : std::set<std::string>{
-                                                  "payload",
-                                                  "idempotencyKey"})) {
+  if (auto problem = only_fields(
+          ctx.body,
+          by_instance
+              ? std::set<std::string>{"payload", "idempotencyKey", "start"}
+              : std::set<std::string>{"payload", "idempotencyKey"})) {
     return *problem;
   }
   message_options options;
@@ -78,10 +75,9 @@ http_response api::send_message(request& ctx) {
     return *problem;
   }
   auto receipt =
-      by_instance
-          ? node_.send_message_to_instance(id, name, std::move(payload),
-                                           options, std::move(start))
-          : node_.send_message(id, name, std::move(payload), options);
+      by_instance ? node_.send_message_to_instance(id, name, std::move(payload),
+                                                   options, std::move(start))
+                  : node_.send_message(id, name, std::move(payload), options);
   if (!receipt) {
     return error_response(receipt.error());
   }
@@ -102,8 +98,9 @@ http_response api::update_run(request& ctx) {
     return *problem;
   }
   if (wait_for != "completed" && wait_for != "accepted") {
-    return bad_request("field 'waitFor' is \"accepted\" or \"completed\"; got '" +
-                       wait_for + "'");
+    return bad_request(
+        "field 'waitFor' is \"accepted\" or \"completed\"; got '" + wait_for +
+        "'");
   }
   options.wait_completed = wait_for == "completed";
   options.timeout = std::chrono::milliseconds(options_.wait_ms_max);

@@ -75,16 +75,16 @@ result<std::optional<message_receipt>> recorded_for_instance(
     const std::string& key) {
   auto address =
       persistence::keys::token(tenant, actors::instance_token(instance_id));
-  auto seen = node.shard_of_token(address).store->get_resume(tenant, scope, key);
+  auto seen =
+      node.shard_of_token(address).store->get_resume(tenant, scope, key);
   if (!seen) {
     return seen.error();
   }
   if (!*seen) {
     return std::optional<message_receipt>();
   }
-  return std::optional<message_receipt>(
-      message_receipt{(*seen)->owner_run, (*seen)->sequence,
-                      (*seen)->sequence == 1});
+  return std::optional<message_receipt>(message_receipt{
+      (*seen)->owner_run, (*seen)->sequence, (*seen)->sequence == 1});
 }
 
 std::string drawn_update_id() {
@@ -149,8 +149,7 @@ result<message_receipt> runtime::send_message_to_instance(
       !problem.empty()) {
     return make_error(errc::invalid_argument, problem);
   }
-  if (instance_id.empty() ||
-      instance_id.size() > limits::identity_bytes_max) {
+  if (instance_id.empty() || instance_id.size() > limits::identity_bytes_max) {
     return make_error(errc::invalid_argument,
                       "an instance id is 1 to 200 bytes; got " +
                           std::to_string(instance_id.size()));
@@ -247,8 +246,11 @@ result<update_receipt> runtime::update(std::string_view run_id,
   if (!run) {
     return run.error();
   }
-  actors::message_request request{std::string(name), std::move(bytes), id,
-                                  actors::update_scope(run->id), true,
+  actors::message_request request{std::string(name),
+                                  std::move(bytes),
+                                  id,
+                                  actors::update_scope(run->id),
+                                  true,
                                   options.wait_completed};
   auto& node = impl_->services;
   auto answer = ask_run<actors::message_receipt>(

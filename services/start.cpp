@@ -205,8 +205,8 @@ void start_with_token(node& node, persistence::run_record record,
     }
     done(std::move(outcome));
   };
-  actors::start_claim claim{std::move(record),  std::move(token),
-                            start.answer,       start.first_events,
+  actors::start_claim claim{std::move(record),   std::move(token),
+                            start.answer,        start.first_events,
                             start.message_scope, start.message_key};
   node.relay->ask<run_info>(node.tokens_of(address), address,
                             std::move(admitted),

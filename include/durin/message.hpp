@@ -34,9 +34,9 @@ namespace durin {
 // A message or update as the flow reads it.
 struct inbound {
   std::string name;
-  json payload;               // an update's args
+  json payload;                // an update's args
   std::uint64_t sequence = 0;  // its place in the run's history
-  std::string update_id;      // non-empty for an update
+  std::string update_id;       // non-empty for an update
   bool is_update() const { return !update_id.empty(); }
 };
 

@@ -198,8 +198,8 @@ TEST_F(MessageTest, AMessageByInstanceIdReachesItsActiveRun) {
 TEST_F(MessageTest, MessageWithStartStartsTheInstanceOnceAndDeliversToIt) {
   auto rt = open();
   message_start with{"acme.inbox", json::object()};
-  auto first = rt->send_message_to_instance("box", "note", {{"n", 1}},
-                                            keyed("a"), with);
+  auto first =
+      rt->send_message_to_instance("box", "note", {{"n", 1}}, keyed("a"), with);
   ASSERT_TRUE(first.ok()) << first.error().to_string();
   EXPECT_TRUE(first->started);
   EXPECT_EQ(first->sequence, 1u);
@@ -288,9 +288,8 @@ TEST_F(MessageTest, AnUpdateWaitedForAcceptedAnswersItsHandle) {
   auto accepted = rt->update(id, "add", {{"by", 2}}, options);
   ASSERT_TRUE(accepted.ok()) << accepted.error().to_string();
   EXPECT_EQ(accepted->update_id, "u1");
-  EXPECT_TRUE(eventually([&] {
-    return count_events(*rt, id, "update-completed") == 1;
-  }));
+  EXPECT_TRUE(eventually(
+      [&] { return count_events(*rt, id, "update-completed") == 1; }));
   options.wait_completed = true;
   auto completed = rt->update(id, "add", {{"by", 2}}, options);
   ASSERT_TRUE(completed.ok());

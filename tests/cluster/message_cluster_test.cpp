@@ -29,12 +29,14 @@ TEST_F(MessageClusterTest, MessagesUpdatesAndQueriesReachARunThroughAnyNode) {
     const std::string base = "/v1/runs/" + id;
     for (int via = 0; via < 3; ++via) {
       auto client = cluster_.client(via);
-      json add = {{"args", {{"by", 1}}}, {"updateId", "u" + std::to_string(via)}};
+      json add = {{"args", {{"by", 1}}},
+                  {"updateId", "u" + std::to_string(via)}};
       auto added = client.post(base + "/updates/add", add);
       ASSERT_EQ(added.status, 200u) << "via node " << via << ": " << added.body;
       EXPECT_EQ(added.value["result"], json({{"value", via + 1}}));
       // A repeat through another node answers as the first.
-      auto repeat = cluster_.client((via + 1) % 3).post(base + "/updates/add", add);
+      auto repeat =
+          cluster_.client((via + 1) % 3).post(base + "/updates/add", add);
       EXPECT_EQ(repeat.body, added.body);
       auto value = client.get(base + "/queries/value");
       ASSERT_EQ(value.status, 200u) << value.body;
@@ -43,7 +45,8 @@ TEST_F(MessageClusterTest, MessagesUpdatesAndQueriesReachARunThroughAnyNode) {
     json stop = {{"idempotencyKey", "stop"}};
     auto stopped = cluster_.client(i % 3).post(base + "/messages/stop", stop);
     ASSERT_EQ(stopped.status, 200u) << stopped.body;
-    auto again = cluster_.client((i + 2) % 3).post(base + "/messages/stop", stop);
+    auto again =
+        cluster_.client((i + 2) % 3).post(base + "/messages/stop", stop);
     EXPECT_EQ(again.body, stopped.body);
     auto reader = cluster_.client((i + 1) % 3);
     auto done = wait_run(reader, id);
@@ -55,9 +58,10 @@ TEST_F(MessageClusterTest, AMessageWithStartThroughAnyNodeStartsOneRun) {
   for (int i = 0; i < 4; ++i) {
     std::string target =
         "/v1/instances/box-" + std::to_string(i) + "/messages/note";
-    json first = {{"payload", {{"n", 1}}},
-                  {"idempotencyKey", "first"},
-                  {"start", {{"flow", "acme.inbox"}, {"input", json::object()}}}};
+    json first = {
+        {"payload", {{"n", 1}}},
+        {"idempotencyKey", "first"},
+        {"start", {{"flow", "acme.inbox"}, {"input", json::object()}}}};
     auto started = cluster_.client(i % 3).post(target, first);
     ASSERT_EQ(started.status, 200u) << started.body;
     EXPECT_EQ(started.value["started"], true);

@@ -28,7 +28,8 @@ class MessageServeTest : public ::testing::Test {
 
   // The run, once it waits for its first message.
   std::string waiting_run(api_client& client, const std::string& flow) {
-    auto run = client.post("/v1/runs", {{"flow", flow}, {"input", json::object()}});
+    auto run =
+        client.post("/v1/runs", {{"flow", flow}, {"input", json::object()}});
     EXPECT_EQ(run.status, 200u) << run.body;
     return run.value.value("id", "");
   }
@@ -43,7 +44,8 @@ class MessageServeTest : public ::testing::Test {
   std::unique_ptr<serve_process> server_;
 };
 
-TEST_F(MessageServeTest, MessageUpdateQueryAndTerminateRoutesAnswerAsDocumented) {
+TEST_F(MessageServeTest,
+       MessageUpdateQueryAndTerminateRoutesAnswerAsDocumented) {
   auto client = admin();
   auto id = waiting_run(client, "acme.counter");
   auto base = "/v1/runs/" + id;
@@ -104,15 +106,16 @@ TEST_F(MessageServeTest, MessagesByInstanceIdReachTheInstancesRun) {
   ASSERT_EQ(sent.status, 200u) << sent.body;
   EXPECT_EQ(sent.value["runId"], run.value["id"]);
   wait_run(client, run.value["id"]);
-  auto none = client.post("/v1/instances/box-1/messages/note",
-                          {{"payload", 1}});
+  auto none =
+      client.post("/v1/instances/box-1/messages/note", {{"payload", 1}});
   EXPECT_EQ(none.status, 404u) << none.body;
 }
 
 // The answer of a keyed message is lost to a kill -9 before or after the
 // write recording it: the retry records it once.
 TEST_F(MessageServeTest, KillNineAroundAMessagesWriteRecordsItOnce) {
-  for (std::string point : {"committer.before_write", "committer.after_write"}) {
+  for (std::string point :
+       {"committer.before_write", "committer.after_write"}) {
     SCOPED_TRACE(point);
     std::string id;
     {
@@ -123,18 +126,21 @@ TEST_F(MessageServeTest, KillNineAroundAMessagesWriteRecordsItOnce) {
     start({"DURIN_KILL_AT=" + point + ":1"});
     {
       auto client = admin();
-      auto lost = client.post("/v1/runs/" + id + "/messages/note",
-                              {{"payload", {{"n", 1}}}, {"idempotencyKey", "k"}});
+      auto lost =
+          client.post("/v1/runs/" + id + "/messages/note",
+                      {{"payload", {{"n", 1}}}, {"idempotencyKey", "k"}});
       EXPECT_FALSE(lost.error.empty()) << lost.body;
     }
     ASSERT_TRUE(server_->wait_killed());
     start();
     auto client = admin();
-    auto retry = client.post("/v1/runs/" + id + "/messages/note",
-                             {{"payload", {{"n", 1}}}, {"idempotencyKey", "k"}});
+    auto retry =
+        client.post("/v1/runs/" + id + "/messages/note",
+                    {{"payload", {{"n", 1}}}, {"idempotencyKey", "k"}});
     ASSERT_EQ(retry.status, 200u) << retry.body;
-    auto again = client.post("/v1/runs/" + id + "/messages/note",
-                             {{"payload", {{"n", 1}}}, {"idempotencyKey", "k"}});
+    auto again =
+        client.post("/v1/runs/" + id + "/messages/note",
+                    {{"payload", {{"n", 1}}}, {"idempotencyKey", "k"}});
     EXPECT_EQ(again.body, retry.body);
     ASSERT_EQ(client
                   .post("/v1/runs/" + id + "/messages/note",
@@ -151,13 +157,15 @@ TEST_F(MessageServeTest, KillNineAroundAMessagesWriteRecordsItOnce) {
 // run closed records nothing and starts nothing.
 TEST_F(MessageServeTest, KillNineAroundAMessageWithStartStartsOneRun) {
   int round = 0;
-  for (std::string point : {"committer.before_write", "committer.after_write"}) {
+  for (std::string point :
+       {"committer.before_write", "committer.after_write"}) {
     SCOPED_TRACE(point);
     std::string instance = "box-" + std::to_string(++round);
     std::string target = "/v1/instances/" + instance + "/messages/note";
-    json first = {{"payload", {{"n", 1}}},
-                  {"idempotencyKey", "first"},
-                  {"start", {{"flow", "acme.inbox"}, {"input", json::object()}}}};
+    json first = {
+        {"payload", {{"n", 1}}},
+        {"idempotencyKey", "first"},
+        {"start", {{"flow", "acme.inbox"}, {"input", json::object()}}}};
     ASSERT_EQ(server_->terminate(), 0);
     start({"DURIN_KILL_AT=" + point + ":1"});
     {
