@@ -455,6 +455,10 @@ class run_engine final : public detail::driver {
   bool in_query_ = false;
   mutable bool query_changed_state_ = false;
   void refuse_in_query(std::string_view call) const;
+  // Runs `handler` with every durable call refused: its answer, or what it
+  // threw; `changed_state` tells whether it tried a durable call.
+  std::string read_only(const std::function<std::string()>& handler,
+                        bool& changed_state);
   bool try_next_message(detail::call_outcome* out);
   void index_messages();
   // Answers every caller still waiting on an update (the run ended).

@@ -31,6 +31,17 @@ json decode_or_null(const std::string& bytes) {
   }
 }
 
+// What a read of a message gives the flow (detail::to_inbound reads it).
+json inbound_value(const std::string& name, json payload,
+                   std::uint64_t sequence, const std::string& update_id) {
+  json out = {
+      {"name", name}, {"payload", std::move(payload)}, {"sequence", sequence}};
+  if (!update_id.empty()) {
+    out["update"] = update_id;
+  }
+  return out;
+}
+
 std::string key_of(const std::string& scope, const std::string& key) {
   return scope + reserved_token_mark + key;
 }
@@ -98,12 +109,8 @@ bool run_engine::message_read(const std::vector<std::string>& names,
     }
     const auto& event = history_[sequence - 1];
     auto data = decode_or_null(event.data);
-    out->value = {{"name", event.name},
-                  {"payload", data.value("payload", json())},
-                  {"sequence", sequence}};
-    if (auto update = data.value("update", std::string()); !update.empty()) {
-      out->value["update"] = update;
-    }
+    out->value = inbound_value(event.name, data.value("payload", json()),
+                               sequence, data.value("update", std::string()));
     return true;
   }
   pending_ = pending_call{};
@@ -141,12 +148,8 @@ bool run_engine::try_next_message(detail::call_outcome* out) {
          .data = encode_payload({{"sequence", sequence}})});
   ++staged_values_;  // effects wait until the read is durable
   stage_status(run_status::running);
-  out->value = {{"name", message.name},
-                {"payload", decode_or_null(message.payload)},
-                {"sequence", sequence}};
-  if (!message.update_id.empty()) {
-    out->value["update"] = message.update_id;
-  }
+  out->value = inbound_value(message.name, decode_or_null(message.payload),
+                             sequence, message.update_id);
   return true;
 }
 
@@ -226,16 +229,10 @@ void run_engine::on_message(
                            "' (a flow installs them with ctx.on_update)"));
       return;
     }
-    std::string reason;
-    in_query_ = true;
-    try {
-      reason = validator->second(payload);
-    } catch (const std::exception& e) {
-      reason = e.what();
-    }
-    in_query_ = false;
-    if (query_changed_state_) {
-      query_changed_state_ = false;
+    bool changed = false;
+    auto reason =
+        read_only([&] { return validator->second(payload); }, changed);
+    if (changed) {
       reason = "its validation tried to change the flow's state";
     }
     if (!reason.empty()) {
@@ -350,6 +347,20 @@ void run_engine::drop_update_waiters() {
   update_waiters_.clear();
 }
 
+std::string run_engine::read_only(const std::function<std::string()>& handler,
+                                  bool& changed_state) {
+  std::string outcome;
+  in_query_ = true;
+  try {
+    outcome = handler();
+  } catch (const std::exception& e) {
+    outcome = e.what();
+  }
+  in_query_ = false;
+  changed_state = std::exchange(query_changed_state_, false);
+  return outcome;
+}
+
 result<json> run_engine::query(const std::string& name, const json& args) {
   if (finished_ || cancelled_ || ending_) {
     return make_error(errc::run_finished,
@@ -371,15 +382,14 @@ result<json> run_engine::query(const std::string& name, const json& args) {
                           "' (a flow installs them with ctx.on_query)");
   }
   json answer;
-  std::string failure;
-  in_query_ = true;
-  try {
-    answer = handler->second(args);
-  } catch (const std::exception& e) {
-    failure = e.what();
-  }
-  in_query_ = false;
-  if (std::exchange(query_changed_state_, false)) {
+  bool changed = false;
+  auto failure = read_only(
+      [&] {
+        answer = handler->second(args);
+        return std::string();
+      },
+      changed);
+  if (changed) {
     return make_error(errc::query_refused,
                       "query '" + name + "' of run " + record_.id +
                           " was refused: its handler tried to change the "

@@ -1,5 +1,5 @@
 // The routes that talk to running flows: messages (by run or instance id,
-// with an optional start), updates, queries, and terminate. Each checks its
+// with an optional start), updates and queries. Each checks its
 // body, then calls the runtime (durin/runtime.hpp), which answers after the
 // change is durable; they run on a gateway worker. In a cluster the path's
 // run or instance id places them on the run's node (gateway/placement.cpp).
@@ -128,26 +128,6 @@ http_response api::query_run(request& ctx) {
   return json_response(200, {{"runId", ctx.params[0]},
                              {"query", ctx.params[1]},
                              {"result", std::move(*answer)}});
-}
-
-http_response api::terminate_run(request& ctx) {
-  if (auto problem = only_fields(ctx.body, {"reason", "commandId"})) {
-    return *problem;
-  }
-  cancel_options options;
-  options.tenant = ctx.caller.tenant;
-  for (const char* field : {"reason", "commandId"}) {
-    if (ctx.body.contains(field) && !ctx.body[field].is_string()) {
-      return bad_request(std::string("field '") + field + "' must be a string");
-    }
-  }
-  options.reason = ctx.body.value("reason", std::string());
-  options.command_id = ctx.body.value("commandId", std::string());
-  auto run = node_.terminate(ctx.params[0], options);
-  if (!run) {
-    return error_response(run.error());
-  }
-  return run_response(200, *run);
 }
 
 }  // namespace durin::gateway

@@ -321,6 +321,14 @@ http_response api::count_runs(request& ctx) {
 }
 
 http_response api::cancel_run(request& ctx) {
+  return stop_run(ctx, false);
+}
+
+http_response api::terminate_run(request& ctx) {
+  return stop_run(ctx, true);
+}
+
+http_response api::stop_run(request& ctx, bool terminate) {
   const std::string& id = ctx.params[0];
   if (auto problem = only_fields(ctx.body, {"reason", "commandId"})) {
     return *problem;
@@ -334,7 +342,8 @@ http_response api::cancel_run(request& ctx) {
   }
   options.reason = ctx.body.value("reason", std::string());
   options.command_id = ctx.body.value("commandId", std::string());
-  auto run = node_.cancel(id, options);
+  auto run =
+      terminate ? node_.terminate(id, options) : node_.cancel(id, options);
   if (!run) {
     return error_response(run.error());
   }

@@ -267,6 +267,15 @@ TEST(CodecTest, LengthAboveTheFieldLimitIsRefusedBeforeReading) {
   EXPECT_NE(truncated.error().message.find("'id'"), std::string::npos);
 }
 
+TEST(CodecTest, ATerminatedRunRoundTrips) {
+  run_record terminated = sample_run();
+  terminated.status = run_status::terminated;
+  EXPECT_TRUE(codec::validate(terminated).ok());
+  auto decoded = codec::decode_run(codec::encode(terminated));
+  ASSERT_TRUE(decoded.ok()) << decoded.error().to_string();
+  EXPECT_EQ(decoded->status, run_status::terminated);
+}
+
 TEST(CodecTest, ValidateRefusesWhatCouldNotBeReadBack) {
   EXPECT_TRUE(codec::validate(sample_run()).ok());
   run_record blocked = sample_run();
