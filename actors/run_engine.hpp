@@ -463,6 +463,10 @@ class run_engine final : public detail::driver {
   void index_messages();
   // Answers every caller still waiting on an update (the run ended).
   void drop_update_waiters();
+  // Callers waiting for completions are bounded (a flow may never complete
+  // an update): beyond update_waiters_max, an update is answered accepted.
+  static constexpr std::size_t update_waiters_max = 1024;
+  bool may_wait() const;
 };
 
 // When a token is held after its run ends: `spec` is null (not at all), a

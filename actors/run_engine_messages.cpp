@@ -274,7 +274,7 @@ void run_engine::on_message(
     update_ids_[sequence] = request.key;
   }
   message_receipt receipt{record_.id, sequence};
-  bool waits = request.update && request.wait_completed;
+  bool waits = request.update && request.wait_completed && may_wait();
   if (waits) {
     update_waiters_[sequence].push_back(reply);
   }
@@ -322,8 +322,8 @@ void run_engine::answer_recorded(
     send(std::move(receipt));
     return;
   }
-  if (!request.wait_completed) {
-    send(std::move(receipt));
+  if (!request.wait_completed || !may_wait()) {
+    send(std::move(receipt));  // its handle, as accepted
     return;
   }
   if (stopped()) {
@@ -333,6 +333,14 @@ void run_engine::answer_recorded(
     return;
   }
   update_waiters_[receipt.sequence].push_back(std::move(reply));
+}
+
+bool run_engine::may_wait() const {
+  std::size_t waiting = 0;
+  for (const auto& [sequence, callers] : update_waiters_) {
+    waiting += callers.size();
+  }
+  return waiting < update_waiters_max;
 }
 
 void run_engine::drop_update_waiters() {
