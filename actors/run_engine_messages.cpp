@@ -61,9 +61,12 @@ void run_engine::index_messages() {
       continue;
     }
     if (event.kind == event_kind::message_received) {
+      auto update = data.value("update", std::string());
       unread_[i + 1] = {event.name,
-                        encode_payload(data.value("payload", json())),
-                        data.value("update", std::string())};
+                        encode_payload(data.value("payload", json())), update};
+      if (!update.empty()) {
+        update_ids_[i + 1] = update;  // completable after a restart too
+      }
     } else if (event.kind == event_kind::message_read) {
       unread_.erase(data.value("sequence", std::uint64_t{0}));
     } else {

@@ -43,6 +43,17 @@ flow<json> stepping_updates(context& ctx, json) {
   co_return json{{"done", true}};
 }
 
+// Reads one update, waits for "go", then completes it.
+flow<json> slow_update(context& ctx, json) {
+  ctx.on_update("job", [](const json&) { return std::string(); });
+  const std::vector<std::string> jobs = {"job"};
+  inbound job = co_await ctx.receive(jobs);
+  co_await ctx.message<json>("go");
+  ctx.complete_update(job, json{{"finished", job.payload}});
+  co_await ctx.message<json>("stop");
+  co_return json();
+}
+
 // A query whose handler tries a durable call.
 flow<json> sneaky_query(context& ctx, json) {
   ctx.on_query("now", [&ctx](const json&) {
@@ -59,6 +70,7 @@ class MessageTest : public testing::runtime_fixture {
     flows_.flow("read-after-go", read_after_go);
     flows_.flow("stepping-updates", stepping_updates);
     flows_.flow("sneaky-query", sneaky_query);
+    flows_.flow("slow-update", slow_update);
   }
 
   static std::string start(runtime& rt, const std::string& flow,
@@ -303,6 +315,31 @@ TEST_F(MessageTest, AnUpdateHandledWithAStepCompletes) {
   auto doubled = rt->update(id, "double", {{"n", 21}});
   ASSERT_TRUE(doubled.ok()) << doubled.error().to_string();
   EXPECT_EQ(doubled->result, json({{"doubled", 42}}));
+}
+
+TEST_F(MessageTest, AnUpdateReadBeforeARestartIsCompletedAfterIt) {
+  update_options options;
+  options.update_id = "job-1";
+  std::string id;
+  {
+    auto rt = open();
+    id = start(*rt, "slow-update");
+    options.wait_completed = false;
+    auto accepted = rt->update(id, "job", json(7), options);
+    ASSERT_TRUE(accepted.ok()) << accepted.error().to_string();
+    EXPECT_FALSE(accepted->completed);
+    ASSERT_TRUE(
+        eventually([&] { return count_events(*rt, id, "message-read") == 1; }));
+  }
+  auto rt = open();
+  ASSERT_TRUE(rt->send_message(id, "go", nullptr).ok());
+  options.wait_completed = true;
+  auto completed = rt->update(id, "job", json(7), options);
+  ASSERT_TRUE(completed.ok()) << completed.error().to_string();
+  EXPECT_TRUE(completed->completed);
+  EXPECT_EQ(completed->result, json({{"finished", 7}}));
+  ASSERT_TRUE(rt->send_message(id, "stop", nullptr).ok());
+  output_of(*rt, id);
 }
 
 TEST_F(MessageTest, AnUnknownUpdateOrQueryIsHandlerNotFound) {
