@@ -49,6 +49,9 @@ using payload_atom = caf::atom_constant<caf::atom("hkpayload")>;
 using lost_atom = caf::atom_constant<caf::atom("hklost")>;
 // To run actors: a run they watch ended; (run_info as recorded).
 using watched_atom = caf::atom_constant<caf::atom("watched")>;
+// To run actors: a message or an update from outside; a query.
+using message_atom = caf::atom_constant<caf::atom("message")>;
+using query_atom = caf::atom_constant<caf::atom("query")>;
 
 // A run admitted just now: its record, and no history yet. Sent with
 // activate_atom when its admission is durable already, with admit_atom when
@@ -59,6 +62,9 @@ struct fresh_run {
   // How the start that made it is answered (plain data, see admission.hpp).
   start_answer answer;
   run_info info;  // the answer to admit_atom
+  // Events its admission wrote as the start of its history (a message-with-
+  // start's message), from sequence 1.
+  std::vector<persistence::event_record> history;
 };
 
 // An attempt's outcome. Sent as a request by a reporter that wants to know
@@ -72,6 +78,38 @@ struct step_report {
 struct cancel_request {
   std::string reason;
   std::string command_id;  // recorded in the run-cancelled event
+  // A forced stop: the run ends as terminated (status terminated).
+  bool terminate = false;
+};
+
+// A message (or an update) for a run, answered with a message_receipt once
+// it is durable (an update waiting for completion: once the flow completed
+// it, durably).
+struct message_request {
+  std::string name;
+  std::string payload;  // MessagePack (an update's args)
+  // The sender's idempotency key (an update's id); empty: none. A key is
+  // recorded once per `scope` (actors/identity.hpp: message_scope).
+  std::string key;
+  std::string scope;
+  bool update = false;
+  bool wait_completed = false;  // updates only
+};
+
+// Where a message was recorded: its run and its history sequence. For an
+// update, whether the flow completed it and its result.
+struct message_receipt {
+  std::string run_id;
+  std::uint64_t sequence = 0;
+  bool completed = false;
+  std::string result;  // MessagePack, when completed
+};
+
+// A query of a run's current state: answered with the handler's result
+// (MessagePack), recording nothing.
+struct query_request {
+  std::string name;
+  std::string args;  // MessagePack
 };
 
 // A start with a hook: the run and its token, admitted in one write. The
@@ -80,6 +118,13 @@ struct start_claim {
   persistence::run_record run;
   persistence::token_record token;  // owner, retention, metadata filled in
   start_answer answer;  // the caller's key, written in the admission batch
+  // A message-with-start: the run's first events, written with its
+  // admission, and its message's key (recorded under message_scope with
+  // sequence 1). A key recorded already answers the run that recorded it
+  // and admits nothing.
+  std::vector<persistence::event_record> first_events;
+  std::string message_scope;
+  std::string message_key;
 };
 
 // A flow's create_hook: claim (or force-claim) the token for run_id.
@@ -151,7 +196,7 @@ typename Inspector::result_type inspect(Inspector& f, start_answer& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, fresh_run& x) {
   return f(caf::meta::type_name("durin::actors::fresh_run"), x.record, x.answer,
-           x.info);
+           x.info, x.history);
 }
 
 template <class Inspector>
@@ -163,13 +208,31 @@ typename Inspector::result_type inspect(Inspector& f, step_report& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cancel_request& x) {
   return f(caf::meta::type_name("durin::actors::cancel_request"), x.reason,
-           x.command_id);
+           x.command_id, x.terminate);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, message_request& x) {
+  return f(caf::meta::type_name("durin::actors::message_request"), x.name,
+           x.payload, x.key, x.scope, x.update, x.wait_completed);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, message_receipt& x) {
+  return f(caf::meta::type_name("durin::actors::message_receipt"), x.run_id,
+           x.sequence, x.completed, x.result);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, query_request& x) {
+  return f(caf::meta::type_name("durin::actors::query_request"), x.name,
+           x.args);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, start_claim& x) {
   return f(caf::meta::type_name("durin::actors::start_claim"), x.run, x.token,
-           x.answer);
+           x.answer, x.first_events, x.message_scope, x.message_key);
 }
 
 template <class Inspector>
@@ -226,6 +289,13 @@ typename Inspector::result_type inspect(Inspector& f, run_record& x) {
            x.status, x.input, x.output, x.error_code, x.error_message,
            x.created_at_ms, x.started_at_ms, x.completed_at_ms, x.spec_version,
            x.tenant, x.start_token);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, event_record& x) {
+  return f(caf::meta::type_name("durin::persistence::event_record"), x.kind,
+           x.call, x.at_ms, x.name, x.attempt, x.attempt_id, x.data,
+           x.error_code, x.error_message, x.due_ms);
 }
 
 template <class Inspector>

@@ -129,6 +129,9 @@ void submit_commit(self_pointer self, commit_plan plan) {
   for (auto& timer : plan.timer_deletes) {
     batch.delete_timer(timer);
   }
+  for (auto& key : plan.message_keys) {
+    batch.put_resume(st.tenant, key.scope, key.key, key.record);
+  }
   if (plan.run && (plan.run->status == run_status::waiting ||
                    is_terminal(plan.run->status))) {
     st.settling_kept_answer =
@@ -295,6 +298,87 @@ void watch_run(self_pointer self, const std::string& run_id) {
   }
 }
 
+// A message or update for the run. A key recorded before (in the store, by
+// this run or, for an instance's stream, by an earlier run of it) is
+// answered as it was first; a key of this activation, once its write is
+// durable; anything else goes to the engine.
+void handle_message(self_pointer self, message_request request,
+                    const reply_once<message_receipt>& reply) {
+  auto& st = self->state;
+  if (!st.engine) {
+    reply(make_error(errc::storage_error,
+                     "run " + st.run_id +
+                         " cannot be loaded right now; send the message "
+                         "again with the same idempotency key"));
+    return;
+  }
+  if (request.key.empty()) {
+    st.engine->on_message(std::move(request), reply);
+    return;
+  }
+  if (st.engine->answer_repeat(request, reply)) {
+    return;
+  }
+  auto seen = st.home->store->get_resume(st.tenant, request.scope, request.key);
+  if (!seen) {
+    reply(seen.error());
+    return;
+  }
+  if (!*seen) {
+    st.engine->on_message(std::move(request), reply);
+    return;
+  }
+  message_receipt receipt{(*seen)->owner_run, (*seen)->sequence};
+  if (receipt.run_id != st.run_id || !request.update) {
+    reply(std::move(receipt));
+    return;
+  }
+  if (st.engine->finished()) {
+    // An ended run's engine holds no history: the result is read from it.
+    auto history = st.home->store->load_history(st.run_id);
+    if (!history) {
+      reply(history.error());
+      return;
+    }
+    if (auto done = recorded_update_result(*history, receipt.sequence)) {
+      receipt.completed = true;
+      receipt.result = std::move(*done);
+    } else if (request.wait_completed) {
+      reply(make_error(errc::run_finished,
+                       "run " + st.run_id +
+                           " ended before completing update '" + request.key +
+                           "'"));
+      return;
+    }
+    reply(std::move(receipt));
+    return;
+  }
+  st.engine->answer_recorded(request, std::move(receipt), reply);
+}
+
+void handle_query(self_pointer self, const query_request& request,
+                  const reply_once<std::string>& reply) {
+  auto& st = self->state;
+  if (!st.engine) {
+    reply(make_error(errc::storage_error,
+                     "run " + st.run_id + " cannot be loaded right now"));
+    return;
+  }
+  json args;
+  try {
+    args = decode_payload(request.args);
+  } catch (const json::exception&) {
+    reply(make_error(errc::invalid_argument, "the query's args do not decode"));
+    return;
+  }
+  auto answer = st.engine->query(request.name, args);
+  if (!answer) {
+    reply(answer.error());
+    return;
+  }
+  reply(encode_payload(*answer));
+}
+
 // A write failed and may or may not have landed: drop the engine and
 // reload the truth from the store after a backoff.
 void reload_later(self_pointer self) {
@@ -397,13 +481,15 @@ void publish_settled(self_pointer self) {
                                .answer_kept = st.settling_kept_answer});
 }
 
-void activate(self_pointer self, std::optional<persistence::run_record> fresh) {
+void activate(self_pointer self, std::optional<persistence::run_record> fresh,
+              std::vector<persistence::event_record> first_events = {}) {
   auto& st = self->state;
   st.reloading = false;
   persistence::run_record record;
   std::vector<persistence::event_record> history;
   if (fresh) {
     record = std::move(*fresh);
+    history = std::move(first_events);  // written with its admission
     st.tenant = record.tenant;
   } else {
     auto loaded = st.home->store->get_run(st.run_id);
@@ -484,7 +570,7 @@ void activate_fresh(self_pointer self, const fresh_run& run,
     st.admitting = run_actor_state::unwritten_admission{
         run.record, run.answer, std::move(admitted), run.info};
   }
-  activate(self, run.record);
+  activate(self, run.record, run.history);
 }
 
 run_actor::behavior_type run_actor_behavior(self_pointer self, shard* home,
@@ -583,7 +669,8 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, shard* home,
                            " was not confirmed (the run reloads after a "
                            "failed write); it may still apply"));
         if (self->state.engine) {
-          self->state.engine->cancel(request.reason, request.command_id, reply);
+          self->state.engine->cancel(request.reason, request.command_id, reply,
+                                     request.terminate);
           // Reports of the run's attempt are refused run_cancelled from now.
           self->state.services->tasks->cancel_run(self->state.run_id);
         } else {
@@ -592,6 +679,31 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, shard* home,
                          "run " + self->state.run_id +
                              " cannot be loaded right now; retry the cancel"));
         }
+        drain(self);
+        return promise;
+      },
+      [self](message_atom, message_request& request)
+          -> caf::typed_response_promise<message_receipt> {
+        auto promise = self->make_response_promise<message_receipt>();
+        reply_once<message_receipt> reply(
+            promise,
+            make_error(errc::storage_error,
+                       "the message to run " + self->state.run_id +
+                           " was not confirmed (the run reloads after a "
+                           "failed write); send it again with the same "
+                           "idempotency key"));
+        handle_message(self, std::move(request), reply);
+        drain(self);
+        return promise;
+      },
+      [self](query_atom, const query_request& request)
+          -> caf::typed_response_promise<std::string> {
+        auto promise = self->make_response_promise<std::string>();
+        reply_once<std::string> reply(
+            promise, make_error(errc::storage_error, "the query of run " +
+                                                         self->state.run_id +
+                                                         " was not answered"));
+        handle_query(self, request, reply);
         drain(self);
         return promise;
       },

@@ -42,8 +42,14 @@ using run_actor = caf::typed_actor<
     caf::replies_to<step_done_atom, step_report>::with<report_answer>,
     // A durable timer fired.
     caf::reacts_to<timer_atom, persistence::timer_record>,
-    // Cancels the run; answers its final state once durable.
+    // Cancels (or terminates) the run; answers its final state once durable.
     caf::replies_to<cancel_atom, cancel_request>::with<run_info>,
+    // A message or an update: answers where it was recorded once durable
+    // (an update waiting for completion: once its result is); a repeat of
+    // its key records nothing and is answered as the first was.
+    caf::replies_to<message_atom, message_request>::with<message_receipt>,
+    // A query: the handler's answer (MessagePack); records nothing.
+    caf::replies_to<query_atom, query_request>::with<std::string>,
     // Discards the engine and activates again (after a failed write).
     caf::reacts_to<reload_atom>,
     // From token actors: a claim's answer, a payload, a token lost.

@@ -70,6 +70,7 @@ run_engine::run_engine(engine_environment env, persistence::run_record record,
     call.events.push_back(&event);
     recorded_calls_max_ = std::max(recorded_calls_max_, event.call);
   }
+  index_messages();
 }
 
 run_engine::~run_engine() {
@@ -115,6 +116,7 @@ void run_engine::start() {
 
 bool run_engine::begin_sleep(std::int64_t duration_ms, std::int64_t absolute_ms,
                              detail::call_outcome* out) {
+  refuse_in_query("ctx.sleep");
   // context::sleep and sleep_until refuse these first; a due time must never
   // overflow whoever drives the engine.
   if (duration_ms > limits::duration_ms_max ||
@@ -164,6 +166,7 @@ void run_engine::park(std::coroutine_handle<> handle) {
 
 json run_engine::record_value(detail::value_kind kind, std::string_view name,
                               const std::function<json()>& produce) {
+  refuse_in_query("a recorded value (now, random, side_effect)");
   auto number = next_call_++;
   if (stopped() || !check_replay(number, call_kind::value, name)) {
     return json();
@@ -288,10 +291,12 @@ void run_engine::finish() {
   finished_ = true;
   output_.finished = true;
   notify_tokens_of_end();
+  drop_update_waiters();
 }
 
 void run_engine::cancel(std::string reason, std::string command_id,
-                        std::function<void(result<run_info>)> reply) {
+                        std::function<void(result<run_info>)> reply,
+                        bool terminate) {
   if (finished_ || cancelled_ || ending_) {
     reply(make_error(errc::run_finished,
                      "run " + record_.id + " has already ended as " +
@@ -303,17 +308,19 @@ void run_engine::cancel(std::string reason, std::string command_id,
   delete_pending_timer();
   pending_ = pending_call{};
   auto at = now();
-  record_.status = run_status::cancelled;
-  record_.error_code = "cancelled";
+  const char* code = terminate ? "terminated" : "cancelled";
+  record_.status = terminate ? run_status::terminated : run_status::cancelled;
+  record_.error_code = code;
   record_.error_message =
-      reason.empty() ? std::string("the run was cancelled") : reason;
+      reason.empty() ? "the run was " + std::string(code) : reason;
   record_.completed_at_ms = at;
   run_dirty_ = true;
   staged_.delete_active = true;
+  // A termination is a run-cancelled event whose error code says so.
   stage({.kind = event_kind::run_cancelled,
          .at_ms = at,
          .name = std::move(command_id),
-         .error_code = "cancelled",
+         .error_code = code,
          .error_message = record_.error_message});
   cancelled_ = true;
   announce_end();
@@ -495,7 +502,7 @@ engine_output run_engine::take_output() {
 
 bool run_engine::can_passivate() const {
   if (stopped() || in_flight_ || !staged_.empty() || run_dirty_ ||
-      !staged_after_.empty()) {
+      !staged_after_.empty() || !update_waiters_.empty()) {
     return false;
   }
   bool on_timer = pending_.kind == call_kind::sleep ||
@@ -505,7 +512,13 @@ bool run_engine::can_passivate() const {
 
 bool run_engine::idle_on_hook() const {
   if (stopped() || in_flight_ || !staged_.empty() || run_dirty_ ||
-      !staged_after_.empty() || pending_.kind != call_kind::hook_next) {
+      !staged_after_.empty() || !update_waiters_.empty()) {
+    return false;
+  }
+  if (pending_.kind == call_kind::message_read) {
+    return true;  // a message re-activates the run, which replays
+  }
+  if (pending_.kind != call_kind::hook_next) {
     return false;
   }
   for (const auto& entry : hooks_) {

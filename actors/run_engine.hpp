@@ -56,10 +56,18 @@ struct commit_plan {
   std::vector<persistence::timer_record> timer_puts;
   std::vector<persistence::timer_record> timer_deletes;
   bool delete_active = false;
+  // Idempotency keys of messages this write records: (scope, key, record)
+  // as inbox resume records of the run's shard.
+  struct message_key {
+    std::string scope;
+    std::string key;
+    persistence::resume_record record;
+  };
+  std::vector<message_key> message_keys;
 
   bool empty() const {
     return events.empty() && !run && timer_puts.empty() &&
-           timer_deletes.empty() && !delete_active;
+           timer_deletes.empty() && !delete_active && message_keys.empty();
   }
 };
 
@@ -195,10 +203,34 @@ class run_engine final : public detail::driver {
   void on_hook_payload(const hook_delivery& delivery);
   void on_hook_lost(const hook_loss& loss);
 
-  // Ends the run as cancelled; `reply` gets the final state once durable,
-  // or run-finished when the run had ended already.
+  // Ends the run as cancelled (with `terminate`: as terminated, a forced
+  // stop); `reply` gets the final state once durable, or run-finished when
+  // the run had ended already. Neither runs any of the flow's code.
   void cancel(std::string reason, std::string command_id,
-              std::function<void(result<run_info>)> reply);
+              std::function<void(result<run_info>)> reply,
+              bool terminate = false);
+
+  // A message or an update from outside (run_engine_messages.cpp). An update
+  // is validated first (a rejection records nothing). `reply` gets the
+  // receipt once the message is durable (an update waiting for completion:
+  // once its result is), or why not. REQUIRES: its key, if any, is not
+  // recorded in the store (the run actor looked).
+  void on_message(message_request request,
+                  std::function<void(result<message_receipt>)> reply);
+  // The receipt of a message this activation recorded (or is recording)
+  // under `scope` and `key`; `reply` is then answered as the first was.
+  // False when this activation knows no such key.
+  bool answer_repeat(const message_request& request,
+                     const std::function<void(result<message_receipt>)>& reply);
+  // The receipt of the message at history `sequence`, as a repeat of it is
+  // answered (an update: with its result once completed).
+  void answer_recorded(const message_request& request, message_receipt receipt,
+                       std::function<void(result<message_receipt>)> reply);
+  // Answers a query from the flow's handler; records nothing. query-refused
+  // when the handler makes a durable call.
+  result<json> query(const std::string& name, const json& args);
+  // True while callers wait for an update's completion.
+  bool has_update_waiters() const { return !update_waiters_.empty(); }
 
   engine_output take_output();
 
@@ -231,6 +263,14 @@ class run_engine final : public detail::driver {
   void hook_dispose(std::size_t hook) override;
   bool begin_watch(const std::string& run_id, bool until_end,
                    detail::call_outcome* out) override;
+  bool message_read(const std::vector<std::string>& names,
+                    detail::call_outcome* out) override;
+  void update_validator(
+      std::string name,
+      std::function<std::string(const json&)> validate) override;
+  void query_handler(std::string name,
+                     std::function<json(const json&)> answer) override;
+  void update_complete(std::uint64_t sequence, json result) override;
   const std::string& run_id() const override { return record_.id; }
 
   // A watched run ended (from the node's finish listeners).
@@ -247,6 +287,7 @@ class run_engine final : public detail::driver {
     hook_dispose,
     hook_conflict,  // waiting on a claim: not a call of its own
     watch,
+    message_read,
   };
 
   struct hook_entry {
@@ -288,6 +329,8 @@ class run_engine final : public detail::driver {
     std::size_t hook = 0;
     // watch
     std::string watched;
+    // message_read
+    std::vector<std::string> names;
   };
 
   // Recorded events of one call, for replay.
@@ -385,6 +428,45 @@ class run_engine final : public detail::driver {
   std::vector<hook_entry> hooks_;
   // Payloads delivered but not yet read, by token and sequence.
   std::map<std::string, std::map<std::uint64_t, std::string>> arrived_;
+
+  // Messages (run_engine_messages.cpp). Recorded and not yet read, by
+  // history sequence (the event is in history_ or staged).
+  struct arrival {
+    std::string name;
+    std::string payload;    // MessagePack
+    std::string update_id;  // non-empty for an update
+  };
+  std::map<std::uint64_t, arrival> unread_;
+  // Keys this activation recorded (or is recording): scope + 0x1F + key to
+  // the message's sequence, and whether that write is durable yet.
+  std::map<std::string, std::uint64_t> message_keys_;
+  // Updates: completed ones' results (MessagePack), by their sequence;
+  // callers waiting for a completion.
+  std::map<std::uint64_t, std::string> update_results_;
+  std::map<std::uint64_t,
+           std::vector<std::function<void(result<message_receipt>)>>>
+      update_waiters_;
+  std::map<std::string, std::function<std::string(const json&)>> validators_;
+  std::map<std::string, std::function<json(const json&)>> queries_;
+  // Update ids by their message's sequence.
+  std::map<std::uint64_t, std::string> update_ids_;
+  // Set while a query's handler (or an update's validation) runs: every
+  // durable call refuses then, and marks the query refused.
+  bool in_query_ = false;
+  mutable bool query_changed_state_ = false;
+  void refuse_in_query(std::string_view call) const;
+  // Runs `handler` with every durable call refused: its answer, or what it
+  // threw; `changed_state` tells whether it tried a durable call.
+  std::string read_only(const std::function<std::string()>& handler,
+                        bool& changed_state);
+  bool try_next_message(detail::call_outcome* out);
+  void index_messages();
+  // Answers every caller still waiting on an update (the run ended).
+  void drop_update_waiters();
+  // Callers waiting for completions are bounded (a flow may never complete
+  // an update): beyond update_waiters_max, an update is answered accepted.
+  static constexpr std::size_t update_waiters_max = 1024;
+  bool may_wait() const;
 };
 
 // When a token is held after its run ends: `spec` is null (not at all), a
@@ -397,6 +479,12 @@ result<std::int64_t> retain_until(const json& spec, std::int64_t from_ms,
 // The user-facing form of a recorded event (history API, CLI).
 history_event describe_event(const std::string& run_id, std::uint64_t sequence,
                              const persistence::event_record& event);
+
+// The result recorded for the update at history `sequence` (MessagePack),
+// if its completion is in `history`.
+std::optional<std::string> recorded_update_result(
+    const std::vector<persistence::event_record>& history,
+    std::uint64_t sequence);
 
 // The user-facing form of a run record.
 run_info describe_run(const persistence::run_record& record);

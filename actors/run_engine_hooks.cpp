@@ -97,6 +97,7 @@ result<std::int64_t> retain_until(const json& spec, std::int64_t from_ms,
 }
 
 std::size_t run_engine::hook_create(detail::hook_request request) {
+  refuse_in_query("ctx.create_hook");
   hook_entry entry;
   auto index = hooks_.size();
   if (!request.webhook && !record_.start_token.empty() &&
@@ -370,6 +371,7 @@ void run_engine::on_hook_lost(const hook_loss& loss) {
 }
 
 void run_engine::hook_dispose(std::size_t hook) {
+  refuse_in_query("a hook's dispose");
   if (stopped()) {
     return;
   }
@@ -400,6 +402,7 @@ void run_engine::hook_dispose(std::size_t hook) {
 
 bool run_engine::begin_watch(const std::string& run_id, bool until_end,
                              detail::call_outcome* out) {
+  refuse_in_query("ctx.run");
   auto number = next_call_++;
   std::string name = (until_end ? "run-result:" : "run-status:") + run_id;
   if (stopped() || !check_replay(number, call_kind::value, name)) {

@@ -41,6 +41,8 @@ std::string recorded_call_text(const event_record& event) {
       return describe_call("hook read", event.name);
     case event_kind::hook_disposed:
       return describe_call("hook disposal", event.name);
+    case event_kind::message_read:
+      return describe_call("message read", event.name);
     default:
       return event_kind_name(event.kind);
   }
@@ -77,6 +79,9 @@ bool run_engine::check_replay(std::uint64_t call, call_kind kind,
     case call_kind::hook_dispose:
       now_asked = describe_call("hook disposal", name);
       break;
+    case call_kind::message_read:
+      now_asked = describe_call("message read", name);
+      break;
     default:
       now_asked = describe_call("value", name);
       break;
@@ -110,6 +115,9 @@ bool run_engine::check_replay(std::uint64_t call, call_kind kind,
       break;
     case call_kind::hook_dispose:
       same_kind = first.kind == event_kind::hook_disposed;
+      break;
+    case call_kind::message_read:
+      same_kind = first.kind == event_kind::message_read;
       break;
     default:
       same_kind = first.kind == event_kind::value_recorded;

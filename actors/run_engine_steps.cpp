@@ -38,6 +38,7 @@ std::string new_attempt_id(engine_random& random, const std::string& run_id) {
 }  // namespace
 
 bool run_engine::begin_step(detail::step_call call, detail::call_outcome* out) {
+  refuse_in_query("ctx.step");
   // Refused before the call is numbered: the flow may catch it, and replay
   // refuses it again at the same place.
   for (const auto& problem :

@@ -40,6 +40,12 @@ const char* event_kind_name(event_kind kind) {
       return "hook-disposed";
     case event_kind::hook_lost:
       return "hook-lost";
+    case event_kind::message_received:
+      return "message-received";
+    case event_kind::message_read:
+      return "message-read";
+    case event_kind::update_completed:
+      return "update-completed";
   }
   return "unknown";
 }
@@ -96,6 +102,10 @@ history_event describe_event(const std::string& run_id, std::uint64_t sequence,
   history_event out;
   out.sequence = sequence;
   out.kind = event_kind_name(event.kind);
+  if (event.kind == event_kind::run_cancelled &&
+      event.error_code == "terminated") {
+    out.kind = "run-terminated";  // a forced stop (runtime::terminate)
+  }
   out.at_ms = event.at_ms;
   out.detail = json::object();
   if (event.call != 0) {

@@ -27,6 +27,8 @@ std::string_view to_string(run_status status) noexcept {
       return "cancelled";
     case run_status::blocked:
       return "blocked";
+    case run_status::terminated:
+      return "terminated";
   }
   return "unknown";
 }
@@ -35,7 +37,7 @@ std::optional<run_status> parse_run_status(std::string_view text) noexcept {
   for (auto status :
        {run_status::pending, run_status::running, run_status::waiting,
         run_status::completed, run_status::failed, run_status::cancelled,
-        run_status::blocked}) {
+        run_status::blocked, run_status::terminated}) {
     if (to_string(status) == text) {
       return status;
     }
@@ -45,7 +47,7 @@ std::optional<run_status> parse_run_status(std::string_view text) noexcept {
 
 bool is_terminal(run_status status) noexcept {
   return status == run_status::completed || status == run_status::failed ||
-         status == run_status::cancelled;
+         status == run_status::cancelled || status == run_status::terminated;
 }
 
 namespace {

@@ -415,6 +415,28 @@ void handle_start(self_pointer self, start_claim& claim,
   DURIN_ASSERT(claim.token.owner_run == claim.run.id &&
                    claim.token.state == token_state::active,
                "a start claims its token for the run it admits");
+  if (!claim.message_key.empty()) {
+    // A message-with-start whose message an earlier run of the instance
+    // recorded (its answer was lost): that run, and nothing new. Read while
+    // the token is free, so that run's end, and so its message, is durable.
+    auto seen = st.home->store->get_resume(st.tenant, claim.message_scope,
+                                           claim.message_key);
+    if (!seen) {
+      reply(seen.error());
+      return;
+    }
+    if (*seen) {
+      auto first = st.services->shard_of_run((*seen)->owner_run)
+                       .store->get_run((*seen)->owner_run);
+      if (!first || !*first) {
+        reply(first ? make_error(errc::internal, "a message's run is gone")
+                    : first.error());
+        return;
+      }
+      reply(describe_run(**first));
+      return;
+    }
+  }
   auto batch = st.home->store->batch();
   if (st.record) {
     release(batch, *st.record);  // a retention that has passed
@@ -425,6 +447,13 @@ void handle_start(self_pointer self, start_claim& claim,
                         .token = &claim.token,
                         .answer = &claim.answer,
                         .now_ms = st.services->clock->now_ms()});
+  for (std::size_t i = 0; i < claim.first_events.size(); ++i) {
+    batch.put_event(claim.run.id, i + 1, claim.first_events[i]);
+  }
+  if (!claim.message_key.empty()) {
+    batch.put_resume(st.tenant, claim.message_scope, claim.message_key,
+                     {1, claim.run.id});
+  }
   grant(self, claim.token);
   write(self, std::move(batch), [self, reply, info](bool ok) {
     if (ok) {

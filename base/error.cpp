@@ -44,6 +44,12 @@ std::string_view to_code(errc code) noexcept {
       return "schedule-not-found";
     case errc::schedule_exists:
       return "schedule-exists";
+    case errc::update_rejected:
+      return "update-rejected";
+    case errc::query_refused:
+      return "query-refused";
+    case errc::handler_not_found:
+      return "handler-not-found";
   }
   return "internal";
 }

@@ -97,9 +97,68 @@ flow<json> await_webhook(context& ctx, json) {
   co_return request;
 }
 
+// Reads messages named "note", in the order recorded, until one has
+// "done": true; returns them all.
+flow<json> inbox(context& ctx, json) {
+  json notes = json::array();
+  auto stream = ctx.messages<json>("note");
+  for (;;) {
+    json note = co_await stream.next();
+    notes.push_back(note);
+    if (note.is_object() && note.value("done", false)) {
+      break;
+    }
+  }
+  co_return json{{"notes", std::move(notes)}};
+}
+
+// Why an "add" update's args are refused ("" when they are not).
+std::string add_problem(const json& args) {
+  if (!args.is_object() || !args.contains("by") ||
+      !args["by"].is_number_integer()) {
+    return "add takes {\"by\": an integer}";
+  }
+  if (args["by"].get<std::int64_t>() < 0) {
+    return "'by' must not be negative; got " + args["by"].dump();
+  }
+  return {};
+}
+
+// Holds a number (input {"value"}, 0 by default): update "add" {"by"}
+// adds to it and answers the new value; query "value" reads it; message
+// "stop" ends the run.
+flow<json> counter(context& ctx, json input) {
+  std::int64_t value = 0;
+  if (input.is_object() && input.contains("value") &&
+      input["value"].is_number_integer()) {
+    value = input["value"].get<std::int64_t>();
+  }
+  ctx.on_query("value", [&value](const json&) {
+    return json{{"value", value}};
+  });
+  ctx.on_update("add", add_problem);
+  // Named, not a temporary in the co_await (g++ 12 coroutine bug).
+  const std::vector<std::string> inputs = {"add", "stop"};
+  for (;;) {
+    inbound in = co_await ctx.receive(inputs);
+    if (in.name == "stop") {
+      break;
+    }
+    if (add_problem(in.payload).empty()) {
+      value += in.payload["by"].get<std::int64_t>();
+    }
+    if (in.is_update()) {
+      ctx.complete_update(in, json{{"value", value}});
+    }
+  }
+  co_return json{{"value", value}};
+}
+
 }  // namespace
 
 void register_examples(registry& flows) {
+  flows.flow("acme.inbox", inbox);
+  flows.flow("acme.counter", counter);
   flows.flow("acme.order-notes", order_notes);
   flows.flow("acme.review-order", review_order);
   flows.flow("acme.sleep", sleep_flow);

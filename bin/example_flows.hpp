@@ -7,6 +7,9 @@
 // | acme.flaky         | {"failures"}   | {"attempts","stepId"}           |
 // | acme.order-notes   | {"orderId","note"} | {"orderId","notes"}         |
 // | acme.await-webhook | {}             | {"method","headers","body"}     |
+// | acme.inbox         | {} (messages "note") | {"notes"}                 |
+// | acme.counter       | {"value"?} (update "add" {"by"}, query "value", |
+// |                    |   message "stop")    | {"value"}                 |
 #pragma once
 
 #include "durin/registry.hpp"

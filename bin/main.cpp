@@ -663,6 +663,14 @@ struct cli {
   std::string worker_id;
   std::string schedule_filter;
   schedule_flags schedule;
+  // runs message|update|query
+  std::string message_key;
+  bool by_instance = false;
+  std::string start_flow;
+  std::string start_input = "{}";
+  std::string args = "null";
+  std::string update_id;
+  std::string wait_for = "completed";
 };
 
 // Runs `command` with the parsed options once `sub` was chosen.
@@ -859,7 +867,101 @@ std::string list_target(const cli& c) {
   return "/v1/runs" + query;
 }
 
-// runs start|get|list|history|describe|cancel.
+// The body of a cancel or a terminate.
+std::optional<durin::json> stop_body(cli& c) {
+  durin::json body = durin::json::object();
+  if (!c.reason.empty()) {
+    body["reason"] = c.reason;
+  }
+  if (!c.command_id.empty()) {
+    body["commandId"] = c.command_id;
+  }
+  return body;
+}
+
+// runs message|update|query: talking to a running flow.
+void add_message_commands(CLI::App* runs, cli& c) {
+  auto* message =
+      runs->add_subcommand("message", "send a run (or an instance) a message");
+  message->add_option("id", c.id, "run id (instance id with --instance)")
+      ->required();
+  message->add_option("name", c.name, "the message's name")->required();
+  message->add_option("--payload", c.payload, "the payload, as JSON");
+  message->add_option("--key", c.message_key,
+                      "idempotency key: a repeat records nothing");
+  message->add_flag("--instance", c.by_instance, "id is an instance id");
+  message->add_option("--start-flow", c.start_flow,
+                      "with --instance: start this flow when no run holds it");
+  message->add_option("--start-input", c.start_input,
+                      "the started run's input, as JSON");
+  add_client_options(message, c.client, false);
+  request_command(
+      message, c, "POST",
+      [](const cli& c) {
+        return std::string(c.by_instance ? "/v1/instances/" : "/v1/runs/") +
+               percent_encode(c.id) + "/messages/" + percent_encode(c.name);
+      },
+      [](cli& c) -> std::optional<durin::json> {
+        auto payload = parse_json_option("--payload", c.payload);
+        if (!payload) {
+          return std::nullopt;
+        }
+        durin::json body = {{"payload", *payload}};
+        if (!c.message_key.empty()) {
+          body["idempotencyKey"] = c.message_key;
+        }
+        if (!c.start_flow.empty()) {
+          auto input = parse_json_option("--start-input", c.start_input);
+          if (!input) {
+            return std::nullopt;
+          }
+          body["start"] = {{"flow", c.start_flow}, {"input", *input}};
+        }
+        return body;
+      });
+
+  auto* update = runs->add_subcommand(
+      "update", "send a run an update and wait for its result");
+  update->add_option("id", c.id, "run id")->required();
+  update->add_option("name", c.name, "the update's name")->required();
+  update->add_option("--args", c.args, "its arguments, as JSON");
+  update->add_option("--update-id", c.update_id,
+                     "a repeat gets the first update's handle or result");
+  update->add_option("--wait-for", c.wait_for, "accepted or completed");
+  add_client_options(update, c.client, false);
+  request_command(
+      update, c, "POST",
+      [](const cli& c) {
+        return "/v1/runs/" + percent_encode(c.id) + "/updates/" +
+               percent_encode(c.name);
+      },
+      [](cli& c) -> std::optional<durin::json> {
+        auto args = parse_json_option("--args", c.args);
+        if (!args) {
+          return std::nullopt;
+        }
+        durin::json body = {{"args", *args}, {"waitFor", c.wait_for}};
+        if (!c.update_id.empty()) {
+          body["updateId"] = c.update_id;
+        }
+        return body;
+      });
+
+  auto* query = runs->add_subcommand("query", "read a run's state");
+  query->add_option("id", c.id, "run id")->required();
+  query->add_option("name", c.name, "the query's name")->required();
+  query->add_option("--args", c.args, "its arguments, as JSON");
+  add_client_options(query, c.client, false);
+  request_command(
+      query, c, "GET",
+      [](const cli& c) {
+        return "/v1/runs/" + percent_encode(c.id) + "/queries/" +
+               percent_encode(c.name) + "?args=" + percent_encode(c.args);
+      },
+      nullptr);
+}
+
+// runs start|get|list|history|describe|cancel|terminate|message|update|query.
 void add_run_commands(CLI::App& app, cli& c) {
   auto* runs = app.add_subcommand("runs", "start and inspect runs");
   runs->require_subcommand(1);
@@ -917,16 +1019,18 @@ void add_run_commands(CLI::App& app, cli& c) {
   cancel->add_option("--command-id", c.command_id,
                      "a repeat answers the cancelled run again");
   add_client_options(cancel, c.client, true);
-  request_command(cancel, c, "POST", run_target("/cancel"), [](cli& c) {
-    durin::json body = durin::json::object();
-    if (!c.reason.empty()) {
-      body["reason"] = c.reason;
-    }
-    if (!c.command_id.empty()) {
-      body["commandId"] = c.command_id;
-    }
-    return std::optional<durin::json>(body);
-  });
+  request_command(cancel, c, "POST", run_target("/cancel"), stop_body);
+
+  auto* terminate = runs->add_subcommand(
+      "terminate", "stop a run at once, running none of its code");
+  terminate->add_option("id", c.id, "run id")->required();
+  terminate->add_option("--reason", c.reason, "why");
+  terminate->add_option("--command-id", c.command_id,
+                        "a repeat answers the terminated run again");
+  add_client_options(terminate, c.client, true);
+  request_command(terminate, c, "POST", run_target("/terminate"), stop_body);
+
+  add_message_commands(runs, c);
 }
 
 // hooks get|resume.

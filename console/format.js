@@ -3,10 +3,12 @@ import { h } from './dom.js';
 
 export const runStatuses = [
   'pending', 'running', 'waiting', 'blocked', 'completed', 'failed', 'cancelled',
+  'terminated',
 ];
 
 export function isTerminal(status) {
-  return status === 'completed' || status === 'failed' || status === 'cancelled';
+  return status === 'completed' || status === 'failed' || status === 'cancelled' ||
+    status === 'terminated';
 }
 
 export function statusBadge(status) {

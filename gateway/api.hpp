@@ -219,6 +219,13 @@ class api {
   // GET /v1/run-counts?flow=: the caller's runs by status.
   http_response count_runs(request& r);
   http_response cancel_run(request& r);
+  http_response terminate_run(request& r);
+  // Both: the run ends as cancelled, or (terminate) as terminated.
+  http_response stop_run(request& r, bool terminate);
+  // Messages, updates, queries (gateway/message_routes.cpp).
+  http_response send_message(request& r);
+  http_response update_run(request& r);
+  http_response query_run(request& r);
   http_response get_instance(request& r);
   http_response get_hook(request& r);
   http_response resume_hook(request& r);

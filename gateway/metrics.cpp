@@ -6,9 +6,10 @@ namespace durin::gateway {
 
 namespace {
 
-constexpr std::array<std::string_view, 12> route_names = {
-    "health", "metrics", "start",    "get_run",  "list_runs", "history",
-    "cancel", "hooks",   "webhooks", "api_keys", "tenants",   "other"};
+constexpr std::array<std::string_view, 13> route_names = {
+    "health",  "metrics",  "start", "get_run",  "list_runs",
+    "history", "cancel",   "hooks", "webhooks", "api_keys",
+    "tenants", "messages", "other"};
 
 }  // namespace
 

@@ -27,6 +27,7 @@ class metrics {
     webhooks,
     api_keys,
     tenants,
+    messages,
     other,
     count_
   };

@@ -112,7 +112,7 @@ http_response api::list_runs(request& ctx) {
       if (!status) {
         return bad_request("unknown status '" + value +
                            "'; one of pending, running, waiting, completed, "
-                           "failed, cancelled");
+                           "failed, cancelled, terminated");
       }
       filter.status = status;
     } else if (name == "flow") {
@@ -277,7 +277,7 @@ http_response api::count_runs(request& ctx) {
   for (auto status :
        {run_status::pending, run_status::running, run_status::waiting,
         run_status::blocked, run_status::completed, run_status::failed,
-        run_status::cancelled}) {
+        run_status::cancelled, run_status::terminated}) {
     counts[std::string(to_string(status))] = 0;
   }
   std::uint64_t total = 0;
@@ -326,6 +326,14 @@ http_response api::count_runs(request& ctx) {
 }
 
 http_response api::cancel_run(request& ctx) {
+  return stop_run(ctx, false);
+}
+
+http_response api::terminate_run(request& ctx) {
+  return stop_run(ctx, true);
+}
+
+http_response api::stop_run(request& ctx, bool terminate) {
   const std::string& id = ctx.params[0];
   if (auto problem = only_fields(ctx.body, {"reason", "commandId"})) {
     return *problem;
@@ -339,7 +347,8 @@ http_response api::cancel_run(request& ctx) {
   }
   options.reason = ctx.body.value("reason", std::string());
   options.command_id = ctx.body.value("commandId", std::string());
-  auto run = node_.cancel(id, options);
+  auto run =
+      terminate ? node_.terminate(id, options) : node_.cancel(id, options);
   if (!run) {
     return error_response(run.error());
   }

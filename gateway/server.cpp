@@ -67,7 +67,8 @@ std::string metrics_text(services::node& services, runtime& node) {
         "# TYPE durin_runs gauge\n";
     for (auto status :
          {run_status::pending, run_status::running, run_status::waiting,
-          run_status::completed, run_status::failed, run_status::cancelled}) {
+          run_status::completed, run_status::failed, run_status::cancelled,
+          run_status::terminated}) {
       text += "durin_runs{status=\"" + std::string(to_string(status)) + "\"} " +
               std::to_string((*counts)[static_cast<std::size_t>(status)]) +
               "\n";

@@ -170,7 +170,11 @@ unsigned http_status_of(errc code) {
     case errc::run_not_found:
     case errc::hook_not_found:
     case errc::schedule_not_found:
+    case errc::handler_not_found:
       return 404;
+    case errc::update_rejected:
+    case errc::query_refused:
+      return 422;
     case errc::run_finished:
     case errc::hook_conflict:
     case errc::schedule_exists:

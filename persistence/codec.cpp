@@ -179,8 +179,10 @@ result<std::string_view> open_frame(std::string_view bytes,
 }
 
 bool valid_run_status(std::uint8_t value) {
-  return value >= static_cast<std::uint8_t>(run_status::pending) &&
-         value <= static_cast<std::uint8_t>(run_status::cancelled);
+  // `blocked` (7) is never stored.
+  return (value >= static_cast<std::uint8_t>(run_status::pending) &&
+          value <= static_cast<std::uint8_t>(run_status::cancelled)) ||
+         value == static_cast<std::uint8_t>(run_status::terminated);
 }
 
 bool valid_event_kind(std::uint8_t value) {

@@ -22,7 +22,7 @@ inline constexpr std::uint8_t format_version = 1;
 inline constexpr std::size_t field_bytes_max = 64u << 20;
 
 // ok when `encode(record)` decodes back to `record`: every field within
-// field_bytes_max and the enums in their stored ranges (run_status 1..6,
+// field_bytes_max and the enums in their stored ranges (run_status 1..6 and 8,
 // never `blocked`; event_kind 1..event_kind_max). Else invalid-argument
 // naming the field.
 status validate(const run_record& record);

@@ -57,8 +57,18 @@ enum class event_kind : std::uint8_t {
   hook_payload = 12,   // call, name = token, data = {"sequence","payload"}
   hook_disposed = 13,  // call, name = token
   hook_lost = 14,      // call, name = token, data = {"code","owner"}
+  // A message (or an update) sent to the run: run-level (call 0), name =
+  // the message's name, data = {"payload", "key"?, "update"?: update id}.
+  message_received = 15,
+  // The flow read a message: call, name = the names it read from (joined
+  // by ','), data = {"sequence": the message_received event's}.
+  message_read = 16,
+  // The flow completed an update: run-level (call 0; a replay finds it by
+  // its sequence), name = the update's id, data =
+  // {"sequence": the update's message_received event, "result"}.
+  update_completed = 17,
 };
-inline constexpr std::uint8_t event_kind_max = 14;
+inline constexpr std::uint8_t event_kind_max = 17;
 
 // Column family `history`, key: (run id, sequence). One fact of a run.
 struct event_record {

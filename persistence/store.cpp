@@ -426,7 +426,7 @@ struct store::run_watch {
   // Set once counted; the counts are then read without the lock (a scrape
   // must not wait for an fsync), and written under it.
   std::atomic<bool> counting{false};
-  std::array<std::atomic<std::uint64_t>, 8> counts{};
+  std::array<std::atomic<std::uint64_t>, 9> counts{};
   // Status of every unfinished run, to know which count a write moves from.
   std::unordered_map<std::string, run_status> open_runs;
 };
@@ -459,7 +459,8 @@ std::optional<std::pair<std::string_view, run_status>> peek_run(
   }
   auto status = static_cast<std::uint8_t>(value[at]);
   if (status < static_cast<std::uint8_t>(run_status::pending) ||
-      status > static_cast<std::uint8_t>(run_status::cancelled)) {
+      status > static_cast<std::uint8_t>(run_status::terminated) ||
+      status == static_cast<std::uint8_t>(run_status::blocked)) {
     return std::nullopt;
   }
   return std::make_pair(id, static_cast<run_status>(status));
@@ -503,7 +504,7 @@ class run_puts : public rocksdb::WriteBatch::Handler {
 // link.
 bool ended(run_status status) {
   return status == run_status::completed || status == run_status::failed ||
-         status == run_status::cancelled;
+         status == run_status::cancelled || status == run_status::terminated;
 }
 
 template <typename Counts>

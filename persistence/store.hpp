@@ -225,12 +225,12 @@ class store {
   write_batch batch();
 
   // Stored runs by status, indexed by the run_status value (pending = 1 ..
-  // cancelled = 6; 0 and 7 stay 0). The first call counts the `runs` family
-  // (one scan); from then on every write updates the counts under the lock
-  // that orders it against the scan, so no write is missed or counted twice.
-  // Keeps the status of each unfinished run in memory to know what a write
-  // changes (a finished run's record is never rewritten).
-  using status_counts = std::array<std::uint64_t, 8>;
+  // cancelled = 6, terminated = 8; 0 and 7 stay 0). The first call counts the
+  // `runs` family (one scan); from then on every write updates the counts under
+  // the lock that orders it against the scan, so no write is missed or counted
+  // twice. Keeps the status of each unfinished run in memory to know what a
+  // write changes (a finished run's record is never rewritten).
+  using status_counts = std::array<std::uint64_t, 9>;
   result<status_counts> runs_by_status();
 
   // For benchmarks and tests only: the raw database and its families, valid

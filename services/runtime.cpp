@@ -353,19 +353,31 @@ result<run_info> runtime::cancel(std::string_view run_id, std::string reason,
 
 result<run_info> runtime::cancel(std::string_view run_id,
                                  const cancel_options& options) {
+  return cancel_or_terminate(run_id, options, false);
+}
+
+result<run_info> runtime::terminate(std::string_view run_id,
+                                    const cancel_options& options) {
+  return cancel_or_terminate(run_id, options, true);
+}
+
+result<run_info> runtime::cancel_or_terminate(std::string_view run_id,
+                                              const cancel_options& options,
+                                              bool terminate) {
   if (options.command_id.size() > identity_bytes_max) {
     return make_error(errc::invalid_argument,
                       "command_id is at most 200 bytes; got " +
                           std::to_string(options.command_id.size()));
   }
-  auto outcome = cancel_once(run_id, options);
+  auto outcome = cancel_once(run_id, options, terminate);
   if (outcome || outcome.error().code != errc::run_finished ||
       options.command_id.empty()) {
     return outcome;
   }
-  // A repeat of the command that cancelled the run: that outcome again.
+  // A repeat of the command that ended the run: that outcome again.
   auto events = history(run_id, options.tenant);
-  if (events && !events->empty() && events->back().kind == "run-cancelled" &&
+  auto ended_as = terminate ? "run-terminated" : "run-cancelled";
+  if (events && !events->empty() && events->back().kind == ended_as &&
       events->back().detail.value("commandId", std::string()) ==
           options.command_id) {
     return get(run_id, options.tenant);
@@ -374,7 +386,8 @@ result<run_info> runtime::cancel(std::string_view run_id,
 }
 
 result<run_info> runtime::cancel_once(std::string_view run_id,
-                                      const cancel_options& options) {
+                                      const cancel_options& options,
+                                      bool terminate) {
   auto now = get(run_id, options.tenant);
   if (!now) {
     return now.error();
@@ -393,7 +406,7 @@ result<run_info> runtime::cancel_once(std::string_view run_id,
         answer->set_value(std::move(outcome));
       },
       actors::cancel_atom::value,
-      actors::cancel_request{options.reason, options.command_id});
+      actors::cancel_request{options.reason, options.command_id, terminate});
   if (future.wait_for(cancel_answer_timeout) != std::future_status::ready) {
     return make_error(errc::timeout,
                       "the cancel of run " + now->id +

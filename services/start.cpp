@@ -188,13 +188,15 @@ void start_with_token(node& node, persistence::run_record record,
   auto address = persistence::keys::token(record.tenant, hook.token);
   // Runs on the node's reply relay, once the token's actor decided.
   auto admitted = [at, record, info = std::move(info), settle = start.answer,
+                   first_events = start.first_events,
                    done = std::move(done)](result<run_info> outcome) mutable {
     if (outcome && outcome->id != record.id) {
       done(std::move(outcome));  // a repeated command's first run
       return;
     }
     if (outcome) {
-      activate_fresh(*at, {std::move(record), std::move(settle)});
+      activate_fresh(*at,
+                     {std::move(record), std::move(settle), {}, first_events});
       done(std::move(info));
       return;
     }
@@ -205,7 +207,9 @@ void start_with_token(node& node, persistence::run_record record,
     }
     done(std::move(outcome));
   };
-  actors::start_claim claim{std::move(record), std::move(token), start.answer};
+  actors::start_claim claim{std::move(record),   std::move(token),
+                            start.answer,        start.first_events,
+                            start.message_scope, start.message_key};
   node.relay->ask<run_info>(node.tokens_of(address), address,
                             std::move(admitted),
                             actors::start_claim_atom::value, std::move(claim));

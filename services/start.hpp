@@ -29,6 +29,12 @@ struct start_request {
   // run, so that it names the schedule and the occurrence it is for.
   std::string schedule_id;
   std::int64_t occurrence_ms = 0;
+  // A message-with-start (services/runtime_messages.cpp): the run's first
+  // events and its message's key, admitted with the run by its instance
+  // token's actor (actors::start_claim).
+  std::vector<persistence::event_record> first_events;
+  std::string message_scope;
+  std::string message_key;
 };
 
 // Admits the run; `done` runs once the admission is durable or refused, on

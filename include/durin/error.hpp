@@ -34,6 +34,9 @@ enum class errc : std::uint8_t {
   start_outcome_unknown,    // the start may or may not be admitted (run_id)
   schedule_not_found,       // no schedule with that id in the tenant
   schedule_exists,          // another schedule holds that id in the tenant
+  update_rejected,          // the flow's validation refused the update
+  query_refused,            // the query's handler tried to change state
+  handler_not_found,        // the run has no update or query of that name
 };
 
 // The stable wire name, e.g. errc::flow_not_found -> "flow-not-found".

@@ -28,6 +28,7 @@
 #include "durin/hook.hpp"
 #include "durin/json.hpp"
 #include "durin/limits.hpp"
+#include "durin/message.hpp"
 #include "durin/step.hpp"
 
 namespace durin {
@@ -288,6 +289,40 @@ class context {
   // value (see durin/run_handle.hpp).
   run_handle run(std::string run_id) {
     return run_handle(*driver_, std::move(run_id));
+  }
+
+  // The next message named `name` (see durin/message.hpp), converted to T;
+  // messages sent before the flow asks are kept, in order.
+  template <class T = json>
+  detail::message_awaitable<T> message(std::string name) {
+    return {*driver_, std::move(name)};
+  }
+  // The messages named `name`, one per next().
+  template <class T = json>
+  message_stream<T> messages(std::string name) {
+    return {*driver_, std::move(name)};
+  }
+  // The oldest unread message or update of any of `names`.
+  detail::receive_awaitable receive(std::vector<std::string> names) {
+    return {*driver_, std::move(names)};
+  }
+  // Accepts updates named `name` when `validate(args)` answers "" (else the
+  // update is rejected with that reason and nothing is recorded). Accepted
+  // updates are read like messages (receive) and completed with
+  // complete_update. `validate` must not change the flow's state.
+  void on_update(std::string name,
+                 std::function<std::string(const json& args)> validate) {
+    driver_->update_validator(std::move(name), std::move(validate));
+  }
+  // Answers queries named `name` from the flow's state; `answer` must only
+  // read (a durable call inside it refuses the query).
+  void on_query(std::string name,
+                std::function<json(const json& args)> answer) {
+    driver_->query_handler(std::move(name), std::move(answer));
+  }
+  // Records an update's result; its caller gets it once durable.
+  void complete_update(const inbound& update, json result) {
+    driver_->update_complete(update.sequence, std::move(result));
   }
 
   // 64 random bits, recorded.

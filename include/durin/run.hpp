@@ -23,6 +23,8 @@ enum class run_status : std::uint8_t {
   failed = 5,
   cancelled = 6,
   blocked = 7,
+  // A forced stop that ran no cleanup (runtime::terminate).
+  terminated = 8,
 };
 
 std::string_view to_string(run_status status) noexcept;

@@ -124,6 +124,52 @@ struct cancel_options {
   std::string command_id;
 };
 
+// A message for a run (send_message, send_message_to_instance).
+struct message_options {
+  std::string tenant = std::string(default_tenant);
+  // 1..200 bytes; empty: none. Recorded once per run (per instance, for a
+  // message sent by instance id) and message name: a repeat records
+  // nothing and gets the first one's receipt, also after the run ended.
+  std::string idempotency_key;
+};
+
+// Message-with-start: the run of `flow` started with `input` for the
+// instance when no run holds it, its first event the message.
+struct message_start {
+  std::string flow;
+  json input;
+};
+
+// Where a message was recorded.
+struct message_receipt {
+  std::string run_id;
+  std::uint64_t sequence = 0;  // its place in the run's history
+  bool started = false;        // it started its run (message-with-start)
+
+  json to_json() const;
+};
+
+struct update_options {
+  std::string tenant = std::string(default_tenant);
+  // 1..200 bytes; empty: one is drawn (no repeat can name it). A repeated
+  // id records nothing and gets the first update's handle or result.
+  std::string update_id;
+  // Answer once the flow completed the update (else once it is accepted,
+  // durably); a wait longer than `timeout` answers the update accepted.
+  bool wait_completed = true;
+  std::chrono::milliseconds timeout{25'000};
+};
+
+struct update_receipt {
+  std::string run_id;
+  std::string update_id;
+  std::uint64_t sequence = 0;
+  bool completed = false;  // else accepted
+  json result;             // when completed
+
+  json to_json() const;
+};
+
 struct hook_info {
   std::string token;
   std::string owner_run_id;
@@ -224,6 +270,41 @@ class runtime {
   result<run_info> cancel(std::string_view run_id,
                           const cancel_options& options);
 
+  // Terminates the run: a forced stop that runs none of the flow's code; it
+  // ends as terminated. run-finished when it had ended already; a repeat
+  // of the command that terminated it answers the run again.
+  result<run_info> terminate(std::string_view run_id,
+                             const cancel_options& options);
+
+  // Messages, updates and queries (durin/message.hpp; services/
+  // runtime_messages.cpp). A message is answered once durable in the run's
+  // history; invalid-argument for a bad name (1..128 bytes of letters,
+  // digits, "._:-"), key or payload (payload_bytes_max); run-finished for
+  // a run that ended (unless its key was recorded: then the receipt).
+  result<message_receipt> send_message(std::string_view run_id,
+                                       std::string_view name, json payload,
+                                       const message_options& options = {});
+  // To the active run holding `instance_id` (run-not-found when none
+  // does); with `start`, a run is started for it first when none holds it,
+  // the message its first event, in one write: no message is lost and no
+  // second run starts, and a repeat of its key gets the first receipt,
+  // also after that run ended.
+  result<message_receipt> send_message_to_instance(
+      std::string_view instance_id, std::string_view name, json payload,
+      const message_options& options = {},
+      std::optional<message_start> start = std::nullopt);
+  // An update: validated by the flow's handler (update-rejected records
+  // nothing; handler-not-found without one), recorded, then completed by
+  // the flow with a result.
+  result<update_receipt> update(std::string_view run_id, std::string_view name,
+                                json args, const update_options& options = {});
+  // A query of the run's current state (an active or passivated run, which
+  // is replayed): records nothing; query-refused when its handler tries a
+  // durable call; run-finished for a run that ended.
+  result<json> query(std::string_view run_id, std::string_view name,
+                     json args = nullptr,
+                     std::string_view tenant = default_tenant);
+
   // The active run holding `instance_id`; run-not-found when none does.
   result<run_info> get_instance(std::string_view instance_id,
                                 std::string_view tenant = default_tenant) const;
@@ -250,8 +331,11 @@ class runtime {
   friend services::node& services::services_of(runtime& rt);
   friend class runtime_access;  // services/runtime_access.hpp
   explicit runtime(std::unique_ptr<runtime_impl> impl);
+  result<run_info> cancel_or_terminate(std::string_view run_id,
+                                       const cancel_options& options,
+                                       bool terminate);
   result<run_info> cancel_once(std::string_view run_id,
-                               const cancel_options& options);
+                               const cancel_options& options, bool terminate);
   std::unique_ptr<runtime_impl> impl_;
 };
 

@@ -173,6 +173,23 @@ TEST_F(MessageTypes, NodeMessagesRoundTrip) {
   EXPECT_EQ(round_trip(owner_notice{"run_1", 8}).at_ms, 8);
   EXPECT_EQ(round_trip(hook_delivery{"t", 2, "p"}).sequence, 2u);
   EXPECT_EQ(round_trip(hook_loss{"t", "run_2", 5}).last_sequence, 5u);
+  EXPECT_TRUE(round_trip(cancel_request{"why", "cmd", true}).terminate);
+  auto message = round_trip(
+      actors::message_request{"note", "p", "k", "scope", true, true});
+  EXPECT_EQ(message.scope, "scope");
+  EXPECT_TRUE(message.update && message.wait_completed);
+  EXPECT_EQ(round_trip(actors::message_receipt{"run_1", 7, true, "r"}).result,
+            "r");
+  EXPECT_EQ(round_trip(query_request{"value", "a"}).args, "a");
+  start_claim with_message{a_run(), a_token(), an_answer()};
+  with_message.first_events.push_back(
+      {.kind = persistence::event_kind::message_received, .name = "note"});
+  with_message.message_scope = "scope";
+  with_message.message_key = "k";
+  auto carried = round_trip(with_message);
+  ASSERT_EQ(carried.first_events.size(), 1u);
+  EXPECT_EQ(carried.first_events[0].name, "note");
+  EXPECT_EQ(carried.message_key, "k");
   persistence::timer_record timer{9, "run_1", 4,
                                   persistence::timer_kind::token_retention};
   EXPECT_EQ(round_trip(timer), timer);

@@ -91,6 +91,12 @@ actors::run_actor::behavior_type fake_run(actors::run_actor::pointer self,
       [](actors::cancel_atom, const actors::cancel_request&) {
         return run_info{};
       },
+      [](actors::message_atom, const actors::message_request&) {
+        return actors::message_receipt{};
+      },
+      [](actors::query_atom, const actors::query_request&) {
+        return std::string();
+      },
       [](actors::reload_atom) {},
       [seen, run_id](actors::claimed_atom, const claim_outcome& outcome) {
         seen->claimed[run_id].push_back(outcome);

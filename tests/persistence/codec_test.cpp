@@ -244,7 +244,7 @@ TEST(CodecTest, EnumsOutsideTheirRangeAreCorruptEvenWithAValidChecksum) {
   const std::string run_body = body_of(codec::encode(sample_run()));
   const std::size_t status_at =
       4 + sample_run().id.size() + 4 + sample_run().flow.size();
-  for (const char status : {'\x00', '\x07', '\xff'}) {
+  for (const char status : {'\x00', '\x07', '\x09', '\xff'}) {
     std::string body = run_body;
     body[status_at] = status;
     auto decoded = codec::decode_run(frame(body));
@@ -253,7 +253,8 @@ TEST(CodecTest, EnumsOutsideTheirRangeAreCorruptEvenWithAValidChecksum) {
   }
   const std::string event_body =
       body_of(codec::encode(sample_event(event_kind::run_started)));
-  for (const char kind : {'\x00', '\x0f', '\xff'}) {
+  for (const char kind :
+       {'\x00', static_cast<char>(event_kind_max + 1), '\xff'}) {
     std::string body = event_body;
     body[0] = kind;
     auto decoded = codec::decode_event(frame(body));
@@ -305,6 +306,15 @@ TEST(CodecTest, LengthAboveTheFieldLimitIsRefusedBeforeReading) {
   ASSERT_FALSE(truncated.ok());
   EXPECT_EQ(truncated.error().code, errc::corrupt_record);
   EXPECT_NE(truncated.error().message.find("'id'"), std::string::npos);
+}
+
+TEST(CodecTest, ATerminatedRunRoundTrips) {
+  run_record terminated = sample_run();
+  terminated.status = run_status::terminated;
+  EXPECT_TRUE(codec::validate(terminated).ok());
+  auto decoded = codec::decode_run(codec::encode(terminated));
+  ASSERT_TRUE(decoded.ok()) << decoded.error().to_string();
+  EXPECT_EQ(decoded->status, run_status::terminated);
 }
 
 TEST(CodecTest, ValidateRefusesWhatCouldNotBeReadBack) {

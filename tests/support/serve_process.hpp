@@ -201,7 +201,7 @@ inline json wait_run(
         last = client.get("/v1/runs/" + id).value;
         auto status = last.value("status", "");
         return status == "completed" || status == "failed" ||
-               status == "cancelled";
+               status == "cancelled" || status == "terminated";
       },
       timeout);
   return last;

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "durin/json.hpp"
 #include "durin/step.hpp"
@@ -101,6 +102,25 @@ class driver {
   // for a run that does not exist.
   virtual bool begin_watch(const std::string& run_id, bool until_end,
                            call_outcome* out) = 0;
+
+  // The oldest unread message of any of `names` (a durable call).
+  // out->value: {"name","payload","sequence","update"?}. Throws
+  // invalid_argument_error for a name that is not allowed.
+  virtual bool message_read(const std::vector<std::string>& names,
+                            call_outcome* out) = 0;
+
+  // Handlers the flow installs (not recorded; a replay installs them at the
+  // same place): an update's validation, which answers a rejection's reason
+  // or "" to accept, and a query's answer. Both run on the run's thread and
+  // must not change the flow's state.
+  virtual void update_validator(
+      std::string name, std::function<std::string(const json&)> validate) = 0;
+  virtual void query_handler(std::string name,
+                             std::function<json(const json&)> answer) = 0;
+
+  // Records the result of the update read at history `sequence`; its
+  // callers waiting for completion are answered once that is durable.
+  virtual void update_complete(std::uint64_t sequence, json result) = 0;
 
   virtual const std::string& run_id() const = 0;
 };
