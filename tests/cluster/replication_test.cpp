@@ -211,7 +211,6 @@ void expect_copies_equal(cluster_harness& cluster) {
   for (int i = 0; i < cluster.size(); ++i) {
     cluster.kill9(i);
   }
-  const auto shards = view["shardCount"].get<std::uint32_t>();
   for (const auto& shard : view["shards"]) {
     const auto id = shard["id"].get<std::uint32_t>();
     std::vector<std::string> holders = {shard["owner"].get<std::string>()};
