@@ -92,7 +92,6 @@ struct shard_waits {
   std::deque<std::pair<std::uint64_t, persistence::replication::done_fn>> queue;
 };
 
-
 }  // namespace
 
 struct replicator::impl {
@@ -721,8 +720,7 @@ caf::behavior applier_behavior(caf::event_based_actor*, replicator::impl* owner,
         if (position != now + 1) {
           return reply(replica_code::gap, now);
         }
-        if (auto applied =
-                store->apply_replicated(written_at, position, data);
+        if (auto applied = store->apply_replicated(written_at, position, data);
             !applied) {
           std::fprintf(stderr, "durin: shard %u: a replicated write: %s\n",
                        shard, applied.error().message.c_str());
