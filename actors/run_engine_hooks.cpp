@@ -469,7 +469,9 @@ void run_engine::announce_end() {
 
 std::set<std::string> run_engine::tokens_held_at_end() const {
   std::set<std::string> tokens;
-  if (!record_.start_token.empty()) {
+  // A run that continues as new hands its start token to its successor.
+  bool handing_over = continue_input_.has_value() && !cancelled_;
+  if (!record_.start_token.empty() && !handing_over) {
     tokens.insert(record_.start_token);
   }
   for (auto& entry : hooks_) {

@@ -7,6 +7,8 @@
 // | acme.flaky         | {"failures"}   | {"attempts","stepId"}           |
 // | acme.order-notes   | {"orderId","note"} | {"orderId","notes"}         |
 // | acme.await-webhook | {}             | {"method","headers","body"}     |
+// | acme.parent        | {"orders"}     | {"results"}: each child's output |
+// | acme.rolling       | {"limit","every"} | {"count","runs"}             |
 #pragma once
 
 #include "durin/registry.hpp"

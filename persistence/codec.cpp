@@ -211,7 +211,9 @@ status validate(const run_record& record) {
       {"error_code", &record.error_code},
       {"error_message", &record.error_message},
       {"tenant", &record.tenant},
-      {"start_token", &record.start_token}};
+      {"start_token", &record.start_token},
+      {"parent_run_id", &record.parent_run_id},
+      {"continued_from", &record.continued_from}};
   for (const auto& [name, value] : fields) {
     if (auto checked = check_field(name, *value); !checked) {
       return checked;
@@ -245,6 +247,13 @@ std::string encode(const run_record& record) {
   keys::put_u32(out, record.spec_version);
   put_string(out, record.tenant);
   put_string(out, record.start_token);
+  // Optional trailing fields: absent for a run with neither a parent nor a
+  // predecessor, so such records keep their earlier layout byte for byte.
+  if (!record.parent_run_id.empty() || !record.continued_from.empty()) {
+    put_string(out, record.parent_run_id);
+    out.push_back(static_cast<char>(record.parent_close));
+    put_string(out, record.continued_from);
+  }
   return end_frame(std::move(out));
 }
 
@@ -268,8 +277,17 @@ result<run_record> decode_run(std::string_view bytes) {
   record.spec_version = in.u32("spec_version");
   record.tenant = in.string("tenant");
   record.start_token = in.string("start_token");
+  if (!in.at_end()) {
+    record.parent_run_id = in.string("parent_run_id");
+    record.parent_close = in.u8("parent_close");
+    record.continued_from = in.string("continued_from");
+  }
   if (auto problem = in.problem()) {
     return corrupt("run record", *problem);
+  }
+  if (record.parent_close > 3) {
+    return corrupt("run record", "invalid parent_close " +
+                                     std::to_string(record.parent_close));
   }
   if (!valid_run_status(status)) {
     return corrupt("run record",

@@ -33,6 +33,13 @@ struct run_record {
   std::uint32_t spec_version = persistence::spec_version;
   std::string tenant = "default";  // runs of one tenant are invisible to others
   std::string start_token;         // the start hook's token, empty without one
+  // A child run: the run that started it (ctx.start_child), and what its
+  // end does to this run (parent_close_*). Empty for a run started from
+  // outside.
+  std::string parent_run_id;
+  std::uint8_t parent_close = 0;
+  // A run started by ctx.continue_as_new: the run it continues.
+  std::string continued_from;
 
   bool operator==(const run_record&) const = default;
 };

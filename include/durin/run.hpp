@@ -51,6 +51,10 @@ struct run_info {
   // The token of the hook the run was started with; empty without one (and
   // for a run started with an instance id).
   std::string start_token;
+  // A child run: the run that started it (ctx.start_child); empty else.
+  std::string parent_run_id;
+  // A run started by ctx.continue_as_new: the run it continues; empty else.
+  std::string continued_from;
 
   json to_json() const;  // {"id","flow","status","input","output",...}
 };
