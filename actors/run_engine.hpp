@@ -369,6 +369,8 @@ class run_engine final : public detail::driver {
 
   bool try_next_payload(hook_entry& entry, detail::call_outcome* out);
   void send(token_message message);
+  // Asks the token's actor for the hook's payloads, once.
+  void subscribe(hook_entry& entry);
   void send_claim(const hook_entry& entry);
   void notify_tokens_of_end();
   // The tokens the run holds when it ends (its start token, unless disposed,

@@ -88,7 +88,8 @@ bool run_engine::begin_child(detail::child_request request,
   pending_.call = number;
   pending_.out = out;
   pending_.child = start;
-  stage_status(run_status::waiting);
+  // The run stays `running` meanwhile (a start is quick), so a restart
+  // activates it at once and it sends the start again.
   // Sent only once its identity is durable.
   flush_then([this, start] { output_.child_starts.push_back(start); });
   return false;
@@ -122,7 +123,6 @@ void run_engine::on_child_started(const child_started& started) {
          .name = "child-started",
          .data = encode_payload(outcome)});
   ++staged_values_;
-  stage_status(run_status::running);
   read_child_outcome(outcome, pending_.out);
   resume_parked();
 }

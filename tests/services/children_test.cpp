@@ -15,6 +15,8 @@
 
 #include "bin/example_flows.hpp"
 #include "durin/durin.hpp"
+#include "persistence/store.hpp"
+#include "tests/support/shard_dirs.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace durin {
@@ -183,26 +185,65 @@ TEST_F(ChildrenTest, ParentCloseEndsTerminateAndCancelChildrenAndAbandonLeavesOn
 
 TEST_F(ChildrenTest, AChildWhoseParentEndedUnheardEndsItselfOnActivation) {
   // The parent's end is durable but its children never heard of it (as
-  // after a crash right after that write): their own activation ends them.
-  auto flows = parent_close_flows();
+  // after a kill -9 right after that write): the parent's record is ended
+  // behind the node's back, and on the next open the children that are not
+  // abandoned end themselves, although they sleep for an hour.
+  registry flows;
+  flows.flow("child.sleeper", [](context& ctx, json input) -> flow<json> {
+    co_await ctx.sleep(1h);
+    co_return input;
+  });
+  flows.flow("parent.sleeps", [](context& ctx, json) -> flow<json> {
+    json terminate = {{"policy", "terminate"}};
+    json abandon = {{"policy", "abandon"}};
+    child_options abandoning;
+    abandoning.parent_close = parent_close_policy::abandon;
+    co_await ctx.start_child("child.sleeper", terminate);
+    co_await ctx.start_child("child.sleeper", abandon, abandoning);
+    co_await ctx.sleep(1h);
+    co_return json();
+  });
   std::string parent_id;
   {
     auto rt = open(flows);
-    auto parent = rt->start("parent.close", json::object());
+    auto parent = rt->start("parent.sleeps", json::object());
     ASSERT_TRUE(parent.ok());
     parent_id = parent->id;
-    ASSERT_TRUE(eventually(
-        [&] { return runs_of(*rt, "child.sleeper").size() == 3; }));
-    finished(*rt, parent_id);
+    ASSERT_TRUE(eventually([&] {
+      auto children = runs_of(*rt, "child.sleeper");
+      return children.size() == 2 &&
+             children[0].status == run_status::waiting &&
+             children[1].status == run_status::waiting &&
+             rt->get(parent_id)->status == run_status::waiting;
+    }));
+  }
+  {
+    auto store = persistence::store::open(
+        testing::run_store_dir(dir_.path(), parent_id));
+    ASSERT_TRUE(store.ok());
+    auto record = (*store)->get_run(parent_id);
+    ASSERT_TRUE(record.ok() && record->has_value());
+    auto ended = **record;
+    ended.status = run_status::failed;
+    ended.error_code = "flow-error";
+    ended.completed_at_ms = ended.created_at_ms + 1;
+    auto batch = (*store)->batch();
+    batch.put_run(ended);
+    batch.delete_active(parent_id);
+    ASSERT_TRUE((*store)->write(batch).ok());
   }
   auto rt = open(flows);
+  std::map<std::string, run_info> by_policy;
   ASSERT_TRUE(eventually([&] {
-    std::size_t cancelled = 0;
+    by_policy.clear();
     for (auto& child : runs_of(*rt, "child.sleeper")) {
-      cancelled += child.status == run_status::cancelled ? 1 : 0;
+      by_policy[child.input["policy"]] = child;
     }
-    return cancelled == 2;
+    return by_policy["terminate"].status == run_status::cancelled;
   }));
+  EXPECT_EQ(by_policy["abandon"].status, run_status::waiting);
+  EXPECT_NE(by_policy["terminate"].error->message.find(parent_id),
+            std::string::npos);
 }
 
 TEST_F(ChildrenTest, AChildStartRefusedForAHeldInstanceIdRaisesChildStartError) {
@@ -420,7 +461,16 @@ TEST_F(ChildrenTest, AVersionTheCodeNoLongerSupportsHoldsTheRunAsBlocked) {
     ASSERT_TRUE(eventually([&] { return rt->get(id)->status == run_status::waiting; }));
   }
   auto rt = open(v2);
-  ASSERT_TRUE(eventually([&] { return rt->get(id)->status == run_status::blocked; }));
+  // A run waiting on a hook activates with its next payload.
+  ASSERT_TRUE(rt->resume_hook("marked-hook", json::object()).ok());
+  ASSERT_TRUE(eventually([&] { return rt->get(id)->status == run_status::blocked; }))
+      << rt->get(id)->to_json().dump() << " "
+      << [&] {
+           json all = json::array();
+           auto events = rt->history(id);
+           for (auto& e : *events) all.push_back(e.to_json());
+           return all.dump();
+         }();
   EXPECT_NE(rt->get(id)->blocked_reason.find("version 1"), std::string::npos);
 }
 
@@ -449,7 +499,7 @@ TEST_F(ChildrenTest, ColdReplayAfterTheActorIsEvictedMidFlightReachesTheSameStat
   auto before = rt->history(id);
   ASSERT_TRUE(before.ok());
   ASSERT_TRUE(eventually([&] { return rt->active_run_actors() == 0; }))
-      << "the run's actor was never evicted";
+      << "the run's actor was never evicted: " << rt->active_run_actors();
   ASSERT_TRUE(rt->resume_hook("sticky-1", {{"go", true}}).ok());
   auto done = finished(*rt, id);
   ASSERT_EQ(done.status, run_status::completed);
