@@ -480,5 +480,31 @@ TEST(CodecTest, TokenRecordCommandIdIsOptionalAndRoundTrips) {
   EXPECT_EQ(*with, record);
 }
 
+// A child's parent and a successor's predecessor are late fields: a
+// record with neither keeps its earlier layout (so records written before
+// them decode as they are), a record with them round-trips, and a
+// parent_close out of range is corrupt.
+TEST(CodecTest, RunRecordParentAndPredecessorAreOptionalAndRoundTrip) {
+  run_record record = sample_run();
+  auto plain = codec::encode(record);
+  auto without = codec::decode_run(plain);
+  ASSERT_TRUE(without.ok());
+  EXPECT_EQ(*without, record);
+  record.parent_run_id = "run_parent";
+  record.parent_close = 2;
+  record.continued_from = "run_before";
+  auto linked = codec::encode(record);
+  EXPECT_EQ(linked.size(),
+            plain.size() + 4 + 10 + 1 + 4 + 10);  // two strs and a u8
+  auto with = codec::decode_run(linked);
+  ASSERT_TRUE(with.ok());
+  EXPECT_EQ(*with, record);
+  std::string body = body_of(linked);
+  body[body.size() - 4 - 10 - 1] = '\x04';
+  auto bad = codec::decode_run(frame(body));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, errc::corrupt_record);
+}
+
 }  // namespace
 }  // namespace durin::persistence
