@@ -155,9 +155,8 @@ void submit_commit(self_pointer self, commit_plan plan) {
     auto info = describe_run(*plan.successor);
     add_admission(batch, {.run = *plan.successor,
                           .info = info,
-                          .token = plan.successor_token
-                                       ? &*plan.successor_token
-                                       : nullptr,
+                          .token = plan.successor_token ? &*plan.successor_token
+                                                        : nullptr,
                           .now_ms = st.services->clock->now_ms()});
     st.successor = std::move(plan.successor);
     DURIN_TEST_KILL_POINT("run.before_continue_write");
@@ -386,28 +385,29 @@ void start_child(self_pointer self, const child_start& start) {
   request.run_id = start.run_id;
   request.parent_run_id = parent;
   request.parent_close = start.parent_close;
-  services::start_run(
-      *services, std::move(request),
-      [services, parent, call](result<run_info> outcome) {
-        child_started answer{call};
-        if (outcome) {
-          // Admitted durably; the parent has not recorded it yet.
-          DURIN_TEST_KILL_POINT("run.after_child_admitted");
-          answer.child_run_id = outcome->id;
-        } else {
-          const auto& why = outcome.error();
-          answer.code = std::string(to_code(why.code));
-          answer.message = why.message;
-          answer.indefinite = why.code == errc::storage_error ||
+  services::start_run(*services, std::move(request),
+                      [services, parent, call](result<run_info> outcome) {
+                        child_started answer{call};
+                        if (outcome) {
+                          // Admitted durably; the parent has not recorded it
+                          // yet.
+                          DURIN_TEST_KILL_POINT("run.after_child_admitted");
+                          answer.child_run_id = outcome->id;
+                        } else {
+                          const auto& why = outcome.error();
+                          answer.code = std::string(to_code(why.code));
+                          answer.message = why.message;
+                          answer.indefinite =
+                              why.code == errc::storage_error ||
                               why.code == errc::start_outcome_unknown ||
                               why.code == errc::shutting_down;
-          if (why.code == errc::hook_conflict) {
-            answer.owner_run_id = why.run_id;
-          }
-        }
-        services->runs_of(parent).deliver(parent, child_atom::value,
-                                          std::move(answer));
-      });
+                          if (why.code == errc::hook_conflict) {
+                            answer.owner_run_id = why.run_id;
+                          }
+                        }
+                        services->runs_of(parent).deliver(
+                            parent, child_atom::value, std::move(answer));
+                      });
 }
 
 // The run ended: its children whose parent_close says so end too
@@ -525,8 +525,8 @@ void carry_out(self_pointer self, engine_output& out) {
   for (auto call : out.child_retries) {
     self->delayed_send(self, std::chrono::milliseconds(st.child_backoff_ms),
                        child_atom::value, call);
-    st.child_backoff_ms = std::min<std::int64_t>(st.child_backoff_ms * 2,
-                                                 reload_backoff_ms_max);
+    st.child_backoff_ms =
+        std::min<std::int64_t>(st.child_backoff_ms * 2, reload_backoff_ms_max);
   }
   if (!out.hand_over.empty()) {
     st.hand_over_address = persistence::keys::token(st.tenant, out.hand_over);
@@ -628,9 +628,7 @@ void activate(self_pointer self, std::optional<persistence::run_record> fresh) {
         start.options.command_id = command_id;
         return services::draw_run_id(*services, start);
       },
-      [services, home = st.home->index] {
-        return services->new_run_id(home);
-      }};
+      [services, home = st.home->index] { return services->new_run_id(home); }};
   auto parent_run_id = record.parent_run_id;
   auto parent_close = record.parent_close;
   st.engine =
@@ -822,8 +820,8 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, shard* home,
         auto& st = self->state;
         if (ready.ok) {
           st.hand_over_held = true;
-          st.hand_over_address = persistence::keys::token(st.tenant,
-                                                          ready.token);
+          st.hand_over_address =
+              persistence::keys::token(st.tenant, ready.token);
         }
         if (st.engine && !st.engine->finished()) {
           st.engine->on_hand_over(ready);

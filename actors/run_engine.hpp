@@ -155,8 +155,8 @@ struct engine_output {
   // Tokens the run holds as it ends: marked ending (held_tokens) before the
   // commit that records the end is submitted.
   std::vector<std::string> ending_tokens;
-  bool finished = false;  // the run ended, durably
-  std::vector<child_start> child_starts;  // start them (once checked absent)
+  bool finished = false;                     // the run ended, durably
+  std::vector<child_start> child_starts;     // start them (once checked absent)
   std::vector<std::uint64_t> child_retries;  // start again after a backoff
   // continue-as-new: ask this start token's actor to hold it still for the
   // end write (answered on_hand_over).

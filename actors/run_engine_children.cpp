@@ -68,10 +68,10 @@ bool run_engine::begin_child(detail::child_request request,
   } else {
     start.instance_id = std::move(request.instance_id);
     start.command_id = child_command_id(record_.id, number);
-    start.run_id = env_.draw_child_run_id
-                       ? env_.draw_child_run_id(start.instance_id,
-                                                start.command_id)
-                       : std::string();
+    start.run_id =
+        env_.draw_child_run_id
+            ? env_.draw_child_run_id(start.instance_id, start.command_id)
+            : std::string();
     stage({.kind = event_kind::value_recorded,
            .call = number,
            .at_ms = now(),
@@ -108,8 +108,7 @@ void run_engine::on_child_started(const child_started& started) {
   if (started.code.empty()) {
     outcome = json{{"runId", started.child_run_id}};
     if (pending_.child->parent_close != parent_close_abandon) {
-      children_.push_back(
-          {started.child_run_id, pending_.child->parent_close});
+      children_.push_back({started.child_run_id, pending_.child->parent_close});
     }
   } else {
     outcome = json{{"error",
@@ -128,8 +127,8 @@ void run_engine::on_child_started(const child_started& started) {
 }
 
 void run_engine::retry_child(std::uint64_t call) {
-  if (stopped() || pending_.kind != call_kind::child ||
-      pending_.call != call || !pending_.child) {
+  if (stopped() || pending_.kind != call_kind::child || pending_.call != call ||
+      !pending_.child) {
     return;
   }
   output_.child_starts.push_back(*pending_.child);
@@ -191,10 +190,10 @@ void run_engine::continue_as_new() {
   if (input.size() > limits::payload_bytes_max) {
     record_.status = run_status::failed;
     record_.error_code = "invalid-argument";
-    record_.error_message =
-        "ctx.continue_as_new: the input is " + std::to_string(input.size()) +
-        " bytes encoded; the limit is " +
-        std::to_string(limits::payload_bytes_max);
+    record_.error_message = "ctx.continue_as_new: the input is " +
+                            std::to_string(input.size()) +
+                            " bytes encoded; the limit is " +
+                            std::to_string(limits::payload_bytes_max);
     record_.completed_at_ms = at;
     run_dirty_ = true;
     staged_.delete_active = true;

@@ -298,8 +298,7 @@ class context {
   // handle once its admission is durable. Parameters are views and
   // references, and the options have an overload instead of a default:
   // g++ 12 mishandles non-trivial temporaries of a co_await expression.
-  detail::child_awaitable start_child(std::string_view flow,
-                                      const json& input,
+  detail::child_awaitable start_child(std::string_view flow, const json& input,
                                       const child_options& options) {
     detail::child_request request;
     request.flow = std::string(flow);

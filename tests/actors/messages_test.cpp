@@ -177,8 +177,8 @@ TEST_F(MessageTypes, NodeMessagesRoundTrip) {
                                   persistence::timer_kind::token_retention};
   EXPECT_EQ(round_trip(timer), timer);
   EXPECT_TRUE(round_trip(report_answer{true, "r"}).recorded);
-  auto child = round_trip(child_started{4, "run_c", "hook-conflict", "m",
-                                        "run_o", true});
+  auto child = round_trip(
+      child_started{4, "run_c", "hook-conflict", "m", "run_o", true});
   EXPECT_EQ(child.owner_run_id, "run_o");
   EXPECT_TRUE(child.indefinite);
   EXPECT_EQ(round_trip(hand_over_request{"run_1"}).run_id, "run_1");

@@ -72,10 +72,9 @@ TEST_F(ChildrenServeTest, ExactlyOneChildPerParentCallAcrossCrashes) {
     std::string parent_id;
     {
       auto client = admin();
-      auto started = client.post(
-          "/v1/runs",
-          {{"flow", "acme.parent"}, {"input", {{"orders", orders}}},
-           {"wait", false}});
+      auto started = client.post("/v1/runs", {{"flow", "acme.parent"},
+                                              {"input", {{"orders", orders}}},
+                                              {"wait", false}});
       ASSERT_EQ(started.status, 202u) << started.body;
       parent_id = started.value["id"];
     }
@@ -111,11 +110,11 @@ TEST_F(ChildrenServeTest, ContinueAsNewIsAtomicAcrossCrashesAroundItsWrite) {
     std::string first_id;
     {
       auto client = admin();
-      auto started = client.post("/v1/runs",
-                                 {{"flow", "acme.rolling"},
-                                  {"input", {{"limit", 8}, {"every", 2}}},
-                                  {"instanceId", instance},
-                                  {"wait", false}});
+      auto started =
+          client.post("/v1/runs", {{"flow", "acme.rolling"},
+                                   {"input", {{"limit", 8}, {"every", 2}}},
+                                   {"instanceId", instance},
+                                   {"wait", false}});
       ASSERT_EQ(started.status, 202u) << started.body;
       first_id = started.value["id"];
     }

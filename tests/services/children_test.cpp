@@ -122,9 +122,8 @@ TEST_F(ChildrenTest, ExactlyOneChildPerParentCallAcrossRestarts) {
     auto parent = rt->start("parent.two", json::object());
     ASSERT_TRUE(parent.ok());
     parent_id = parent->id;
-    ASSERT_TRUE(eventually([&] {
-      return runs_of(*rt, "child.sleeper").size() == 2;
-    }));
+    ASSERT_TRUE(
+        eventually([&] { return runs_of(*rt, "child.sleeper").size() == 2; }));
   }
   for (int restart = 0; restart < 3; ++restart) {
     auto rt = open(flows, clock);
@@ -163,7 +162,8 @@ registry parent_close_flows() {
   return flows;
 }
 
-TEST_F(ChildrenTest, ParentCloseEndsTerminateAndCancelChildrenAndAbandonLeavesOne) {
+TEST_F(ChildrenTest,
+       ParentCloseEndsTerminateAndCancelChildrenAndAbandonLeavesOne) {
   auto rt = open(parent_close_flows());
   auto parent = rt->start("parent.close", json::object());
   ASSERT_TRUE(parent.ok());
@@ -246,7 +246,8 @@ TEST_F(ChildrenTest, AChildWhoseParentEndedUnheardEndsItselfOnActivation) {
             std::string::npos);
 }
 
-TEST_F(ChildrenTest, AChildStartRefusedForAHeldInstanceIdRaisesChildStartError) {
+TEST_F(ChildrenTest,
+       AChildStartRefusedForAHeldInstanceIdRaisesChildStartError) {
   registry flows;
   examples::register_examples(flows);
   flows.flow("child.holder", [](context& ctx, json) -> flow<json> {
@@ -307,7 +308,8 @@ TEST_F(ChildrenTest, RollingCountsToItsLimitContinuingAsNewEveryFewSteps) {
   EXPECT_TRUE(rt->start("acme.rolling", {{"limit", 1}}, keyed).ok());
 }
 
-TEST_F(ChildrenTest, ContinueAsNewHandsTheInstanceIdOverWithNoGapForADuplicate) {
+TEST_F(ChildrenTest,
+       ContinueAsNewHandsTheInstanceIdOverWithNoGapForADuplicate) {
   // A duplicate start hammers the instance id while the runs hand it over:
   // it is refused every time, naming an active run of the chain.
   registry flows;
@@ -315,8 +317,7 @@ TEST_F(ChildrenTest, ContinueAsNewHandsTheInstanceIdOverWithNoGapForADuplicate) 
   auto rt = open(flows);
   start_options keyed;
   keyed.instance_id = "counter-2";
-  auto first =
-      rt->start("acme.rolling", {{"limit", 60}, {"every", 2}}, keyed);
+  auto first = rt->start("acme.rolling", {{"limit", 60}, {"every", 2}}, keyed);
   ASSERT_TRUE(first.ok());
   std::size_t refused = 0;
   std::string last = first->id;
@@ -343,7 +344,8 @@ TEST_F(ChildrenTest, ContinueAsNewHandsTheInstanceIdOverWithNoGapForADuplicate) 
   EXPECT_GT(refused, 0u);
 }
 
-TEST_F(ChildrenTest, ContinueAsNewKeepsTheStartHookHeldAndDeliversToTheSuccessor) {
+TEST_F(ChildrenTest,
+       ContinueAsNewKeepsTheStartHookHeldAndDeliversToTheSuccessor) {
   registry flows;
   flows.flow("hooked.rolling", [](context& ctx, json input) -> flow<json> {
     auto round = input.value("round", 0);
@@ -398,27 +400,33 @@ flow<json> versioned(context& ctx, bool changed) {
   co_return done;
 }
 
-TEST_F(ChildrenTest, VersionLetsAChangedFlowBranchForRunsInFlightWithoutDivergence) {
+TEST_F(ChildrenTest,
+       VersionLetsAChangedFlowBranchForRunsInFlightWithoutDivergence) {
   auto clock = std::make_shared<manual_clock>(1'800'000'000'000);
   registry v1;
-  v1.flow("versioned", [](context& ctx, json) { return versioned(ctx, false); });
+  v1.flow("versioned",
+          [](context& ctx, json) { return versioned(ctx, false); });
   registry v2;
   v2.flow("versioned", [](context& ctx, json) { return versioned(ctx, true); });
   std::string past_b, before_b;
   {
     auto rt = open(v1, clock);
     past_b = rt->start("versioned", json::object())->id;
-    ASSERT_TRUE(eventually([&] { return count_events(*rt, past_b, "timer-armed") == 1; }));
+    ASSERT_TRUE(eventually(
+        [&] { return count_events(*rt, past_b, "timer-armed") == 1; }));
     clock->advance_ms(3600 * 1000 + 1);
     // past_b has run b and sleeps again; before_b sleeps before b.
-    ASSERT_TRUE(eventually([&] { return count_events(*rt, past_b, "timer-armed") == 2; }));
+    ASSERT_TRUE(eventually(
+        [&] { return count_events(*rt, past_b, "timer-armed") == 2; }));
     before_b = rt->start("versioned", json::object())->id;
-    ASSERT_TRUE(eventually([&] { return count_events(*rt, before_b, "timer-armed") == 1; }));
+    ASSERT_TRUE(eventually(
+        [&] { return count_events(*rt, before_b, "timer-armed") == 1; }));
   }
   // Deploy v2 over the same store; a new run starts on v2 too.
   auto rt = open(v2, clock);
   auto fresh = rt->start("versioned", json::object())->id;
-  ASSERT_TRUE(eventually([&] { return count_events(*rt, fresh, "timer-armed") == 1; }));
+  ASSERT_TRUE(
+      eventually([&] { return count_events(*rt, fresh, "timer-armed") == 1; }));
   for (int i = 0; i < 3; ++i) {
     clock->advance_ms(3600 * 1000 + 1);
     std::this_thread::sleep_for(50ms);
@@ -458,23 +466,27 @@ TEST_F(ChildrenTest, AVersionTheCodeNoLongerSupportsHoldsTheRunAsBlocked) {
   {
     auto rt = open(v1);
     id = rt->start("marked", json::object())->id;
-    ASSERT_TRUE(eventually([&] { return rt->get(id)->status == run_status::waiting; }));
+    ASSERT_TRUE(
+        eventually([&] { return rt->get(id)->status == run_status::waiting; }));
   }
   auto rt = open(v2);
   // A run waiting on a hook activates with its next payload.
   ASSERT_TRUE(rt->resume_hook("marked-hook", json::object()).ok());
-  ASSERT_TRUE(eventually([&] { return rt->get(id)->status == run_status::blocked; }))
-      << rt->get(id)->to_json().dump() << " "
-      << [&] {
+  ASSERT_TRUE(eventually([&] {
+    return rt->get(id)->status == run_status::blocked;
+  })) << rt->get(id)->to_json().dump()
+      << " " << [&] {
            json all = json::array();
            auto events = rt->history(id);
-           for (auto& e : *events) all.push_back(e.to_json());
+           for (auto& e : *events)
+             all.push_back(e.to_json());
            return all.dump();
          }();
   EXPECT_NE(rt->get(id)->blocked_reason.find("version 1"), std::string::npos);
 }
 
-TEST_F(ChildrenTest, ColdReplayAfterTheActorIsEvictedMidFlightReachesTheSameState) {
+TEST_F(ChildrenTest,
+       ColdReplayAfterTheActorIsEvictedMidFlightReachesTheSameState) {
   // The run idles on a hook between two halves of its work; its actor is
   // evicted (passivated after 50 ms idle) and the payload brings it back:
   // the replay must reach the state the warm actor had, recorded values and
@@ -490,12 +502,15 @@ TEST_F(ChildrenTest, ColdReplayAfterTheActorIsEvictedMidFlightReachesTheSameStat
     auto hook = ctx.create_hook<json>(sticky);
     json payload = co_await hook;
     auto second = co_await ctx.step("count", counted);
-    co_return json{{"drawn", drawn}, {"first", first}, {"second", second},
+    co_return json{{"drawn", drawn},
+                   {"first", first},
+                   {"second", second},
                    {"payload", payload}};
   });
   auto rt = open(flows, nullptr, 50ms);
   auto id = rt->start("sticky", json::object())->id;
-  ASSERT_TRUE(eventually([&] { return rt->get(id)->status == run_status::waiting; }));
+  ASSERT_TRUE(
+      eventually([&] { return rt->get(id)->status == run_status::waiting; }));
   auto before = rt->history(id);
   ASSERT_TRUE(before.ok());
   ASSERT_TRUE(eventually([&] { return rt->active_run_actors() == 0; }))
