@@ -238,8 +238,17 @@ TEST(CodecTest, EnumsOutsideTheirRangeAreCorruptEvenWithAValidChecksum) {
 }
 
 TEST(CodecTest, TrailingBytesAreCorruptRecord) {
+  // After start_token come the optional fields (a child's parent, a
+  // predecessor): a stray byte there is a field cut short, and bytes after
+  // them are trailing.
   const std::string run_body = body_of(codec::encode(sample_run()));
-  auto run = codec::decode_run(frame(run_body + "x"));
+  auto cut = codec::decode_run(frame(run_body + "x"));
+  ASSERT_FALSE(cut.ok());
+  EXPECT_EQ(cut.error().code, errc::corrupt_record);
+  auto linked = sample_run();
+  linked.parent_run_id = "run_p";
+  const std::string linked_body = body_of(codec::encode(linked));
+  auto run = codec::decode_run(frame(linked_body + "x"));
   ASSERT_FALSE(run.ok());
   EXPECT_EQ(run.error().code, errc::corrupt_record);
   EXPECT_NE(run.error().message.find("trailing"), std::string::npos);

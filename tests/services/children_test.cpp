@@ -27,6 +27,12 @@ using testing::eventually;
 
 constexpr auto wait_max = std::chrono::milliseconds(20'000);
 
+// A child that sleeps for an hour, then returns its input.
+flow<json> sleeper(context& ctx, json input) {
+  co_await ctx.sleep(1h);
+  co_return input;
+}
+
 class ChildrenTest : public ::testing::Test {
  protected:
   std::unique_ptr<runtime> open(const registry& flows,
@@ -102,10 +108,7 @@ TEST_F(ChildrenTest, ChildRunsNameTheirParentAndTheirOutputsReachIt) {
 TEST_F(ChildrenTest, ExactlyOneChildPerParentCallAcrossRestarts) {
   auto clock = std::make_shared<manual_clock>(1'800'000'000'000);
   registry flows;
-  flows.flow("child.sleeper", [](context& ctx, json input) -> flow<json> {
-    co_await ctx.sleep(1h);
-    co_return input;
-  });
+  flows.flow("child.sleeper", sleeper);
   flows.flow("parent.two", [](context& ctx, json) -> flow<json> {
     // Inputs built before the co_await (g++ 12: no literals in it).
     json one = {{"n", 1}};
@@ -142,10 +145,7 @@ TEST_F(ChildrenTest, ExactlyOneChildPerParentCallAcrossRestarts) {
 // parent.close starts one child per policy, then fails.
 registry parent_close_flows() {
   registry flows;
-  flows.flow("child.sleeper", [](context& ctx, json input) -> flow<json> {
-    co_await ctx.sleep(1h);
-    co_return input;
-  });
+  flows.flow("child.sleeper", sleeper);
   flows.flow("parent.close", [](context& ctx, json) -> flow<json> {
     json terminate = {{"policy", "terminate"}};
     json cancel = {{"policy", "cancel"}};
@@ -189,10 +189,7 @@ TEST_F(ChildrenTest, AChildWhoseParentEndedUnheardEndsItselfOnActivation) {
   // behind the node's back, and on the next open the children that are not
   // abandoned end themselves, although they sleep for an hour.
   registry flows;
-  flows.flow("child.sleeper", [](context& ctx, json input) -> flow<json> {
-    co_await ctx.sleep(1h);
-    co_return input;
-  });
+  flows.flow("child.sleeper", sleeper);
   flows.flow("parent.sleeps", [](context& ctx, json) -> flow<json> {
     json terminate = {{"policy", "terminate"}};
     json abandon = {{"policy", "abandon"}};
