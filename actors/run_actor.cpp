@@ -805,6 +805,9 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, shard* home,
         drain(self);
       },
       [self](child_atom, const child_started& started) {
+        if (!started.indefinite) {
+          self->state.child_backoff_ms = 100;
+        }
         if (self->state.engine) {
           self->state.engine->on_child_started(started);
         }
@@ -823,9 +826,7 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, shard* home,
           st.hand_over_address =
               persistence::keys::token(st.tenant, ready.token);
         }
-        if (st.engine && !st.engine->finished()) {
-          st.engine->on_hand_over(ready);
-        } else {
+        if (!st.engine || !st.engine->on_hand_over(ready)) {
           settle_hand_over(self);  // nothing will write it now
         }
         drain(self);

@@ -281,8 +281,9 @@ class run_engine final : public detail::driver {
   void on_child_started(const child_started& started);
   void retry_child(std::uint64_t call);
   // The start token's actor holds the token still for the end write of a
-  // run that continues as new.
-  void on_hand_over(const hand_over_ready& ready);
+  // run that continues as new. False when the run no longer needs it (it
+  // was cancelled meanwhile): the actor must release the token at once.
+  bool on_hand_over(const hand_over_ready& ready);
 
  private:
   enum class call_kind : std::uint8_t {

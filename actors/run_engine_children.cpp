@@ -241,13 +241,14 @@ void run_engine::continue_as_new() {
   flush_then([this] { finish(); });
 }
 
-void run_engine::on_hand_over(const hand_over_ready& ready) {
+bool run_engine::on_hand_over(const hand_over_ready& ready) {
   if (stopped() || !continue_input_ || handed_over_ ||
       ready.token != record_.start_token) {
-    return;
+    return false;
   }
   handed_over_ = ready;
   continue_as_new();
+  return true;
 }
 
 }  // namespace durin::actors
