@@ -52,6 +52,11 @@ using watched_atom = caf::atom_constant<caf::atom("watched")>;
 // To run actors: a message or an update from outside; a query.
 using message_atom = caf::atom_constant<caf::atom("message")>;
 using query_atom = caf::atom_constant<caf::atom("query")>;
+// To run actors: a child run's start was decided (child_started); retry a
+// child's start whose outcome was not known.
+using child_atom = caf::atom_constant<caf::atom("child")>;
+// Between a run that continues as new and its start token's actor.
+using hand_over_atom = caf::atom_constant<caf::atom("tkhandover")>;
 
 // A run admitted just now: its record, and no history yet. Sent with
 // activate_atom when its admission is durable already, with admit_atom when
@@ -179,7 +184,50 @@ struct hook_loss {
   std::uint64_t last_sequence = 0;
 };
 
+// A child run's start (ctx.start_child) was decided: `child_run_id` is the
+// run admitted (the one recorded, or a repeat's first run), or `code` and
+// `message` say why not. `indefinite`: the outcome is not known (a failed
+// write); the parent asks again.
+struct child_started {
+  std::uint64_t call = 0;
+  std::string child_run_id;
+  std::string code;
+  std::string message;
+  std::string owner_run_id;  // for hook-conflict: the instance id's holder
+  bool indefinite = false;
+};
+
+// continue-as-new: the ending owner asks its start token's actor to hand
+// the token over to its successor; the actor answers `hand_over_ready`
+// (with the record as it stands) once it is held still for the owner's end
+// write, which rewrites it (see held_tokens).
+struct hand_over_request {
+  std::string run_id;
+};
+struct hand_over_ready {
+  std::string token;
+  bool ok = false;  // false: the run does not hold the token (any more)
+  persistence::token_record record;
+};
+
 // -- How each message serialises -------------------------------------------
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, child_started& x) {
+  return f(caf::meta::type_name("durin::actors::child_started"), x.call,
+           x.child_run_id, x.code, x.message, x.owner_run_id, x.indefinite);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, hand_over_request& x) {
+  return f(caf::meta::type_name("durin::actors::hand_over_request"), x.run_id);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, hand_over_ready& x) {
+  return f(caf::meta::type_name("durin::actors::hand_over_ready"), x.token,
+           x.ok, x.record);
+}
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, start_answer& x) {
@@ -288,7 +336,8 @@ typename Inspector::result_type inspect(Inspector& f, run_record& x) {
   return f(caf::meta::type_name("durin::persistence::run_record"), x.id, x.flow,
            x.status, x.input, x.output, x.error_code, x.error_message,
            x.created_at_ms, x.started_at_ms, x.completed_at_ms, x.spec_version,
-           x.tenant, x.start_token);
+           x.tenant, x.start_token, x.parent_run_id, x.parent_close,
+           x.continued_from);
 }
 
 template <class Inspector>

@@ -9,7 +9,9 @@
 #include "actors/answers.hpp"
 #include "actors/run_engine.hpp"
 #include "persistence/keys.hpp"
+#include "persistence/test_points.hpp"
 #include "services/node.hpp"
+#include "services/start.hpp"
 #include "services/task_service.hpp"
 
 namespace durin::actors {
@@ -56,6 +58,15 @@ struct run_actor_state {
     engine_output held;
   };
   std::optional<unwritten_admission> admitting;
+  // continue-as-new: the run admitted by the end write in flight; the start
+  // token's address while its actor holds it still for that write (held),
+  // and whether that write is the one to settle it.
+  std::optional<persistence::run_record> successor;
+  std::string hand_over_address;
+  bool hand_over_held = false;
+  bool hand_over_in_write = false;
+  // Backoff of a child's start whose outcome was not known.
+  std::int64_t child_backoff_ms = 100;
   static inline const char* name = "durin.run";
 };
 
@@ -140,6 +151,21 @@ void submit_commit(self_pointer self, commit_plan plan) {
                            describe_run(*plan.run));
     st.settle_key.reset();
     st.settling = std::move(plan.run);
+  }
+  if (plan.successor) {
+    // continue-as-new: the successor is admitted in the write that ends
+    // this run, with the start token naming it (held still by its actor).
+    auto info = describe_run(*plan.successor);
+    add_admission(batch, {.run = *plan.successor,
+                          .info = info,
+                          .token = plan.successor_token ? &*plan.successor_token
+                                                        : nullptr,
+                          .now_ms = st.services->clock->now_ms()});
+    st.successor = std::move(plan.successor);
+    DURIN_TEST_KILL_POINT("run.before_continue_write");
+  }
+  if (plan.delete_active && st.hand_over_held) {
+    st.hand_over_in_write = true;
   }
   if (plan.delete_active) {
     batch.delete_active(st.run_id);
@@ -379,6 +405,130 @@ void handle_query(self_pointer self, const query_request& request,
   reply(encode_payload(*answer));
 }
 
+// The start token's actor held the token still for a continue-as-new: the
+// end write settled (or the run ended otherwise), so it reads the token
+// again, finding the successor as owner if that write landed.
+void settle_hand_over(self_pointer self) {
+  auto& st = self->state;
+  if (!st.hand_over_held) {
+    return;
+  }
+  st.hand_over_held = false;
+  st.hand_over_in_write = false;
+  auto address = std::move(st.hand_over_address);
+  if (st.services->held.settle_release(address, false)) {
+    st.services->tokens_of(address).deliver(address, reload_atom::value);
+  }
+}
+
+// The end write that admitted a successor settled: it starts (or, when the
+// outcome is unknown, activates from storage if it was admitted).
+void start_successor(self_pointer self, bool ok) {
+  auto& st = self->state;
+  if (!st.successor) {
+    return;
+  }
+  auto record = std::move(*st.successor);
+  st.successor.reset();
+  if (ok) {
+    auto info = describe_run(record);
+    services::activate_fresh(*st.services, {std::move(record), {}, info});
+  } else {
+    st.home->runs->activate(record.id);
+  }
+}
+
+// Starts a child run with the identity its parent recorded. A replay may
+// send a start whose run was admitted before a crash: then that run is the
+// answer (its start token refuses a second admission anyway).
+void start_child(self_pointer self, const child_start& start) {
+  auto& st = self->state;
+  auto* services = st.services;
+  auto parent = st.run_id;
+  auto call = start.call;
+  auto existing =
+      services->shard_of_run(start.run_id).store->get_run(start.run_id);
+  if (existing && *existing) {
+    self->send(self, child_atom::value, child_started{call, start.run_id});
+    return;
+  }
+  if (!existing) {
+    child_started unknown{call};
+    unknown.indefinite = true;
+    self->send(self, child_atom::value, std::move(unknown));
+    return;
+  }
+  // The child's identity is durable; its start is not sent yet.
+  DURIN_TEST_KILL_POINT("run.before_child_start");
+  services::start_request request;
+  request.flow = start.flow;
+  request.input = start.input;
+  request.options.tenant = st.tenant;
+  request.options.instance_id = start.instance_id;
+  request.options.command_id = start.command_id;
+  request.run_id = start.run_id;
+  request.parent_run_id = parent;
+  request.parent_close = start.parent_close;
+  services::start_run(*services, std::move(request),
+                      [services, parent, call](result<run_info> outcome) {
+                        child_started answer{call};
+                        if (outcome) {
+                          // Admitted durably; the parent has not recorded it
+                          // yet.
+                          DURIN_TEST_KILL_POINT("run.after_child_admitted");
+                          answer.child_run_id = outcome->id;
+                        } else {
+                          const auto& why = outcome.error();
+                          answer.code = std::string(to_code(why.code));
+                          answer.message = why.message;
+                          answer.indefinite =
+                              why.code == errc::storage_error ||
+                              why.code == errc::start_outcome_unknown ||
+                              why.code == errc::shutting_down;
+                          if (why.code == errc::hook_conflict) {
+                            answer.owner_run_id = why.run_id;
+                          }
+                        }
+                        services->runs_of(parent).deliver(
+                            parent, child_atom::value, std::move(answer));
+                      });
+}
+
+// The run ended: its children whose parent_close says so end too
+// (terminated or cancelled: see durin/run_handle.hpp). A crash before they
+// hear it is covered by the children themselves, which look at their
+// parent as they activate (end_if_orphaned).
+void close_children(self_pointer self, const std::vector<child_to_close>& all) {
+  auto& st = self->state;
+  for (const auto& child : all) {
+    cancel_request request{"the parent run " + st.run_id + " ended",
+                           "parent-close:" + st.run_id,
+                           child.parent_close == 1};
+    st.services->runs_of(child.run_id)
+        .deliver(child.run_id, cancel_atom::value, std::move(request));
+  }
+}
+
+// A child whose parent ended while no one could tell it (a crash between
+// the parent's end and its notice, or a start still in flight as the
+// parent ended) ends itself as it activates, unless abandoned.
+void end_if_orphaned(self_pointer self, const std::string& parent_run_id,
+                     std::uint8_t parent_close) {
+  auto& st = self->state;
+  if (parent_run_id.empty() || parent_close == 3 || !st.engine ||
+      st.engine->finished()) {
+    return;
+  }
+  auto parent =
+      st.services->shard_of_run(parent_run_id).store->get_run(parent_run_id);
+  if (!parent || (*parent && !is_terminal((*parent)->status))) {
+    return;
+  }
+  st.engine->cancel("the parent run " + parent_run_id + " ended",
+                    "parent-close:" + parent_run_id, [](result<run_info>) {},
+                    parent_close == 1);
+}
+
 // A write failed and may or may not have landed: drop the engine and
 // reload the truth from the store after a backoff.
 void reload_later(self_pointer self) {
@@ -454,6 +604,24 @@ void carry_out(self_pointer self, engine_output& out) {
   }
   for (auto& watched : out.watches) {
     watch_run(self, watched);
+  }
+  for (auto& start : out.child_starts) {
+    start_child(self, start);
+  }
+  for (auto call : out.child_retries) {
+    self->delayed_send(self, std::chrono::milliseconds(st.child_backoff_ms),
+                       child_atom::value, call);
+    st.child_backoff_ms =
+        std::min<std::int64_t>(st.child_backoff_ms * 2, reload_backoff_ms_max);
+  }
+  if (!out.hand_over.empty()) {
+    st.hand_over_address = persistence::keys::token(st.tenant, out.hand_over);
+    st.services->tokens_of(st.hand_over_address)
+        .deliver(st.hand_over_address, hand_over_atom::value,
+                 hand_over_request{st.run_id});
+  }
+  if (out.finished) {
+    close_children(self, out.close_children);
   }
   if (st.engine->blocked() != st.blocked_reported) {
     st.blocked_reported = st.engine->blocked();
@@ -539,10 +707,22 @@ void activate(self_pointer self, std::optional<persistence::run_record> fresh,
       [services, tenant, home = st.home->index](std::string_view token) {
         return services->map.of_token(
                    persistence::keys::token(tenant, token)) == home;
-      }};
+      },
+      [services, tenant](const std::string& instance_id,
+                         const std::string& command_id) {
+        services::start_request start;
+        start.options.tenant = tenant;
+        start.options.instance_id = instance_id;
+        start.options.command_id = command_id;
+        return services::draw_run_id(*services, start);
+      },
+      [services, home = st.home->index] { return services->new_run_id(home); }};
+  auto parent_run_id = record.parent_run_id;
+  auto parent_close = record.parent_close;
   st.engine =
       std::make_unique<run_engine>(env, std::move(record), std::move(history));
   st.engine->start();
+  end_if_orphaned(self, parent_run_id, parent_close);
   // A timer that fired while no engine listened would be lost otherwise;
   // firing twice is harmless.
   if (auto timer = st.engine->waiting_timer()) {
@@ -616,6 +796,13 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, shard* home,
           }
         }
         settle_releases(self, outcome.ok());
+        if (st.successor) {
+          DURIN_TEST_KILL_POINT("run.after_continue_write");
+        }
+        start_successor(self, outcome.ok());
+        if (st.hand_over_in_write) {
+          settle_hand_over(self);
+        }
         if (outcome) {
           publish_settled(self);  // at most one write in flight
         } else {
@@ -728,6 +915,33 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, shard* home,
       [self](watched_atom, const run_info& run) {
         if (self->state.engine) {
           self->state.engine->on_watched_run(run.id, run_state_of(run));
+        }
+        drain(self);
+      },
+      [self](child_atom, const child_started& started) {
+        if (!started.indefinite) {
+          self->state.child_backoff_ms = 100;
+        }
+        if (self->state.engine) {
+          self->state.engine->on_child_started(started);
+        }
+        drain(self);
+      },
+      [self](child_atom, std::uint64_t call) {
+        if (self->state.engine) {
+          self->state.engine->retry_child(call);
+        }
+        drain(self);
+      },
+      [self](hand_over_atom, const hand_over_ready& ready) {
+        auto& st = self->state;
+        if (ready.ok) {
+          st.hand_over_held = true;
+          st.hand_over_address =
+              persistence::keys::token(st.tenant, ready.token);
+        }
+        if (!st.engine || !st.engine->on_hand_over(ready)) {
+          settle_hand_over(self);  // nothing will write it now
         }
         drain(self);
       },

@@ -58,6 +58,14 @@ using run_actor = caf::typed_actor<
     caf::reacts_to<lost_atom, hook_loss>,
     // A run this one watches ended.
     caf::reacts_to<watched_atom, run_info>,
+    // A child run's start was decided (services/start.hpp answers it).
+    caf::reacts_to<child_atom, child_started>,
+    // Sent to itself: start the child of this call again (its last start's
+    // outcome was not known).
+    caf::reacts_to<child_atom, std::uint64_t>,
+    // From its start token's actor: the token is held still for the end
+    // write that hands it to the run's successor (continue-as-new).
+    caf::reacts_to<hand_over_atom, hand_over_ready>,
     // Sent to itself: passivate if nothing happened since message `seen`.
     caf::reacts_to<linger_atom, std::uint64_t>>;
 

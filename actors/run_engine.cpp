@@ -250,6 +250,18 @@ void run_engine::complete() {
     return;
   }
   auto& promise = flow_->handle().promise();
+  if (promise.exception && !continue_input_) {
+    try {
+      std::rethrow_exception(promise.exception);
+    } catch (detail::continue_as_new_request& request) {
+      continue_input_ = std::move(request.input);
+    } catch (...) {
+    }
+  }
+  if (continue_input_) {
+    continue_as_new();
+    return;
+  }
   event_record event{.at_ms = now()};
   if (promise.exception) {
     std::string code = "flow-error";
@@ -290,6 +302,7 @@ void run_engine::complete() {
 void run_engine::finish() {
   finished_ = true;
   output_.finished = true;
+  output_.close_children = children_;
   notify_tokens_of_end();
   drop_update_waiters();
 }

@@ -64,11 +64,34 @@ struct commit_plan {
     persistence::resume_record record;
   };
   std::vector<message_key> message_keys;
+  // continue-as-new: the run admitted in the write that ends this one, and
+  // its start token's record (owner: the successor), if the run has one.
+  std::optional<persistence::run_record> successor;
+  std::optional<persistence::token_record> successor_token;
 
   bool empty() const {
     return events.empty() && !run && timer_puts.empty() &&
-           timer_deletes.empty() && !delete_active && message_keys.empty();
+           timer_deletes.empty() && !delete_active && message_keys.empty() &&
+           !successor;
   }
+};
+
+// A child run to start (ctx.start_child), with the identity recorded for
+// its call before it is sent: a replay starts (or finds) that very run.
+struct child_start {
+  std::uint64_t call = 0;
+  std::string run_id;
+  std::string flow;
+  json input;
+  std::string instance_id;
+  std::string command_id;  // "child:<parent run id>:<call>"
+  std::uint8_t parent_close = 1;
+};
+
+// A child whose parent_close asks for its end when this run ends.
+struct child_to_close {
+  std::string run_id;
+  std::uint8_t parent_close = 1;
 };
 
 // A step attempt to run: on the executor, or (with a task queue) by a
@@ -141,7 +164,14 @@ struct engine_output {
   // Tokens the run holds as it ends: marked ending (held_tokens) before the
   // commit that records the end is submitted.
   std::vector<std::string> ending_tokens;
-  bool finished = false;  // the run ended, durably
+  bool finished = false;                     // the run ended, durably
+  std::vector<child_start> child_starts;     // start them (once checked absent)
+  std::vector<std::uint64_t> child_retries;  // start again after a backoff
+  // continue-as-new: ask this start token's actor to hold it still for the
+  // end write (answered on_hand_over).
+  std::string hand_over;
+  // With `finished`: children whose parent_close ends them now.
+  std::vector<child_to_close> close_children;
 };
 
 struct engine_environment {
@@ -162,6 +192,13 @@ struct engine_environment {
   // its claims and payloads stay in the run's shard (on one node, and in a
   // cluster, where another shard may be another node's). Null: any token.
   std::function<bool(std::string_view token)> token_is_home;
+  // A run id for a child started with these ids (in their start token's
+  // shard), and one in this run's own shard (a successor's, which the
+  // end write admits).
+  std::function<std::string(const std::string& instance_id,
+                            const std::string& command_id)>
+      draw_child_run_id;
+  std::function<std::string()> draw_run_id_here;
 };
 
 // What one event counts towards history_bytes_max: its names, payload and
@@ -276,6 +313,19 @@ class run_engine final : public detail::driver {
   // A watched run ended (from the node's finish listeners).
   void on_watched_run(const std::string& run_id, const json& state);
 
+  bool begin_child(detail::child_request request,
+                   detail::call_outcome* out) override;
+  int version(std::string_view change_id, int min_supported,
+              int max_supported) override;
+  // A child's start was decided; indefinite ones are asked again
+  // (output child_retries, then retry_child).
+  void on_child_started(const child_started& started);
+  void retry_child(std::uint64_t call);
+  // The start token's actor holds the token still for the end write of a
+  // run that continues as new. False when the run no longer needs it (it
+  // was cancelled meanwhile): the actor must release the token at once.
+  bool on_hand_over(const hand_over_ready& ready);
+
  private:
   enum class call_kind : std::uint8_t {
     none,
@@ -288,6 +338,7 @@ class run_engine final : public detail::driver {
     hook_conflict,  // waiting on a claim: not a call of its own
     watch,
     message_read,
+    child,
   };
 
   struct hook_entry {
@@ -331,6 +382,8 @@ class run_engine final : public detail::driver {
     std::string watched;
     // message_read
     std::vector<std::string> names;
+    // child
+    std::optional<child_start> child;
   };
 
   // Recorded events of one call, for replay.
@@ -361,6 +414,8 @@ class run_engine final : public detail::driver {
 
   bool try_next_payload(hook_entry& entry, detail::call_outcome* out);
   void send(token_message message);
+  // Asks the token's actor for the hook's payloads, once.
+  void subscribe(hook_entry& entry);
   void send_claim(const hook_entry& entry);
   void notify_tokens_of_end();
   // The tokens the run holds when it ends (its start token, unless disposed,
@@ -389,6 +444,9 @@ class run_engine final : public detail::driver {
   void resume_parked();
   void after_resume();
   void complete();
+  // The flow called continue_as_new: ends the run, admitting its successor
+  // in the same write (after the start token's hand-over, if it has one).
+  void continue_as_new();
   void finish();
 
   engine_environment env_;
@@ -467,6 +525,12 @@ class run_engine final : public detail::driver {
   // an update): beyond update_waiters_max, an update is answered accepted.
   static constexpr std::size_t update_waiters_max = 1024;
   bool may_wait() const;
+  // Children started (recorded), for parent_close at the run's end.
+  std::vector<child_to_close> children_;
+  // continue-as-new: the successor's input, once the flow asked for it;
+  // the start token's record as its actor handed it over.
+  std::optional<json> continue_input_;
+  std::optional<hand_over_ready> handed_over_;
 };
 
 // When a token is held after its run ends: `spec` is null (not at all), a

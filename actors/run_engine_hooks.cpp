@@ -202,6 +202,12 @@ void run_engine::on_claim_outcome(const claim_outcome& outcome) {
     } else if (pending_.hook == i && pending_.kind == call_kind::hook_next) {
       if (try_next_payload(entry, pending_.out)) {
         resume_parked();
+      } else if (entry.state == hook_entry::claim::owned) {
+        // A read begun before the claim was answered: subscribe now, and
+        // write the claim's record, so the run can idle (and passivate)
+        // on the hook as a read begun after it does.
+        subscribe(entry);
+        flush_then([] {});
       }
     }
     return;
@@ -263,13 +269,8 @@ bool run_engine::hook_next(std::size_t hook, detail::call_outcome* out) {
     pending_ = pending_call{};
     return true;
   }
-  if (entry.state == hook_entry::claim::owned && !entry.subscribed) {
-    entry.subscribed = true;
-    token_message message;
-    message.what = token_message::kind::subscribe;
-    message.token = entry.token;
-    message.subscribe = subscription{record_.id, entry.consumed + 1};
-    send(std::move(message));
+  if (entry.state == hook_entry::claim::owned) {
+    subscribe(entry);
   }
   stage_status(run_status::waiting);
   // Writes what is staged (the payloads read so far, the status waiting)
@@ -453,6 +454,18 @@ void run_engine::on_watched_run(const std::string& run_id, const json& state) {
   resume_parked();
 }
 
+void run_engine::subscribe(hook_entry& entry) {
+  if (entry.subscribed) {
+    return;
+  }
+  entry.subscribed = true;
+  token_message message;
+  message.what = token_message::kind::subscribe;
+  message.token = entry.token;
+  message.subscribe = subscription{record_.id, entry.consumed + 1};
+  send(std::move(message));
+}
+
 void run_engine::send(token_message message) {
   output_.token_messages.push_back(std::move(message));
 }
@@ -472,7 +485,9 @@ void run_engine::announce_end() {
 
 std::set<std::string> run_engine::tokens_held_at_end() const {
   std::set<std::string> tokens;
-  if (!record_.start_token.empty()) {
+  // A run that continues as new hands its start token to its successor.
+  bool handing_over = continue_input_.has_value() && !cancelled_;
+  if (!record_.start_token.empty() && !handing_over) {
     tokens.insert(record_.start_token);
   }
   for (auto& entry : hooks_) {

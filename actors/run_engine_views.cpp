@@ -72,6 +72,8 @@ run_info run_engine::info() const {
 run_info describe_run(const persistence::run_record& record) {
   run_info out;
   out.id = record.id;
+  out.parent_run_id = record.parent_run_id;
+  out.continued_from = record.continued_from;
   auto instance = instance_of_token(record.start_token);
   out.instance_id = instance.value_or(record.id);
   // A caller's hook token only: a command id's token is internal.

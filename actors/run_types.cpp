@@ -79,6 +79,12 @@ json run_info::to_json() const {
   if (!blocked_reason.empty()) {
     out["blockedReason"] = blocked_reason;
   }
+  if (!parent_run_id.empty()) {
+    out["parentRunId"] = parent_run_id;
+  }
+  if (!continued_from.empty()) {
+    out["continuedFrom"] = continued_from;
+  }
   if (!start_token.empty()) {
     out["startToken"] = start_token;
   }

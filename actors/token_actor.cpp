@@ -651,6 +651,22 @@ void handle_owner_end(self_pointer self, const owner_notice& notice) {
   apply_owner_end(self, notice.run_id, notice.at_ms);
 }
 
+// The owner continues as new: with nothing in flight (serve runs this only
+// then), the actor holds still until the owner's end write, which names the
+// successor as owner, settles; then it reads the token again.
+void handle_hand_over(self_pointer self, const hand_over_request& request) {
+  auto& st = self->state;
+  hand_over_ready answer{st.token, false, {}};
+  if (st.record && st.record->state == token_state::active &&
+      st.record->owner_run == request.run_id &&
+      st.services->held.hold_for_hand_over(st.address, request.run_id)) {
+    answer.ok = true;
+    answer.record = *st.record;
+  }
+  deliver_to_run(self, request.run_id, hand_over_atom::value,
+                 std::move(answer));
+}
+
 void handle_retention(self_pointer self) {
   auto& st = self->state;
   if (st.record && st.record->state == token_state::retained &&
@@ -728,6 +744,9 @@ token_actor::behavior_type token_actor_behavior(self_pointer self, shard* home,
       },
       [self](timer_atom, const persistence::timer_record&) {
         serve(self, [self] { handle_retention(self); });
+      },
+      [self](hand_over_atom, const hand_over_request& request) {
+        serve(self, [self, request] { handle_hand_over(self, request); });
       },
   };
 }

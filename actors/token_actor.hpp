@@ -53,6 +53,11 @@ using token_actor = caf::typed_actor<
     // The owner disposed its hook; the owner ended.
     caf::reacts_to<dispose_atom, owner_notice>,
     caf::reacts_to<owner_end_atom, owner_notice>,
+    // The owner continues as new: once idle, the actor holds still (serves
+    // nothing) and answers hand_over_ready to the owner, whose end write
+    // names the successor as the owner; it reads the record again once
+    // that write settles.
+    caf::reacts_to<hand_over_atom, hand_over_request>,
     // The token's retention ended.
     caf::reacts_to<timer_atom, persistence::timer_record>,
     // The write with this ticket is durable (or failed).

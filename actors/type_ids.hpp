@@ -29,6 +29,9 @@ CAF_ADD_TYPE_ID(durin_node, (durin::services::report_answer))
 CAF_ADD_TYPE_ID(durin_node, (durin::actors::message_request))
 CAF_ADD_TYPE_ID(durin_node, (durin::actors::message_receipt))
 CAF_ADD_TYPE_ID(durin_node, (durin::actors::query_request))
+CAF_ADD_TYPE_ID(durin_node, (durin::actors::child_started))
+CAF_ADD_TYPE_ID(durin_node, (durin::actors::hand_over_request))
+CAF_ADD_TYPE_ID(durin_node, (durin::actors::hand_over_ready))
 CAF_END_TYPE_ID_BLOCK(durin_node)
 
 namespace caf {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "durin/flow.hpp"
 
@@ -154,11 +155,56 @@ flow<json> counter(context& ctx, json input) {
   co_return json{{"value", value}};
 }
 
+// Starts acme.review-order as a child run per item of "orders" (an object
+// is the child's input, a string its orderId), all before awaiting any, so
+// they run side by side; then gathers their outputs in order.
+flow<json> parent_flow(context& ctx, json input) {
+  if (!input.is_object() || !input.contains("orders") ||
+      !input["orders"].is_array()) {
+    throw fatal_error("input needs an array field 'orders'");
+  }
+  std::vector<run_handle> children;
+  for (const auto& order : input["orders"]) {
+    json child_input =
+        order.is_string() ? json{{"orderId", order}} : json(order);
+    children.push_back(
+        co_await ctx.start_child("acme.review-order", std::move(child_input)));
+  }
+  json results = json::array();
+  for (const auto& child : children) {
+    results.push_back(co_await child.return_value<json>());
+  }
+  co_return json{{"results", results}};
+}
+
+// Counts to "limit" one step at a time, continuing as new every "every"
+// steps (so no history grows beyond "every" steps); "count" and "runs"
+// carry the state across runs.
+flow<json> rolling(context& ctx, json input) {
+  auto limit = input.value("limit", std::int64_t{0});
+  auto every = std::max<std::int64_t>(1, input.value("every", std::int64_t{1}));
+  auto count = input.value("count", std::int64_t{0});
+  auto runs = input.value("runs", std::int64_t{1});
+  auto add_one = [](std::int64_t n) { return n + 1; };
+  for (std::int64_t i = 0; i < every && count < limit; ++i) {
+    count = co_await ctx.step("count", add_one, count);
+  }
+  if (count < limit) {
+    ctx.continue_as_new(json{{"limit", limit},
+                             {"every", every},
+                             {"count", count},
+                             {"runs", runs + 1}});
+  }
+  co_return json{{"count", count}, {"runs", runs}};
+}
+
 }  // namespace
 
 void register_examples(registry& flows) {
   flows.flow("acme.inbox", inbox);
   flows.flow("acme.counter", counter);
+  flows.flow("acme.parent", parent_flow);
+  flows.flow("acme.rolling", rolling);
   flows.flow("acme.order-notes", order_notes);
   flows.flow("acme.review-order", review_order);
   flows.flow("acme.sleep", sleep_flow);

@@ -10,6 +10,8 @@
 // | acme.inbox         | {} (messages "note") | {"notes"}                 |
 // | acme.counter       | {"value"?} (update "add" {"by"}, query "value", |
 // |                    |   message "stop")    | {"value"}                 |
+// | acme.parent        | {"orders"}     | {"results"}: each child's output |
+// | acme.rolling       | {"limit","every"} | {"count","runs"}             |
 #pragma once
 
 #include "durin/registry.hpp"

@@ -214,7 +214,9 @@ status validate(const run_record& record) {
       {"error_message", &record.error_message},
       {"tenant", &record.tenant},
       {"start_token", &record.start_token},
-      {"schedule_id", &record.schedule_id}};
+      {"schedule_id", &record.schedule_id},
+      {"parent_run_id", &record.parent_run_id},
+      {"continued_from", &record.continued_from}};
   for (const auto& [name, value] : fields) {
     if (auto checked = check_field(name, *value); !checked) {
       return checked;
@@ -235,6 +237,7 @@ std::string encode(const run_record& record) {
                   record.output.size() + record.error_code.size() +
                   record.error_message.size() + record.tenant.size() +
                   record.start_token.size() + record.schedule_id.size() +
+                  record.parent_run_id.size() + record.continued_from.size() +
                   8 * 5 + 1 + 4 * 8 + 4);
   put_string(out, record.id);
   put_string(out, record.flow);
@@ -249,11 +252,21 @@ std::string encode(const run_record& record) {
   keys::put_u32(out, record.spec_version);
   put_string(out, record.tenant);
   put_string(out, record.start_token);
-  // Only a scheduled run has the two trailing fields, so every other
-  // record keeps its layout and records written before them still decode.
-  if (!record.schedule_id.empty()) {
+  // Optional trailing groups, so that a record without them keeps its
+  // earlier layout byte for byte and older records still decode: the
+  // schedule's (schedule_id, occurrence), then the lineage's (parent,
+  // parent_close, predecessor). The lineage group needs the schedule group
+  // before it, written empty for a run no schedule started.
+  const bool lineage =
+      !record.parent_run_id.empty() || !record.continued_from.empty();
+  if (!record.schedule_id.empty() || lineage) {
     put_string(out, record.schedule_id);
     put_i64(out, record.occurrence_ms);
+  }
+  if (lineage) {
+    put_string(out, record.parent_run_id);
+    out.push_back(static_cast<char>(record.parent_close));
+    put_string(out, record.continued_from);
   }
   return end_frame(std::move(out));
 }
@@ -283,12 +296,26 @@ result<run_record> decode_run(std::string_view bytes) {
     record.schedule_id = in.string("schedule_id");
     record.occurrence_ms = in.i64("occurrence_ms");
   }
+  const bool lineage = scheduled && !in.at_end();
+  if (lineage) {
+    record.parent_run_id = in.string("parent_run_id");
+    record.parent_close = in.u8("parent_close");
+    record.continued_from = in.string("continued_from");
+  }
   if (auto problem = in.problem()) {
     return corrupt("run record", *problem);
   }
-  if (scheduled && record.schedule_id.empty()) {
-    // The encoder writes the fields only for a schedule's run.
+  if (scheduled && !lineage && record.schedule_id.empty()) {
+    // The encoder writes the schedule group alone only for a schedule's run.
     return corrupt("run record", "schedule_id present but empty");
+  }
+  if (lineage && record.parent_run_id.empty() &&
+      record.continued_from.empty()) {
+    return corrupt("run record", "lineage present but empty");
+  }
+  if (record.parent_close > 3) {
+    return corrupt("run record", "invalid parent_close " +
+                                     std::to_string(record.parent_close));
   }
   if (!valid_run_status(status)) {
     return corrupt("run record",

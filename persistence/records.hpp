@@ -37,6 +37,13 @@ struct run_record {
   // nominal firing time) it was started for; empty and 0 otherwise.
   std::string schedule_id;
   std::int64_t occurrence_ms = 0;
+  // A child run: the run that started it (ctx.start_child), and what its
+  // end does to this run (parent_close_*). Empty for a run started from
+  // outside.
+  std::string parent_run_id;
+  std::uint8_t parent_close = 0;
+  // A run started by ctx.continue_as_new: the run it continues.
+  std::string continued_from;
 
   bool operator==(const run_record&) const = default;
 };

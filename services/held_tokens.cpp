@@ -66,6 +66,21 @@ bool held_tokens::take_release(const std::string& address,
   return true;
 }
 
+bool held_tokens::hold_for_hand_over(const std::string& address,
+                                     const std::string& owner_run) {
+  auto& s = shard_of(address);
+  std::lock_guard lock(s.mutex);
+  auto& slot = s.entries[address];
+  if (slot.release != release_state::none) {
+    return false;
+  }
+  slot.owner_run = owner_run;
+  slot.until_ms = while_active;
+  slot.offered = false;
+  slot.release = release_state::in_flight;
+  return true;
+}
+
 bool held_tokens::settle_release(const std::string& address, bool ok) {
   auto& s = shard_of(address);
   std::lock_guard lock(s.mutex);

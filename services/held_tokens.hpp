@@ -66,6 +66,12 @@ class held_tokens {
   // Owner, submitting the write that records its end: true when it took the
   // offer (that write must then delete the token).
   bool take_release(const std::string& address, const std::string& owner_run);
+  // Token actor, idle, for an owner that continues as new: as an offer the
+  // owner took at once, so the owner's end write may rewrite the token
+  // (naming its successor). The owner settles it as not `ok`, so the
+  // actor reads the token again. False when the entry is not the owner's.
+  bool hold_for_hand_over(const std::string& address,
+                          const std::string& owner_run);
   // Owner, once that write is durable (`ok`) or failed (indefinite): true
   // when the token actor waits for the settlement and must be woken.
   bool settle_release(const std::string& address, bool ok);

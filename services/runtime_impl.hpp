@@ -77,6 +77,16 @@ class runtime_impl {
     own_system.reset();
   }
 
+  // A child run (not abandoned) whose parent has ended.
+  bool orphaned(const persistence::run_record& record) const {
+    if (record.parent_run_id.empty() || record.parent_close == 3) {
+      return false;
+    }
+    auto parent = services.shard_of_run(record.parent_run_id)
+                      .store->get_run(record.parent_run_id);
+    return parent && (!*parent || is_terminal((*parent)->status));
+  }
+
   status recover(services::shard& shard) {
     auto active = shard.store->active_runs();
     if (!active) {
@@ -86,7 +96,10 @@ class runtime_impl {
       auto record = shard.store->get_run(run_id);
       // A run waiting on a timer is activated by the timer; the others
       // (and any whose record is unreadable, to report it) start now.
-      if (record && *record && (*record)->status == run_status::waiting) {
+      // A waiting child whose parent ended is started too: it ends itself
+      // (parent_close), also when no timer or payload would wake it.
+      if (record && *record && (*record)->status == run_status::waiting &&
+          !orphaned(**record)) {
         continue;
       }
       shard.runs->activate(run_id);

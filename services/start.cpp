@@ -80,14 +80,6 @@ void answer_existing_or(const node& node, const std::string& tenant,
   }
   done(std::move(outcome));
 }
-// Starts the actor of a run whose admission is durable.
-bool activate_fresh(node& node, actors::fresh_run run) {
-  auto id = run.record.id;
-  return node.runs_of(id).with_new_actor(
-      id, [&](const actors::run_actor& actor) {
-        caf::anon_send(actor, actors::activate_atom::value, std::move(run));
-      });
-}
 
 // What refuses a start before anything is drawn or written: a closing
 // node, bad names, an unknown flow, input the flow cannot take.
@@ -146,6 +138,8 @@ result<persistence::run_record> new_record(
   }
   record.schedule_id = start.schedule_id;
   record.occurrence_ms = start.occurrence_ms;
+  record.parent_run_id = start.parent_run_id;
+  record.parent_close = start.parent_close;
   return record;
 }
 
@@ -295,6 +289,14 @@ void start_after_remote_key(node& node, start_request start, done_fn done) {
 }
 
 }  // namespace
+
+bool activate_fresh(node& node, actors::fresh_run run) {
+  auto id = run.record.id;
+  return node.runs_of(id).with_new_actor(
+      id, [&](const actors::run_actor& actor) {
+        caf::anon_send(actor, actors::activate_atom::value, std::move(run));
+      });
+}
 
 void write_key_marker(node& node, const persistence::start_key& key,
                       const std::string& run_id,

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "actors/admission.hpp"
+#include "actors/messages.hpp"
 #include "durin/runtime.hpp"
 
 namespace durin::services {
@@ -35,6 +36,10 @@ struct start_request {
   std::vector<persistence::event_record> first_events;
   std::string message_scope;
   std::string message_key;
+  // A child run (ctx.start_child): its parent and parent_close, recorded in
+  // its run record.
+  std::string parent_run_id;
+  std::uint8_t parent_close = 0;
 };
 
 // Admits the run; `done` runs once the admission is durable or refused, on
@@ -43,6 +48,9 @@ struct start_request {
 // repeated command answers the first command's run.
 void start_run(node& node, start_request request,
                std::function<void(result<run_info>)> done);
+
+// Starts the actor of a run whose admission is durable.
+bool activate_fresh(node& node, actors::fresh_run run);
 
 // The run id a start gets: in its start token's shard (a hook, an instance
 // id, a command id), else in its key's shard, else in any. Drawn by a caller

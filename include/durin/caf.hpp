@@ -93,7 +93,7 @@ typename Inspector::result_type inspect(Inspector& f, run_info& x) {
   return f(caf::meta::type_name("durin::run_info"), x.id, x.instance_id, x.flow,
            x.status, input, output, has_error, cause, x.created_at_ms,
            x.started_at_ms, x.completed_at_ms, x.blocked_reason, x.start_token,
-           load);
+           x.parent_run_id, x.continued_from, load);
 }
 
 }  // namespace durin

@@ -20,6 +20,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -32,6 +33,9 @@
 #include "durin/step.hpp"
 
 namespace durin {
+
+// What context::version gives a run whose history predates the change.
+inline constexpr int version_default = 0;
 
 template <class T = json>
 class flow;
@@ -323,6 +327,51 @@ class context {
   // Records an update's result; its caller gets it once durable.
   void complete_update(const inbound& update, json result) {
     driver_->update_complete(update.sequence, std::move(result));
+  }
+
+  // Starts a child run of `flow` (see durin/run_handle.hpp); yields its
+  // handle once its admission is durable. Parameters are views and
+  // references, and the options have an overload instead of a default:
+  // g++ 12 mishandles non-trivial temporaries of a co_await expression.
+  detail::child_awaitable start_child(std::string_view flow, const json& input,
+                                      const child_options& options) {
+    detail::child_request request;
+    request.flow = std::string(flow);
+    request.input = input;
+    request.instance_id = options.instance_id;
+    request.parent_close = static_cast<std::uint8_t>(options.parent_close);
+    return {*driver_, std::move(request)};
+  }
+  detail::child_awaitable start_child(std::string_view flow,
+                                      const json& input) {
+    return start_child(flow, input, child_options{});
+  }
+
+  // Ends this run (completed, its output {"continuedAs": new run id}) and
+  // starts a new run of the same flow, with `input` and a fresh history,
+  // in one atomic write. The new run keeps the instance id, the start hook
+  // and the start command: they are handed over, never free in between.
+  // Does not return (it throws a value the engine catches as the flow
+  // ends: do not catch it with `catch (...)`).
+  [[noreturn]] void continue_as_new(json input) {
+    throw detail::continue_as_new_request{std::move(input)};
+  }
+
+  // The version of change `change_id` this run follows, for code that
+  // changes while runs are in flight:
+  //
+  //   if (ctx.version("charge-before-ship", 0, 1) == 1) { new order }
+  //   else { old order }
+  //
+  // A run that reaches the call for the first time records `max_supported`
+  // and gets it on every replay. A run whose history was written before the
+  // call existed (it records another call at this place) gets 0
+  // (durin::version_default) and the call records nothing, so its replay
+  // does not diverge. A version outside min..max holds the run as blocked
+  // (code that no longer supports it).
+  int version(std::string_view change_id, int min_supported,
+              int max_supported) {
+    return driver_->version(change_id, min_supported, max_supported);
   }
 
   // 64 random bits, recorded.

@@ -57,6 +57,10 @@ struct run_info {
   // time) it was started for; empty and 0 otherwise.
   std::string schedule_id;
   std::int64_t occurrence_ms = 0;
+  // A child run: the run that started it (ctx.start_child); empty else.
+  std::string parent_run_id;
+  // A run started by ctx.continue_as_new: the run it continues; empty else.
+  std::string continued_from;
 
   json to_json() const;  // {"id","flow","status","input","output",...}
 };

@@ -11,6 +11,13 @@
 //   }
 //
 // Valid only inside the flow that obtained it (it borrows the flow's driver).
+//
+// Child runs: `co_await ctx.start_child(flow, input, options)` admits a run
+// that names this one as its parent and yields its handle once the
+// admission is durable; await its end with `return_value<T>()`. One child
+// per (parent run, call) across crashes: the child's run id and command id
+// are recorded before it is started, so a replay starts (or finds) that
+// very run. Throws child_start_error when the start is refused.
 #pragma once
 
 #include <coroutine>
@@ -43,6 +50,41 @@ class run_failed_error : public std::runtime_error {
   std::string run_id_;
   std::string status_;
   std::string code_;
+};
+
+// What a child run does when its parent ends (completed, failed, cancelled
+// or terminated): terminate ends the child as terminated (a forced stop that
+// runs none of its code), cancel ends it as cancelled, abandon leaves it
+// running.
+enum class parent_close_policy : std::uint8_t {
+  terminate = 1,
+  cancel = 2,
+  abandon = 3,
+};
+
+struct child_options {
+  // The child's instance id (at most one active run holds it); empty: the
+  // child is its own instance.
+  std::string instance_id;
+  parent_close_policy parent_close = parent_close_policy::terminate;
+};
+
+// Raised by `co_await ctx.start_child(...)` when the child was not started:
+// code "hook-conflict" (its instance id is held by owner_run_id()),
+// "flow-not-found", "invalid-input", "invalid-argument".
+class child_start_error : public std::runtime_error {
+ public:
+  child_start_error(std::string code, const std::string& message,
+                    std::string owner_run_id)
+      : std::runtime_error(message),
+        code_(std::move(code)),
+        owner_run_id_(std::move(owner_run_id)) {}
+  const std::string& code() const noexcept { return code_; }
+  const std::string& owner_run_id() const noexcept { return owner_run_id_; }
+
+ private:
+  std::string code_;
+  std::string owner_run_id_;
 };
 
 namespace detail {
@@ -132,5 +174,35 @@ class run_handle {
   detail::driver* driver_;
   std::string run_id_;
 };
+
+namespace detail {
+
+// Awaiting a child's start yields its handle once its admission is durable.
+class child_awaitable {
+ public:
+  child_awaitable(driver& d, child_request request)
+      : driver_(&d), request_(std::move(request)) {}
+  bool await_ready() {
+    return driver_->begin_child(std::move(request_), &outcome_);
+  }
+  void await_suspend(std::coroutine_handle<> handle) { driver_->park(handle); }
+  run_handle await_resume() {
+    if (outcome_.failed) {
+      auto owner = outcome_.value.is_object()
+                       ? outcome_.value.value("ownerRunId", std::string())
+                       : std::string();
+      throw child_start_error(outcome_.error_code, outcome_.error_message,
+                              std::move(owner));
+    }
+    return run_handle(*driver_, outcome_.value.at("runId").get<std::string>());
+  }
+
+ private:
+  driver* driver_;
+  child_request request_;
+  call_outcome outcome_;
+};
+
+}  // namespace detail
 
 }  // namespace durin

@@ -194,6 +194,19 @@ TEST_F(MessageTypes, NodeMessagesRoundTrip) {
                                   persistence::timer_kind::token_retention};
   EXPECT_EQ(round_trip(timer), timer);
   EXPECT_TRUE(round_trip(report_answer{true, "r"}).recorded);
+  auto child = round_trip(
+      child_started{4, "run_c", "hook-conflict", "m", "run_o", true});
+  EXPECT_EQ(child.owner_run_id, "run_o");
+  EXPECT_TRUE(child.indefinite);
+  EXPECT_EQ(round_trip(hand_over_request{"run_1"}).run_id, "run_1");
+  auto ready = round_trip(hand_over_ready{"t", true, a_token()});
+  EXPECT_EQ(ready.record, a_token());
+  auto linked = a_run();
+  linked.parent_run_id = "run_p";
+  linked.parent_close = 2;
+  linked.continued_from = "run_b";
+  EXPECT_EQ(round_trip(fresh_run{linked, an_answer(), an_info()}).record,
+            linked);
 }
 
 // A whole message needs every element's type registered by name: this is

@@ -106,6 +106,9 @@ actors::run_actor::behavior_type fake_run(actors::run_actor::pointer self,
         seen->lost_to[run_id].push_back(loss.new_owner);
       },
       [](actors::watched_atom, const run_info&) {},
+      [](actors::child_atom, const actors::child_started&) {},
+      [](actors::child_atom, std::uint64_t) {},
+      [](actors::hand_over_atom, const actors::hand_over_ready&) {},
       [](actors::linger_atom, std::uint64_t) {},
   };
 }

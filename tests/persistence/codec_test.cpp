@@ -264,13 +264,19 @@ TEST(CodecTest, EnumsOutsideTheirRangeAreCorruptEvenWithAValidChecksum) {
 }
 
 TEST(CodecTest, TrailingBytesAreCorruptRecord) {
-  // A run record's last field is occurrence_ms when it has the schedule
-  // fields; bytes after start_token that are not both are corrupt too.
+  // After start_token come the optional groups (a schedule's, then a
+  // lineage's): a stray byte where one begins is a field cut short, and
+  // bytes after the last group are trailing.
   auto scheduled = sample_run();
   scheduled.schedule_id = "s";
   scheduled.occurrence_ms = 1;
-  const std::string run_body = body_of(codec::encode(scheduled));
-  auto run = codec::decode_run(frame(run_body + "x"));
+  auto cut = codec::decode_run(frame(body_of(codec::encode(scheduled)) + "x"));
+  ASSERT_FALSE(cut.ok());
+  EXPECT_EQ(cut.error().code, errc::corrupt_record);
+  auto linked = sample_run();
+  linked.parent_run_id = "run_p";
+  const std::string linked_body = body_of(codec::encode(linked));
+  auto run = codec::decode_run(frame(linked_body + "x"));
   ASSERT_FALSE(run.ok());
   EXPECT_EQ(run.error().code, errc::corrupt_record);
   EXPECT_NE(run.error().message.find("trailing"), std::string::npos);
@@ -528,6 +534,55 @@ TEST(CodecTest, TokenRecordCommandIdIsOptionalAndRoundTrips) {
   ASSERT_TRUE(with.ok());
   EXPECT_EQ(with->owner_command, "cmd-1");
   EXPECT_EQ(*with, record);
+}
+
+// A child's parent and a successor's predecessor are late fields: a
+// record with neither keeps its earlier layout (so records written before
+// them decode as they are), a record with them round-trips, and a
+// parent_close out of range is corrupt.
+TEST(CodecTest, RunRecordParentAndPredecessorAreOptionalAndRoundTrip) {
+  run_record record = sample_run();
+  auto plain = codec::encode(record);
+  auto without = codec::decode_run(plain);
+  ASSERT_TRUE(without.ok());
+  EXPECT_EQ(*without, record);
+  record.parent_run_id = "run_parent";
+  record.parent_close = 2;
+  record.continued_from = "run_before";
+  auto linked = codec::encode(record);
+  // An empty schedule group (str "", i64 0), then two strs and a u8.
+  EXPECT_EQ(linked.size(), plain.size() + 4 + 8 + 4 + 10 + 1 + 4 + 10);
+  auto with = codec::decode_run(linked);
+  ASSERT_TRUE(with.ok());
+  EXPECT_EQ(*with, record);
+  std::string body = body_of(linked);
+  body[body.size() - 4 - 10 - 1] = '\x04';
+  auto bad = codec::decode_run(frame(body));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, errc::corrupt_record);
+}
+
+// A scheduled run can also be a successor (continue-as-new of a run a
+// schedule started): both groups round-trip; a lineage group naming
+// neither a parent nor a predecessor is never written, so it is corrupt.
+TEST(CodecTest, RunRecordWithScheduleAndLineageRoundTrips) {
+  run_record record = sample_run();
+  record.schedule_id = "nightly";
+  record.occurrence_ms = 1700000000000;
+  record.continued_from = "run_before";
+  auto both = codec::decode_run(codec::encode(record));
+  ASSERT_TRUE(both.ok());
+  EXPECT_EQ(*both, record);
+  std::string empty_lineage = body_of(codec::encode(sample_run()));
+  keys::put_u32(empty_lineage, 1);
+  empty_lineage += "s";
+  keys::put_u64(empty_lineage, 1);
+  keys::put_u32(empty_lineage, 0);
+  empty_lineage.push_back('\x00');
+  keys::put_u32(empty_lineage, 0);
+  auto empty = codec::decode_run(frame(empty_lineage));
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.error().code, errc::corrupt_record);
 }
 
 }  // namespace

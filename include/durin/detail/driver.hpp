@@ -45,6 +45,22 @@ struct hook_request {
   bool webhook = false;
 };
 
+// A child run as the flow asks for it (durin::context::start_child).
+// `parent_close`: 1 terminate, 2 cancel, 3 abandon (parent_close_policy).
+struct child_request {
+  std::string flow;
+  json input;
+  std::string instance_id;
+  std::uint8_t parent_close = 1;
+};
+
+// Thrown by context::continue_as_new and caught by the engine as the flow
+// ends; deliberately not a std::exception, so that flow code catching
+// std::exception does not swallow it.
+struct continue_as_new_request {
+  json input;
+};
+
 // Converts a recorded JSON value to what the flow asked for.
 template <class R>
 R convert_result(const json& value) {
@@ -121,6 +137,15 @@ class driver {
   // Records the result of the update read at history `sequence`; its
   // callers waiting for completion are answered once that is durable.
   virtual void update_complete(std::uint64_t sequence, json result) = 0;
+  // Starts a child run (a durable call): out->value is {"runId"} once its
+  // admission is durable; failed with the start's error code otherwise
+  // (error_message; value {"ownerRunId"} for hook-conflict).
+  virtual bool begin_child(child_request request, call_outcome* out) = 0;
+
+  // The version of change `change_id` this run follows, recorded once
+  // (see durin::context::version).
+  virtual int version(std::string_view change_id, int min_supported,
+                      int max_supported) = 0;
 
   virtual const std::string& run_id() const = 0;
 };
