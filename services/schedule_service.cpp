@@ -536,17 +536,20 @@ void schedule_service::step(std::uint32_t shard, const std::string& key,
           break;
         case overlap_policy::cancel_other:
         case overlap_policy::terminate_other:
-          // The runs are told to stop now; the new one does not wait for
-          // them (terminate is a cancel until runs can be terminated).
+          // The runs are told to stop now (terminate_other: a forced stop
+          // that runs none of their code); the new one does not wait.
           for (const auto& run_id : next.running) {
+            const bool terminate =
+                definition.overlap == overlap_policy::terminate_other;
             node_.relay->ask<run_info>(
                 node_.runs_of(run_id), run_id, [](result<run_info>) {},
                 actors::cancel_atom::value,
                 actors::cancel_request{
-                    "cancelled by schedule '" + definition.id +
+                    std::string(terminate ? "terminated" : "cancelled") +
+                        " by schedule '" + definition.id +
                         "': a newer occurrence started (overlap " +
                         std::string(to_string(definition.overlap)) + ")",
-                    ""});
+                    "", terminate});
           }
           break;
       }

@@ -89,6 +89,30 @@ class ScheduleServiceTest : public runtime_fixture {
     return view;
   }
 
+  // A newer occurrence stops the running run (`policy` cancel_other or
+  // terminate_other: it ends `ended`); the new run starts without waiting.
+  void overlap_stops_running(const char* policy, run_status ended) {
+    auto rt = open();
+    ASSERT_TRUE(rt->schedules()
+                    .create("default", body("newest", {{"interval", "1m"}},
+                                            "long", policy))
+                    .ok());
+    clock_->advance_ms(minute_ms);
+    auto runs = wait_runs(*rt, "newest", 1);
+    ASSERT_EQ(runs.size(), 1u);
+    const auto first = runs[0].id;
+    settle();
+    clock_->advance_ms(minute_ms);
+    runs = wait_runs(*rt, "newest", 2);
+    ASSERT_EQ(runs.size(), 2u);
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (!status_is(*rt, first, ended) &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(10ms);
+    }
+    EXPECT_TRUE(status_is(*rt, first, ended));
+  }
+
   // Lets the loop see the time (it wakes at most 100 ms apart).
   static void settle() { std::this_thread::sleep_for(300ms); }
 
@@ -285,25 +309,11 @@ TEST_F(ScheduleServiceTest, OverlapBufferOneStartsOneBufferedRunAfterTheFirst) {
 }
 
 TEST_F(ScheduleServiceTest, OverlapCancelOtherCancelsTheRunningRun) {
-  auto rt = open();
-  ASSERT_TRUE(rt->schedules()
-                  .create("default", body("newest", {{"interval", "1m"}},
-                                          "long", "cancel_other"))
-                  .ok());
-  clock_->advance_ms(minute_ms);
-  auto runs = wait_runs(*rt, "newest", 1);
-  ASSERT_EQ(runs.size(), 1u);
-  const auto first = runs[0].id;
-  settle();
-  clock_->advance_ms(minute_ms);
-  runs = wait_runs(*rt, "newest", 2);
-  ASSERT_EQ(runs.size(), 2u);
-  auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!status_is(*rt, first, run_status::cancelled) &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(10ms);
-  }
-  EXPECT_TRUE(status_is(*rt, first, run_status::cancelled));
+  overlap_stops_running("cancel_other", run_status::cancelled);
+}
+
+TEST_F(ScheduleServiceTest, OverlapTerminateOtherTerminatesTheRunningRun) {
+  overlap_stops_running("terminate_other", run_status::terminated);
 }
 
 TEST_F(ScheduleServiceTest, PausedFiresNothingAndUnpauseGoesOnFromNow) {
