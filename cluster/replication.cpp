@@ -365,13 +365,20 @@ void drop(primary_actor* self, replicator::impl* owner, std::uint32_t shard,
 }
 
 // A backup that caught up with every write shipped is added to the
-// in-sync set; it is waited for from before the swap.
+// in-sync set; it is waited for from before the swap. A backup that
+// restarted joins with a new node lease while the set still names its old
+// one: it is waited for still, and the swap puts its new lease in the set
+// (without it, it could never be promoted, and its owner could take the
+// shard back with a lost disk).
 void maybe_add(primary_actor* self, replicator::impl* owner,
                std::uint32_t shard, const std::string& node) {
   auto& state = self->state.shards[shard];
   auto& target = state.targets[node];
-  if (target.waited || target.adding || !target.streaming ||
-      target.acked < state.last) {
+  if (target.adding || !target.streaming || target.acked < state.last) {
+    return;
+  }
+  if (target.waited &&
+      owner->members.config_of(shard).in_step(node, target.lease)) {
     return;
   }
   target.adding = true;
@@ -462,9 +469,17 @@ void send_entry(primary_actor* self, replicator::impl* owner,
                                                std::uint64_t at) {
             on_answer(self, owner, shard, node, position, code, at);
           },
-          [self, owner, shard, node](caf::error&) {
+          [self, owner, shard, node, sent_to = target.handle](caf::error&) {
             // No answer in time, or the connection went: the backup is
-            // dropped (from the in-sync set, when it is in it).
+            // dropped (from the in-sync set, when it is in it). Not when it
+            // has joined again since, through a new handle (a restarted
+            // backup): that join re-sent this write to the new handle.
+            auto& targets = self->state.shards[shard].targets;
+            auto found = targets.find(node);
+            if (found != targets.end() && found->second.handle &&
+                found->second.handle != sent_to) {
+              return;
+            }
             drop(self, owner, shard, node);
           });
 }
