@@ -10,12 +10,14 @@ import socket
 import threading
 import time
 import unittest
+import urllib.parse
 
 import support  # noqa: F401  (puts src/ on sys.path)
 
 import durin
-from durin import (Durin, IdempotencyKeyInFlightError, Retry,
-                   ShardUnavailableError, UnavailableError)
+from durin import (Durin, IdempotencyKeyInFlightError, QueryRefusedError,
+                   Retry, ShardUnavailableError, UnavailableError,
+                   UnprocessableError, UpdateRejectedError)
 from durin._http import parse_retry_after
 
 
@@ -137,6 +139,78 @@ class RetryTest(unittest.TestCase):
         self.assertFalse(caught.exception.refused)
         self.assertIsInstance(caught.exception, ConnectionError)  # the builtin too
         self.assertEqual(len(self.stub.requests), 1, "an unkeyed POST is not sent twice")
+
+    def test_a_message_keyed_in_its_body_and_an_update_with_an_id_are_retried_unkeyed_ones_not(self):
+        client = self.client(retry={"attempts": 3, "initial_delay": 0.01})
+        self.stub.script = [unavailable(0), (200, {"runId": "run_m", "sequence": 2, "started": False}, {})]
+        receipt = client.runs.send_message("run_m", "note", {"n": 1}, idempotency_key="note-1")
+        self.assertEqual(receipt.sequence, 2)
+        self.assertEqual(len(self.stub.requests), 2)
+        for request in self.stub.requests:
+            self.assertEqual(request["path"], "/v1/runs/run_m/messages/note")
+            self.assertEqual(json.loads(request["body"]), {"payload": {"n": 1}, "idempotencyKey": "note-1"})
+            self.assertNotIn("Idempotency-Key", request["headers"], "a message's key travels in its body")
+
+        self.stub.script = ["reset", (200, {"runId": "run_s", "sequence": 1, "started": True}, {})]
+        self.stub.requests = []
+        start = {"flow": "acme.inbox", "input": {}}
+        self.assertTrue(client.instances.send_message("inst/1", "note", None, idempotency_key="m-1",
+                                                      start=start).started)
+        self.assertEqual(len(self.stub.requests), 2)
+        self.assertEqual(self.stub.requests[1]["path"], "/v1/instances/inst%2F1/messages/note")
+        self.assertEqual(json.loads(self.stub.requests[1]["body"]),
+                         {"payload": None, "idempotencyKey": "m-1", "start": start})
+
+        self.stub.script = [unavailable(0), (200, {"runId": "run_u", "updateId": "u-1", "sequence": 3,
+                                                   "status": "completed", "result": 1}, {})]
+        self.stub.requests = []
+        client.runs.update("run_u", "add", {"by": 1}, update_id="u-1", wait_for="completed")
+        self.assertEqual(len(self.stub.requests), 2)
+        self.assertEqual(json.loads(self.stub.requests[1]["body"]),
+                         {"args": {"by": 1}, "updateId": "u-1", "waitFor": "completed"})
+
+        for call in (lambda: client.runs.send_message("run_m", "note", {"n": 2}),
+                     lambda: client.runs.update("run_u", "add", {"by": 1})):
+            self.stub.script = [unavailable(0), (200, {}, {})]
+            self.stub.requests = []
+            with self.assertRaises(UnavailableError):
+                call()
+            self.assertEqual(len(self.stub.requests), 1, "an unkeyed message or update is not sent twice")
+
+    def test_a_query_sends_its_args_as_json_and_is_retried_as_a_get(self):
+        self.stub.script = [unavailable(0), (200, {"runId": "run_q", "query": "value",
+                                                   "result": {"value": 1}}, {})]
+        client = self.client(retry={"attempts": 2, "initial_delay": 0.01})
+        self.assertEqual(client.runs.query("run_q", "value", {"at": "now", "n": [1]}).result, {"value": 1})
+        self.assertEqual(len(self.stub.requests), 2)
+        sent = urllib.parse.urlsplit(self.stub.requests[1]["path"])
+        self.assertEqual(sent.path, "/v1/runs/run_q/queries/value")
+        args = urllib.parse.parse_qs(sent.query)["args"]
+        self.assertEqual(json.loads(args[0]), {"at": "now", "n": [1]})
+        self.stub.script = [(200, {"runId": "run_q", "query": "value", "result": None}, {})]
+        self.stub.requests = []
+        client.runs.query("run_q", "value")
+        self.assertEqual(self.stub.requests[0]["path"], "/v1/runs/run_q/queries/value")
+
+    def test_422_is_typed_by_code_update_rejected_query_refused_else_unprocessable_never_retried(self):
+        client = self.client(retry={"attempts": 3, "initial_delay": 0.01})
+        self.stub.script = [(422, {"code": "query-refused",
+                                   "message": "query 'value' tried a durable call"}, {})]
+        with self.assertRaises(QueryRefusedError) as refused:
+            client.runs.query("run_q", "value")
+        error = refused.exception
+        self.assertIsInstance(error, UnprocessableError)
+        self.assertNotIsInstance(error, UpdateRejectedError)
+        self.assertEqual((error.status, error.code, str(error)),
+                         (422, "query-refused", "query 'value' tried a durable call"))
+        self.assertEqual(len(self.stub.requests), 1)
+        self.stub.script = [(422, {"code": "update-rejected", "message": "no"}, {})]
+        with self.assertRaises(UpdateRejectedError):
+            client.runs.update("run_u", "add", {}, update_id="u-2")
+        self.stub.script = [(422, {"code": "step-failed", "message": "failed"}, {})]
+        with self.assertRaises(UnprocessableError) as other:
+            client.runs.get("run_x")
+        self.assertNotIsInstance(other.exception, (QueryRefusedError, UpdateRejectedError))
 
     def test_timeout_is_timeout_error_and_retried_with_retry(self):
         self.stub.script = ["hang"]

@@ -24,23 +24,28 @@ function pick(source, names) {
   return out;
 }
 
-const finished = new Set(["completed", "failed", "cancelled"]);
+const finished = new Set(["completed", "failed", "cancelled", "terminated"]);
 
-// runs.list's answer: awaited, the first page ({runs, nextCursor}); iterated
-// with for await, every run of every page, following nextCursor.
-class RunList {
-  constructor(transport, params) {
+// A paged list's answer (runs.list, schedules.list): awaited, the first page
+// ({<items>, nextCursor}); iterated with for await, every item of every
+// page, following nextCursor.
+class PagedList {
+  constructor(transport, path, items, query, params) {
     this.transport = transport;
+    this.path = path;
+    this.items = items;
+    this.query = query;
     this.params = params;
     this.first = undefined;
   }
 
   page(cursor) {
-    const { status, flow, limit, signal, timeoutMs } = this.params;
-    return this.transport.request("GET", "/v1/runs", {
-      query: { status, flow, limit, cursor },
+    const { signal, timeoutMs, retry } = this.params;
+    return this.transport.request("GET", this.path, {
+      query: { ...this.query, cursor },
       signal,
       timeoutMs,
+      retry,
     });
   }
 
@@ -71,9 +76,17 @@ class RunList {
 
   async *[Symbol.asyncIterator]() {
     for await (const page of this.pages()) {
-      yield* page.runs;
+      yield* page[this.items];
     }
   }
+}
+
+// POST .../messages/{name}: the message's idempotencyKey travels in the body
+// (recorded once per run, or instance, and name), not as Idempotency-Key;
+// with it the request is safe to retry.
+function sendMessage(transport, path, payload, options, extra) {
+  const body = pick({ payload, ...options }, ["payload", "idempotencyKey", ...extra]);
+  return transport.request("POST", path, { ...callOptions(options), body, idempotent: body.idempotencyKey !== undefined });
 }
 
 class Runs {
@@ -94,7 +107,8 @@ class Runs {
   }
 
   list(params = {}) {
-    return new RunList(this.transport, params);
+    const { status, flow, scheduleId, limit } = params;
+    return new PagedList(this.transport, "/v1/runs", "runs", { status, flow, scheduleId, limit }, params);
   }
 
   history(id, options = {}) {
@@ -106,7 +120,44 @@ class Runs {
     return this.transport.request("POST", `/v1/runs/${seg(id)}/cancel`, { ...requestOptions(options), body });
   }
 
-  // Polls the run until it completed, failed or was cancelled; TimeoutError
+  // A forced stop: the run ends as terminated at once, running none of its
+  // code. A repeated commandId answers the terminated run again.
+  terminate(id, options = {}) {
+    const body = pick(options, ["reason", "commandId"]);
+    return this.transport.request("POST", `/v1/runs/${seg(id)}/terminate`, { ...requestOptions(options), body });
+  }
+
+  // Records message `name` in the run's history: {runId, sequence, started}
+  // once durable. A repeated idempotencyKey records nothing and answers as
+  // the first.
+  sendMessage(id, name, payload, options = {}) {
+    return sendMessage(this.transport, `/v1/runs/${seg(id)}/messages/${seg(name)}`, payload, options, []);
+  }
+
+  // An update: validated by the flow (UpdateRejectedError), recorded, then
+  // completed by flow code. Answers {runId, updateId, sequence, status,
+  // result}: by default once completed (status "completed", or "accepted"
+  // after 25 s), with waitFor "accepted" once accepted. A repeated updateId
+  // answers the first update's handle or result.
+  update(id, name, args, options = {}) {
+    const body = pick({ args, ...options }, ["args", "updateId", "waitFor"]);
+    return this.transport.request("POST", `/v1/runs/${seg(id)}/updates/${seg(name)}`, {
+      ...callOptions(options),
+      body,
+      idempotent: body.updateId !== undefined,
+    });
+  }
+
+  // Reads the flow's state now: {runId, query, result}; records nothing.
+  // `args` (any JSON) is sent as ?args=JSON.
+  query(id, name, args, options = {}) {
+    return this.transport.request("GET", `/v1/runs/${seg(id)}/queries/${seg(name)}`, {
+      ...callOptions(options),
+      query: args === undefined ? undefined : { args: JSON.stringify(args) },
+    });
+  }
+
+  // Polls the run until it completed, failed, was cancelled or terminated; TimeoutError
   // after `timeoutMs` (default 60 s). The interval grows from 50 ms to 1 s.
   async wait(id, options = {}) {
     const timeoutMs = options.timeoutMs ?? 60_000;
@@ -152,6 +203,84 @@ class Instances {
   get(id, options = {}) {
     return this.transport.request("GET", `/v1/instances/${seg(id)}`, requestOptions(options));
   }
+
+  // A message to the active run holding the instance (NotFoundError when
+  // none); keys are per instance and name. With `start: {flow, input}`
+  // (message-with-start) a run is started for the instance when none holds
+  // it, the message its first event (`started: true`).
+  sendMessage(id, name, payload, options = {}) {
+    if (options.start !== undefined && (typeof options.start?.flow !== "string" || options.start.flow === "")) {
+      throw new TypeError("instances.sendMessage: start.flow must be a non-empty string");
+    }
+    return sendMessage(this.transport, `/v1/instances/${seg(id)}/messages/${seg(name)}`, payload, options, ["start"]);
+  }
+}
+
+// RFC 3339 text for a backfill's bounds: a Date or a string as given.
+function timeText(value, field) {
+  if (value instanceof Date) {
+    return value.toISOString();
+  }
+  if (typeof value !== "string" || value === "") {
+    throw new TypeError(`schedules.backfill: ${field} must be a Date or an RFC 3339 string`);
+  }
+  return value;
+}
+
+class Schedules {
+  constructor(transport) {
+    this.transport = transport;
+  }
+
+  // 201 with the schedule (`created: true`); the same definition again
+  // answers it as it is (`created: false`); another one for the id is
+  // ScheduleExistsError.
+  create(params) {
+    if (typeof params?.scheduleId !== "string" || params.scheduleId === "") {
+      throw new TypeError("schedules.create: scheduleId must be a non-empty string");
+    }
+    const body = pick(params, ["scheduleId", "spec", "action", "overlap", "catchupWindow", "paused", "note"]);
+    return this.transport.request("POST", "/v1/schedules", { ...requestOptions(params), body });
+  }
+
+  get(id, options = {}) {
+    return this.transport.request("GET", `/v1/schedules/${seg(id)}`, requestOptions(options));
+  }
+
+  list(params = {}) {
+    return new PagedList(this.transport, "/v1/schedules", "schedules", { limit: params.limit }, params);
+  }
+
+  // {scheduleId, deleted: true}; the runs it started stay.
+  delete(id, options = {}) {
+    return this.transport.request("DELETE", `/v1/schedules/${seg(id)}`, requestOptions(options));
+  }
+
+  pause(id, options = {}) {
+    return this.change(id, "pause", pick(options, ["note"]), options);
+  }
+
+  // Goes on from the next occurrence after now (paused ones are not caught up).
+  unpause(id, options = {}) {
+    return this.change(id, "unpause", pick(options, ["note"]), options);
+  }
+
+  // One occurrence at now, fired under the overlap policy (also while
+  // paused): {scheduleId, occurrence}.
+  trigger(id, options = {}) {
+    return this.change(id, "trigger", undefined, options);
+  }
+
+  // Every occurrence of the spec in [startAt, endAt], fired in order under
+  // the overlap policy: {scheduleId, occurrences}.
+  backfill(id, params) {
+    const body = { startAt: timeText(params?.startAt, "startAt"), endAt: timeText(params?.endAt, "endAt") };
+    return this.change(id, "backfill", body, params);
+  }
+
+  change(id, verb, body, options) {
+    return this.transport.request("POST", `/v1/schedules/${seg(id)}/${verb}`, { ...requestOptions(options), body });
+  }
 }
 
 class ApiKeys {
@@ -189,6 +318,11 @@ function requestOptions(options) {
   return pick(options, ["idempotencyKey", "timeoutMs", "signal", "retry"]);
 }
 
+// The options of a call whose key, if any, is in its body.
+function callOptions(options) {
+  return pick(options, ["timeoutMs", "signal", "retry"]);
+}
+
 export class Durin {
   constructor(options = {}) {
     this.transport = new Transport(options);
@@ -197,6 +331,7 @@ export class Durin {
     this.instances = new Instances(this.transport);
     this.apiKeys = new ApiKeys(this.transport);
     this.tenants = new Tenants(this.transport);
+    this.schedules = new Schedules(this.transport);
   }
 
   get server() {

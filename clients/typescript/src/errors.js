@@ -89,7 +89,8 @@ export class ForbiddenError extends DurinApiError {
 }
 
 // 404: run-not-found, hook-not-found, flow-not-found, api-key-not-found,
-// not-found. Another tenant's runs, hooks and keys answer as not found.
+// schedule-not-found, handler-not-found, not-found. Another tenant's runs,
+// hooks and keys answer as not found.
 export class NotFoundError extends DurinApiError {
   static kind = "NotFoundError";
 }
@@ -120,6 +121,43 @@ export class HookConflictError extends DurinApiError {
   get conflictingRunId() {
     return this.error.conflictingRunId;
   }
+}
+
+// 409 run-finished: the run has ended, so it takes no more messages,
+// updates, queries, cancels or terminates (a repeated idempotency key,
+// commandId or updateId still answers as the first did).
+export class RunFinishedError extends DurinApiError {
+  static kind = "RunFinishedError";
+}
+
+// 409 schedule-exists: a schedule with this id exists with another
+// definition (the same definition again answers it, `created: false`).
+export class ScheduleExistsError extends DurinApiError {
+  static kind = "ScheduleExistsError";
+}
+
+// 404 handler-not-found: the run's flow has no update or query handler of
+// that name (ctx.on_update, ctx.on_query).
+export class HandlerNotFoundError extends NotFoundError {
+  static kind = "HandlerNotFoundError";
+}
+
+// 422: the request was understood and refused by the flow or the run
+// (update-rejected, query-refused, step-failed, flow-error).
+export class UnprocessableError extends DurinApiError {
+  static kind = "UnprocessableError";
+}
+
+// 422 update-rejected: the flow's validator refused the update's args;
+// nothing was recorded. The message carries the validator's reason.
+export class UpdateRejectedError extends UnprocessableError {
+  static kind = "UpdateRejectedError";
+}
+
+// 422 query-refused: the query's handler tried a durable call (a step, a
+// timer, complete_update, ...); queries only read.
+export class QueryRefusedError extends UnprocessableError {
+  static kind = "QueryRefusedError";
 }
 
 // 503: the server could not do it now (storage-error, shutting-down,
@@ -170,6 +208,11 @@ const byCode = {
   "idempotency-key-replay-withheld": ReplayWithheldError,
   "hook-conflict": HookConflictError,
   "shard-unavailable": ShardUnavailableError,
+  "run-finished": RunFinishedError,
+  "schedule-exists": ScheduleExistsError,
+  "handler-not-found": HandlerNotFoundError,
+  "update-rejected": UpdateRejectedError,
+  "query-refused": QueryRefusedError,
 };
 
 const byStatus = {
@@ -177,6 +220,7 @@ const byStatus = {
   401: UnauthorizedError,
   403: ForbiddenError,
   404: NotFoundError,
+  422: UnprocessableError,
   503: UnavailableError,
 };
 

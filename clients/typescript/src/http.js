@@ -79,10 +79,13 @@ export class Transport {
   }
 
   // Sends one request, retried per the policy; the parsed JSON answer.
-  // `options`: {query, body, idempotencyKey, timeoutMs, signal, retry}.
+  // `options`: {query, body, idempotencyKey, idempotent, timeoutMs, signal,
+  // retry}. `idempotent`: the body names the work itself (a message's
+  // idempotencyKey, an update's updateId), so the request is as safe to
+  // send again as a keyed one.
   async request(method, path, options = {}) {
     const policy = options.retry === undefined ? this.retry : retryPolicy(options.retry);
-    const safe = method === "GET" || options.idempotencyKey !== undefined;
+    const safe = method === "GET" || options.idempotencyKey !== undefined || options.idempotent === true;
     for (let tried = 1; ; ++tried) {
       try {
         return await this.once(method, path, options);

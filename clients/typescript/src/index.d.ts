@@ -3,7 +3,15 @@
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
-export type RunStatus = "pending" | "running" | "waiting" | "completed" | "failed" | "cancelled" | "blocked";
+export type RunStatus =
+  | "pending"
+  | "running"
+  | "waiting"
+  | "completed"
+  | "failed"
+  | "cancelled"
+  | "terminated"
+  | "blocked";
 
 /** Opt-in retry of requests that got no answer, timed out, or got 503. */
 export interface RetryOptions {
@@ -75,6 +83,11 @@ export interface Run {
   completedAt: string | null;
   /** Present while the run is held as blocked. */
   blockedReason?: string;
+  /** The start hook's token, when it was started with one. */
+  startToken?: string;
+  /** The schedule that started it, and the occurrence (RFC 3339) it was started for. */
+  scheduleId?: string;
+  occurrence?: string;
 }
 
 export interface RunPage {
@@ -116,22 +129,193 @@ export interface StartParams extends MutationOptions {
 export interface ListParams extends RequestOptions {
   status?: Exclude<RunStatus, "blocked">;
   flow?: string;
+  /** Only the runs this schedule started. */
+  scheduleId?: string;
   /** 1..1000, default 100. */
   limit?: number;
   cursor?: string;
 }
 
-/** Awaited: the first page. Iterated with for await: every run of every page. */
-export interface RunList extends PromiseLike<RunPage>, AsyncIterable<Run> {
-  catch<T = never>(onRejected?: (reason: unknown) => T | PromiseLike<T>): Promise<RunPage | T>;
-  finally(onFinally?: () => void): Promise<RunPage>;
+/** Awaited: the first page. Iterated with for await: every item of every page. */
+export interface PagedList<Page, Item> extends PromiseLike<Page>, AsyncIterable<Item> {
+  catch<T = never>(onRejected?: (reason: unknown) => T | PromiseLike<T>): Promise<Page | T>;
+  finally(onFinally?: () => void): Promise<Page>;
   /** Every page, following nextCursor. */
-  pages(): AsyncIterableIterator<RunPage>;
+  pages(): AsyncIterableIterator<Page>;
 }
+
+/** Awaited: the first page. Iterated with for await: every run of every page. */
+export interface RunList extends PagedList<RunPage, Run> {}
 
 export interface CancelOptions extends MutationOptions {
   reason?: string;
   commandId?: string;
+}
+
+export type TerminateOptions = CancelOptions;
+
+// ---- Messages, updates, queries
+
+/**
+ * Options of a message. Its idempotency key is sent in the body (not as
+ * Idempotency-Key) and recorded once per run (or instance) and message
+ * name: a repeat records nothing and answers as the first, also after the
+ * run ended. With a key the request is retried like a keyed one.
+ */
+export interface MessageOptions extends RequestOptions {
+  /** 1..200 bytes. */
+  idempotencyKey?: string;
+}
+
+/** Message-with-start: the run started for the instance when none holds it. */
+export interface MessageStart {
+  flow: string;
+  input?: Json;
+}
+
+export interface InstanceMessageOptions extends MessageOptions {
+  start?: MessageStart;
+}
+
+export interface MessageReceipt {
+  runId: string;
+  /** The message's place in the run's history. */
+  sequence: number;
+  /** true: this message started its run (message-with-start; sequence 1). */
+  started: boolean;
+}
+
+export interface UpdateOptions extends RequestOptions {
+  /** 1..200 bytes; a repeat answers the first update's handle or result (default: one is drawn). With it the request is retried like a keyed one. */
+  updateId?: string;
+  /** Default "completed": answer once the flow completed it (or accepted, after 25 s). */
+  waitFor?: "completed" | "accepted";
+}
+
+export interface UpdateResult<T = Json> {
+  runId: string;
+  updateId: string;
+  sequence: number;
+  status: "accepted" | "completed";
+  /** The flow's result; present once completed. */
+  result?: T;
+}
+
+export interface QueryResult<T = Json> {
+  runId: string;
+  query: string;
+  result: T;
+}
+
+// ---- Schedules
+
+export type OverlapPolicy = "skip" | "buffer_one" | "buffer_all" | "allow_all" | "cancel_other" | "terminate_other";
+
+/** A duration ("1m", "30 s", "2h") or milliseconds. */
+export type Duration = string | number;
+
+export interface ScheduleSpec {
+  /** 5 fields (minute hour day-of-month month day-of-week), or @hourly, @daily, ... */
+  cron?: string;
+  /** IANA, for cron; default "UTC". */
+  timezone?: string;
+  /** At least 1 s; instead of cron. */
+  interval?: Duration;
+  jitter?: Duration;
+  /** RFC 3339. */
+  startAt?: string;
+  endAt?: string;
+}
+
+export interface ScheduleAction {
+  flow: string;
+  input?: Json;
+}
+
+export interface CreateScheduleParams extends MutationOptions {
+  /** 1..200 bytes, unique per tenant. */
+  scheduleId: string;
+  spec: ScheduleSpec;
+  action: ScheduleAction;
+  /** Default "skip". */
+  overlap?: OverlapPolicy;
+  /** Default "1m", at most 366 days. */
+  catchupWindow?: Duration;
+  paused?: boolean;
+  note?: string;
+}
+
+export interface ScheduleFiring {
+  occurrence: string;
+  runId: string;
+}
+
+export interface ScheduleInfo {
+  fired: number;
+  missedCatchup: number;
+  skippedOverlap: number;
+  /** Runs it started that may not have ended. */
+  running: string[];
+  buffered: number;
+  queued: number;
+  lastFiring: ScheduleFiring | null;
+  recent: ScheduleFiring[];
+  lastError: string | null;
+  createdAt: string | null;
+  updatedAt: string | null;
+}
+
+export interface Schedule {
+  scheduleId: string;
+  /** As stored: durations in ms, unset bounds null. */
+  spec: {
+    cron?: string;
+    timezone?: string;
+    interval?: number;
+    jitter: number;
+    startAt: string | null;
+    endAt: string | null;
+  };
+  action: { flow: string; input: Json };
+  overlap: OverlapPolicy;
+  /** Milliseconds. */
+  catchupWindow: number;
+  paused: boolean;
+  note: string;
+  /** null while paused or when none is left. */
+  nextOccurrence: string | null;
+  info: ScheduleInfo;
+  /** schedules.create only: false when it existed with the same definition. */
+  created?: boolean;
+}
+
+export interface SchedulePage {
+  schedules: Schedule[];
+  /** null on the last page. */
+  nextCursor: string | null;
+  /** A cluster with shards nobody serves now. */
+  unavailableShards?: number[];
+}
+
+export interface ScheduleListParams extends RequestOptions {
+  /** 1..1000, default 100. */
+  limit?: number;
+  /** The last schedule id of the previous page. */
+  cursor?: string;
+}
+
+/** Awaited: the first page. Iterated with for await: every schedule, by id. */
+export interface ScheduleList extends PagedList<SchedulePage, Schedule> {}
+
+export interface PauseOptions extends MutationOptions {
+  /** Replaces the schedule's note (an absent note clears it). */
+  note?: string;
+}
+
+export interface BackfillParams extends MutationOptions {
+  /** A Date or RFC 3339 text; both ends included. */
+  startAt: Date | string;
+  endAt: Date | string;
 }
 
 export interface WaitOptions {
@@ -180,8 +364,16 @@ export declare class Runs {
   list(params?: ListParams): RunList;
   history(id: string, options?: RequestOptions): Promise<RunHistory>;
   cancel(id: string, options?: CancelOptions): Promise<Run>;
-  /** Polls until completed, failed or cancelled. */
+  /** A forced stop: the run, status terminated. */
+  terminate(id: string, options?: TerminateOptions): Promise<Run>;
+  /** Polls until completed, failed, cancelled or terminated. */
   wait(id: string, options?: WaitOptions): Promise<Run>;
+  /** Records message `name` (1..128 of letters, digits, `._:-`) in the run's history. */
+  sendMessage(id: string, name: string, payload?: Json, options?: MessageOptions): Promise<MessageReceipt>;
+  /** UpdateRejectedError when the flow's validator refuses it; HandlerNotFoundError without a handler. */
+  update<T = Json>(id: string, name: string, args?: Json, options?: UpdateOptions): Promise<UpdateResult<T>>;
+  /** QueryRefusedError when the handler tries a durable call; RunFinishedError once the run ended. */
+  query<T = Json>(id: string, name: string, args?: Json, options?: RequestOptions): Promise<QueryResult<T>>;
 }
 
 export declare class Hooks {
@@ -192,6 +384,23 @@ export declare class Hooks {
 export declare class Instances {
   /** The active run holding the instance id; NotFoundError when none. */
   get(instanceId: string, options?: RequestOptions): Promise<Run>;
+  /** To the active run holding the instance (NotFoundError when none), or, with `start`, a new one. */
+  sendMessage(instanceId: string, name: string, payload?: Json, options?: InstanceMessageOptions): Promise<MessageReceipt>;
+}
+
+export declare class Schedules {
+  /** ScheduleExistsError when the id exists with another definition. */
+  create(params: CreateScheduleParams): Promise<Schedule>;
+  get(scheduleId: string, options?: RequestOptions): Promise<Schedule>;
+  list(params?: ScheduleListParams): ScheduleList;
+  /** Its runs stay. */
+  delete(scheduleId: string, options?: MutationOptions): Promise<{ scheduleId: string; deleted: true }>;
+  pause(scheduleId: string, options?: PauseOptions): Promise<Schedule>;
+  unpause(scheduleId: string, options?: PauseOptions): Promise<Schedule>;
+  /** One occurrence at now, also while paused. */
+  trigger(scheduleId: string, options?: MutationOptions): Promise<{ scheduleId: string; occurrence: string }>;
+  /** Every occurrence in the range (at most 1,000). */
+  backfill(scheduleId: string, params: BackfillParams): Promise<{ scheduleId: string; occurrences: string[] }>;
 }
 
 export declare class ApiKeys {
@@ -213,6 +422,7 @@ export declare class Durin {
   readonly instances: Instances;
   readonly apiKeys: ApiKeys;
   readonly tenants: Tenants;
+  readonly schedules: Schedules;
   /** Starts a worker at once. */
   worker(options: WorkerOptions): Worker;
 }
@@ -326,8 +536,10 @@ export declare class BadRequestError extends DurinApiError {}
 export declare class UnauthorizedError extends DurinApiError {}
 /** 403. */
 export declare class ForbiddenError extends DurinApiError {}
-/** 404: run-not-found, hook-not-found, flow-not-found, api-key-not-found, not-found. */
+/** 404: run-not-found, hook-not-found, flow-not-found, api-key-not-found, schedule-not-found, not-found. */
 export declare class NotFoundError extends DurinApiError {}
+/** 404 handler-not-found: no update or query handler of that name. */
+export declare class HandlerNotFoundError extends NotFoundError {}
 /** 409 conflict: the key was used with another request. */
 export declare class ConflictError extends DurinApiError {}
 /** 409 idempotency-key-in-flight; retryAfter is set. */
@@ -338,6 +550,16 @@ export declare class ReplayWithheldError extends DurinApiError {}
 export declare class HookConflictError extends DurinApiError {
   readonly conflictingRunId: string | undefined;
 }
+/** 409 run-finished: the run ended; it takes no more messages, updates, queries, cancels or terminates. */
+export declare class RunFinishedError extends DurinApiError {}
+/** 409 schedule-exists: the id exists with another definition. */
+export declare class ScheduleExistsError extends DurinApiError {}
+/** 422: update-rejected, query-refused, step-failed, flow-error. */
+export declare class UnprocessableError extends DurinApiError {}
+/** 422 update-rejected: the flow's validator refused the args; nothing was recorded. */
+export declare class UpdateRejectedError extends UnprocessableError {}
+/** 422 query-refused: the handler tried a durable call. */
+export declare class QueryRefusedError extends UnprocessableError {}
 /** 503: storage-error, shutting-down, start-outcome-unknown, ... */
 export declare class UnavailableError extends DurinApiError {}
 /** 503 shard-unavailable. */

@@ -11,9 +11,12 @@ import {
   ConnectionError,
   Durin,
   IdempotencyKeyInFlightError,
+  QueryRefusedError,
   ShardUnavailableError,
   TimeoutError,
   UnavailableError,
+  UnprocessableError,
+  UpdateRejectedError,
 } from "../src/index.js";
 import { retryDelayMs, parseRetryAfter } from "../src/http.js";
 
@@ -122,6 +125,79 @@ test("a connection closed unanswered is retried when keyed, and not when an unke
   assert.ok(ConnectionError.is(error), String(error));
   assert.equal(error.refused, false);
   assert.equal(requests.length, 1, "an unkeyed POST that may have been sent is not sent twice");
+});
+
+test("a message keyed in its body and an update with an updateId are retried; unkeyed ones are not", async () => {
+  const durin = new Durin({ server: url, apiKey: "k", retry: { attempts: 3, initialDelayMs: 10 } });
+  script = [unavailable(0), [200, { runId: "run_m", sequence: 2, started: false }]];
+  const receipt = await durin.runs.sendMessage("run_m", "note", { n: 1 }, { idempotencyKey: "note-1" });
+  assert.equal(receipt.sequence, 2);
+  assert.equal(requests.length, 2);
+  for (const request of requests) {
+    assert.equal(request.url, "/v1/runs/run_m/messages/note");
+    assert.deepEqual(JSON.parse(request.body), { payload: { n: 1 }, idempotencyKey: "note-1" });
+    assert.equal(request.headers["idempotency-key"], undefined, "a message's key travels in its body");
+  }
+
+  script = ["reset", [200, { runId: "run_s", sequence: 1, started: true }]];
+  requests = [];
+  const start = { flow: "acme.inbox", input: {} };
+  await durin.instances.sendMessage("inst/1", "note", null, { idempotencyKey: "m-1", start });
+  assert.equal(requests.length, 2);
+  assert.equal(requests[1].url, "/v1/instances/inst%2F1/messages/note");
+  assert.deepEqual(JSON.parse(requests[1].body), { payload: null, idempotencyKey: "m-1", start });
+
+  script = [unavailable(0), [200, { runId: "run_u", updateId: "u-1", sequence: 3, status: "completed", result: 1 }]];
+  requests = [];
+  await durin.runs.update("run_u", "add", { by: 1 }, { updateId: "u-1", waitFor: "completed" });
+  assert.equal(requests.length, 2);
+  assert.deepEqual(JSON.parse(requests[1].body), { args: { by: 1 }, updateId: "u-1", waitFor: "completed" });
+
+  for (const call of [
+    () => durin.runs.sendMessage("run_m", "note", { n: 2 }),
+    () => durin.runs.update("run_u", "add", { by: 1 }),
+  ]) {
+    script = [unavailable(0), [200, {}]];
+    requests = [];
+    const error = await refusal(call());
+    assert.ok(UnavailableError.is(error));
+    assert.equal(requests.length, 1, "an unkeyed message or update is not sent twice");
+  }
+});
+
+test("a query sends its args as JSON in ?args= and is retried as a GET", async () => {
+  script = [unavailable(0), [200, { runId: "run_q", query: "value", result: { value: 1 } }]];
+  const durin = new Durin({ server: url, apiKey: "k", retry: { attempts: 2, initialDelayMs: 10 } });
+  const answer = await durin.runs.query("run_q", "value", { at: "now", n: [1] });
+  assert.deepEqual(answer.result, { value: 1 });
+  assert.equal(requests.length, 2);
+  const sent = new URL(requests[1].url, url);
+  assert.equal(sent.pathname, "/v1/runs/run_q/queries/value");
+  assert.deepEqual(JSON.parse(sent.searchParams.get("args")), { at: "now", n: [1] });
+  script = [[200, { runId: "run_q", query: "value", result: null }]];
+  requests = [];
+  await durin.runs.query("run_q", "value");
+  assert.equal(requests[0].url, "/v1/runs/run_q/queries/value");
+});
+
+test("422 answers are typed by code: update-rejected, query-refused, else UnprocessableError; never retried", async () => {
+  const durin = new Durin({ server: url, apiKey: "k", retry: { attempts: 3, initialDelayMs: 10 } });
+  script = [[422, { code: "query-refused", message: "query 'value' tried a durable call" }]];
+  const refused = await refusal(durin.runs.query("run_q", "value"));
+  assert.ok(QueryRefusedError.is(refused), String(refused));
+  assert.ok(UnprocessableError.is(refused));
+  assert.ok(!UpdateRejectedError.is(refused));
+  assert.equal(refused.status, 422);
+  assert.equal(refused.code, "query-refused");
+  assert.equal(refused.message, "query 'value' tried a durable call");
+  assert.equal(requests.length, 1);
+  script = [[422, { code: "update-rejected", message: "no" }]];
+  const rejected = await refusal(durin.runs.update("run_u", "add", {}, { updateId: "u-2" }));
+  assert.ok(UpdateRejectedError.is(rejected));
+  script = [[422, { code: "step-failed", message: "failed" }]];
+  const other = await refusal(durin.runs.get("run_x"));
+  assert.ok(UnprocessableError.is(other));
+  assert.ok(!QueryRefusedError.is(other) && !UpdateRejectedError.is(other));
 });
 
 test("a timeout is TimeoutError; with retry the request is sent again", async () => {

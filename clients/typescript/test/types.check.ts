@@ -7,9 +7,17 @@ import {
   DurinApiError,
   HookConflictError,
   IdempotencyKeyInFlightError,
+  QueryRefusedError,
   RetryableError,
+  RunFinishedError,
+  ScheduleExistsError,
+  UpdateRejectedError,
+  type MessageReceipt,
+  type QueryResult,
   type Run,
+  type Schedule,
   type StepMeta,
+  type UpdateResult,
 } from "@durin/client";
 
 const durin = new Durin({ server: "http://127.0.0.1:7070", apiKey: "key", retry: { attempts: 3 } });
@@ -43,6 +51,47 @@ async function uses(): Promise<void> {
   tenant.apiKey.secret.toUpperCase();
   void [status, next, runId];
 
+  const receipt: MessageReceipt = await durin.runs.sendMessage(run.id, "note", { n: 1 }, { idempotencyKey: "note-1" });
+  const started: boolean = receipt.started;
+  await durin.runs.sendMessage(run.id, "stop");
+  await durin.instances.sendMessage("inbox-1", "note", "hi", {
+    idempotencyKey: "m-1",
+    start: { flow: "acme.inbox", input: {} },
+  });
+  const added: UpdateResult<{ value: number }> = await durin.runs.update<{ value: number }>(run.id, "add", { by: 1 }, {
+    updateId: "add-1",
+    waitFor: "accepted",
+  });
+  const value: number | undefined = added.result?.value;
+  const asked: QueryResult<{ value: number }> = await durin.runs.query<{ value: number }>(run.id, "value");
+  asked.result.value.toFixed();
+  const stopped: Run = await durin.runs.terminate(run.id, { reason: "r", commandId: "c", idempotencyKey: "k" });
+  const ended: boolean = stopped.status === "terminated";
+  for await (const fired of durin.runs.list({ scheduleId: "nightly" })) {
+    const occurrence: string | undefined = fired.occurrence;
+    void occurrence;
+  }
+  const schedule: Schedule = await durin.schedules.create({
+    scheduleId: "nightly",
+    spec: { cron: "0 3 * * *", timezone: "Europe/Berlin", jitter: "30s" },
+    action: { flow: "acme.review-order", input: { orderId: "N" } },
+    overlap: "buffer_one",
+    catchupWindow: "10m",
+    idempotencyKey: "create-nightly",
+  });
+  const made: boolean | undefined = schedule.created;
+  const nextAt: string | null = (await durin.schedules.get("nightly")).nextOccurrence;
+  (await durin.schedules.list({ limit: 10 })).schedules.map((one) => one.info.fired);
+  for await (const one of durin.schedules.list()) {
+    one.scheduleId.toUpperCase();
+  }
+  await durin.schedules.pause("nightly", { note: "maintenance" });
+  await durin.schedules.unpause("nightly");
+  const { occurrence } = await durin.schedules.trigger("nightly", { idempotencyKey: "t-1" });
+  const { occurrences } = await durin.schedules.backfill("nightly", { startAt: new Date(0), endAt: "2026-01-01T00:00:00Z" });
+  const { deleted } = await durin.schedules.delete("nightly");
+  void [started, value, ended, made, nextAt, occurrence, occurrences, deleted];
+
   try {
     await durin.runs.get("run_1");
   } catch (err) {
@@ -61,6 +110,13 @@ async function uses(): Promise<void> {
     }
     if (ConflictError.is(err)) {
       err.message.toUpperCase();
+    }
+    if (UpdateRejectedError.is(err) || QueryRefusedError.is(err)) {
+      const unprocessable: 422 | number = err.status;
+      void unprocessable;
+    }
+    if (RunFinishedError.is(err) || ScheduleExistsError.is(err)) {
+      err.code.toUpperCase();
     }
   }
 
@@ -85,6 +141,14 @@ async function uses(): Promise<void> {
   await durin.runs.list({ status: "sleeping" });
   // @ts-expect-error onDuplicate has two values
   await durin.runs.start({ flow: "f", onDuplicate: "replace" });
+  // @ts-expect-error waitFor is accepted or completed
+  await durin.runs.update(run.id, "add", {}, { waitFor: "started" });
+  // @ts-expect-error not an overlap policy
+  await durin.schedules.create({ scheduleId: "s", spec: {}, action: { flow: "f" }, overlap: "queue" });
+  // @ts-expect-error a schedule needs an action
+  await durin.schedules.create({ scheduleId: "s", spec: { interval: "1m" } });
+  // @ts-expect-error a backfill needs both ends
+  await durin.schedules.backfill("s", { startAt: new Date() });
 }
 
 void uses;

@@ -8,13 +8,19 @@ from ._http import Retry
 from .client import Durin
 from .errors import (BadRequestError, ConflictError, ConnectionError,
                      DurinApiError, DurinError, FatalError, ForbiddenError,
-                     HookConflictError, IdempotencyKeyInFlightError,
-                     NotFoundError, ReplayWithheldError, RetryableError,
+                     HandlerNotFoundError, HookConflictError,
+                     IdempotencyKeyInFlightError, NotFoundError,
+                     QueryRefusedError, ReplayWithheldError, RetryableError,
+                     RunFinishedError, ScheduleExistsError,
                      ShardUnavailableError, TimeoutError, UnauthorizedError,
-                     UnavailableError)
-from .types import (ApiKey, CreatedApiKey, CreatedTenant, Hook, Resumed,
-                    Revoked, Run, RunError, RunHistory, RunPage, StartHook,
-                    TenantKey)
+                     UnavailableError, UnprocessableError,
+                     UpdateRejectedError)
+from .types import (ApiKey, Backfilled, CreatedApiKey, CreatedTenant, Deleted,
+                    Hook, MessageReceipt, MessageStart, QueryResult, Resumed,
+                    Revoked, Run, RunError, RunHistory, RunPage, Schedule,
+                    ScheduleAction, ScheduleFiring, ScheduleInfo,
+                    SchedulePage, ScheduleSpec, StartHook, TenantKey,
+                    Triggered, UpdateResult)
 from .worker import StepMeta, Worker, WorkerStats
 
 __version__ = "0.1.0"
@@ -23,9 +29,14 @@ __all__ = [
     "Durin", "Retry", "Worker", "StepMeta", "WorkerStats",
     "Run", "RunError", "RunPage", "RunHistory", "Hook", "StartHook", "Resumed",
     "ApiKey", "CreatedApiKey", "Revoked", "CreatedTenant", "TenantKey",
+    "MessageStart", "MessageReceipt", "UpdateResult", "QueryResult",
+    "Schedule", "ScheduleSpec", "ScheduleAction", "ScheduleInfo",
+    "ScheduleFiring", "SchedulePage", "Triggered", "Backfilled", "Deleted",
     "DurinError", "DurinApiError", "BadRequestError", "UnauthorizedError",
     "ForbiddenError", "NotFoundError", "ConflictError",
     "IdempotencyKeyInFlightError", "ReplayWithheldError", "HookConflictError",
+    "RunFinishedError", "ScheduleExistsError", "HandlerNotFoundError",
+    "UnprocessableError", "UpdateRejectedError", "QueryRefusedError",
     "UnavailableError", "ShardUnavailableError", "ConnectionError",
     "TimeoutError", "FatalError", "RetryableError",
 ]

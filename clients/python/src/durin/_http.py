@@ -110,11 +110,15 @@ class Transport:
                 query: Optional[Mapping[str, Any]] = None,
                 body: Any = None,
                 idempotency_key: Optional[str] = None,
+                idempotent: bool = False,
                 timeout: Optional[float] = None,
                 retry: RetryLike = None) -> Any:
-        """Sends one request, retried per the policy; the parsed JSON."""
+        """Sends one request, retried per the policy; the parsed JSON.
+        ``idempotent``: the body names the work itself (a message's
+        idempotency key, an update's id), so the request is as safe to send
+        again as one with an Idempotency-Key."""
         policy = self.retry if retry is None else as_retry(retry)
-        safe = method == "GET" or idempotency_key is not None
+        safe = method == "GET" or idempotency_key is not None or idempotent
         tried = 0
         while True:
             tried += 1

@@ -15,6 +15,8 @@ threads.
 
 from __future__ import annotations
 
+import datetime
+import json
 import time
 import urllib.parse
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterator, List,
@@ -23,12 +25,17 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterator, List,
 from ._http import DEFAULT_TIMEOUT, Retry, RetryLike, Transport
 from .errors import (BadRequestError, ConflictError, ConnectionError,
                      DurinApiError, DurinError, FatalError, ForbiddenError,
-                     HookConflictError, IdempotencyKeyInFlightError,
-                     NotFoundError, ReplayWithheldError, RetryableError,
+                     HandlerNotFoundError, HookConflictError,
+                     IdempotencyKeyInFlightError, NotFoundError,
+                     QueryRefusedError, ReplayWithheldError, RetryableError,
+                     RunFinishedError, ScheduleExistsError,
                      ShardUnavailableError, TimeoutError, UnauthorizedError,
-                     UnavailableError)
-from .types import (ApiKey, CreatedApiKey, CreatedTenant, Hook, Json, Resumed,
-                    Revoked, Run, RunHistory, RunPage, StartHook)
+                     UnavailableError, UnprocessableError,
+                     UpdateRejectedError)
+from .types import (ApiKey, Backfilled, CreatedApiKey, CreatedTenant, Deleted,
+                    Hook, Json, MessageReceipt, MessageStart, QueryResult,
+                    Resumed, Revoked, Run, RunHistory, RunPage, Schedule,
+                    SchedulePage, StartHook, Triggered, UpdateResult)
 
 if TYPE_CHECKING:
     from .worker import StepFunction, Worker
@@ -38,9 +45,14 @@ __all__ = [
     "DurinError", "DurinApiError", "BadRequestError", "UnauthorizedError",
     "ForbiddenError", "NotFoundError", "ConflictError",
     "IdempotencyKeyInFlightError", "ReplayWithheldError", "HookConflictError",
+    "RunFinishedError", "ScheduleExistsError", "HandlerNotFoundError",
+    "UnprocessableError", "UpdateRejectedError", "QueryRefusedError",
     "UnavailableError", "ShardUnavailableError", "ConnectionError",
     "TimeoutError", "FatalError", "RetryableError",
 ]
+
+Duration = Union[str, int, float, datetime.timedelta]
+Instant = Union[str, datetime.datetime]
 
 
 def _segment(value: str) -> str:
@@ -51,6 +63,39 @@ def _segment(value: str) -> str:
 
 def _fields(**values: Any) -> Dict[str, Any]:
     return {name: value for name, value in values.items() if value is not None}
+
+
+def _duration(value: Optional[Duration]) -> Any:
+    """A duration as the server takes it: text ("1m") or milliseconds."""
+    if isinstance(value, datetime.timedelta):
+        ms = value.total_seconds() * 1000
+        return int(ms) if ms == int(ms) else ms
+    return value
+
+
+def _instant(value: Optional[Instant], name: str) -> Optional[str]:
+    """RFC 3339 text; a datetime must carry its time zone."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError("%s: a datetime needs a time zone" % name)
+        utc = value.astimezone(datetime.timezone.utc)
+        return utc.strftime("%Y-%m-%dT%H:%M:%S.") + "%03dZ" % (utc.microsecond // 1000)
+    raise TypeError("%s must be a datetime or RFC 3339 text" % name)
+
+
+def _message(transport: Transport, path: str, payload: Json,
+             body: Dict[str, Any], idempotency_key: Optional[str],
+             timeout: Optional[float], retry: RetryLike) -> MessageReceipt:
+    """A message's key travels in its body (recorded once per run, or
+    instance, and name), not as Idempotency-Key; with it the request is
+    safe to retry."""
+    body = dict(body, payload=payload)
+    body.update(_fields(idempotencyKey=idempotency_key))
+    return MessageReceipt.from_json(transport.request(
+        "POST", path, body=body, idempotent=idempotency_key is not None,
+        timeout=timeout, retry=retry))
 
 
 class Runs:
@@ -93,26 +138,31 @@ class Runs:
             "GET", "/v1/runs/" + _segment(run_id), timeout=timeout, retry=retry))
 
     def list(self, *, status: Optional[str] = None, flow: Optional[str] = None,
+             schedule_id: Optional[str] = None,
              limit: Optional[int] = None, cursor: Optional[str] = None,
              timeout: Optional[float] = None,
              retry: RetryLike = None) -> RunPage:
-        """One page, newest first (``limit`` 1..1000, default 100)."""
+        """One page, newest first (``limit`` 1..1000, default 100);
+        ``schedule_id``: only the runs that schedule started."""
         return RunPage.from_json(self._transport.request(
             "GET", "/v1/runs",
-            query={"status": status, "flow": flow, "limit": limit,
-                   "cursor": cursor},
+            query={"status": status, "flow": flow, "scheduleId": schedule_id,
+                   "limit": limit, "cursor": cursor},
             timeout=timeout, retry=retry))
 
     def list_all(self, *, status: Optional[str] = None,
-                 flow: Optional[str] = None, limit: Optional[int] = None,
+                 flow: Optional[str] = None,
+                 schedule_id: Optional[str] = None,
+                 limit: Optional[int] = None,
                  cursor: Optional[str] = None,
                  timeout: Optional[float] = None,
                  retry: RetryLike = None) -> Iterator[Run]:
         """Every run of every page, following next_cursor; ``limit`` is the
         page size. Pages are fetched as the iteration reaches them."""
         while True:
-            page = self.list(status=status, flow=flow, limit=limit,
-                             cursor=cursor, timeout=timeout, retry=retry)
+            page = self.list(status=status, flow=flow, schedule_id=schedule_id,
+                             limit=limit, cursor=cursor, timeout=timeout,
+                             retry=retry)
             for run in page.runs:
                 yield run
             if not page.next_cursor:
@@ -137,8 +187,61 @@ class Runs:
             body=_fields(reason=reason, commandId=command_id),
             idempotency_key=idempotency_key, timeout=timeout, retry=retry))
 
+    def terminate(self, run_id: str, *, reason: Optional[str] = None,
+                  command_id: Optional[str] = None,
+                  idempotency_key: Optional[str] = None,
+                  timeout: Optional[float] = None,
+                  retry: RetryLike = None) -> Run:
+        """A forced stop: the run ends as terminated at once, running none
+        of its code. A repeated ``command_id`` answers it again; a run that
+        already ended is RunFinishedError."""
+        return Run.from_json(self._transport.request(
+            "POST", "/v1/runs/%s/terminate" % _segment(run_id),
+            body=_fields(reason=reason, commandId=command_id),
+            idempotency_key=idempotency_key, timeout=timeout, retry=retry))
+
+    def send_message(self, run_id: str, name: str, payload: Json = None, *,
+                     idempotency_key: Optional[str] = None,
+                     timeout: Optional[float] = None,
+                     retry: RetryLike = None) -> MessageReceipt:
+        """Records message ``name`` in the run's history; answers once
+        durable. A repeated ``idempotency_key`` (per run and name) records
+        nothing and answers as the first, also after the run ended."""
+        return _message(self._transport, "/v1/runs/%s/messages/%s" % (
+            _segment(run_id), _segment(name)), payload, {}, idempotency_key,
+            timeout, retry)
+
+    def update(self, run_id: str, name: str, args: Json = None, *,
+               update_id: Optional[str] = None,
+               wait_for: Optional[str] = None,
+               timeout: Optional[float] = None,
+               retry: RetryLike = None) -> UpdateResult:
+        """An update: validated by the flow (UpdateRejectedError, nothing
+        recorded), recorded, completed by flow code. By default it answers
+        once completed (or accepted, after 25 s); ``wait_for="accepted"``
+        once accepted. A repeated ``update_id`` answers the first update's
+        handle or result (and makes the call safe to retry)."""
+        body = _fields(args=args, updateId=update_id, waitFor=wait_for)
+        return UpdateResult.from_json(self._transport.request(
+            "POST", "/v1/runs/%s/updates/%s" % (_segment(run_id), _segment(name)),
+            body=body, idempotent=update_id is not None, timeout=timeout,
+            retry=retry))
+
+    def query(self, run_id: str, name: str, args: Json = None, *,
+              timeout: Optional[float] = None,
+              retry: RetryLike = None) -> QueryResult:
+        """Reads the flow's state now; records nothing. ``args`` (any JSON)
+        is sent as ?args=JSON. QueryRefusedError when the handler tries a
+        durable call; RunFinishedError once the run ended."""
+        query = None if args is None else {
+            "args": json.dumps(args, separators=(",", ":"))}
+        return QueryResult.from_json(self._transport.request(
+            "GET", "/v1/runs/%s/queries/%s" % (_segment(run_id), _segment(name)),
+            query=query, timeout=timeout, retry=retry))
+
     def wait(self, run_id: str, timeout: float = 60.0) -> Run:
-        """Polls the run until it completed, failed or was cancelled. Raises
+        """Polls the run until it completed, failed, was cancelled or
+        terminated. Raises
         durin.TimeoutError (with ``run`` as last seen) after ``timeout``
         seconds. The interval grows from 50 ms to 1 s."""
         deadline = time.monotonic() + timeout
@@ -188,6 +291,161 @@ class Instances:
         """The active run holding ``instance_id``; NotFoundError when none."""
         return Run.from_json(self._transport.request(
             "GET", "/v1/instances/" + _segment(instance_id), timeout=timeout,
+            retry=retry))
+
+    def send_message(self, instance_id: str, name: str, payload: Json = None,
+                     *, idempotency_key: Optional[str] = None,
+                     start: Union[MessageStart, Mapping[str, Any], None] = None,
+                     timeout: Optional[float] = None,
+                     retry: RetryLike = None) -> MessageReceipt:
+        """A message to the active run holding ``instance_id``
+        (NotFoundError when none); keys are per instance and name. With
+        ``start`` (a MessageStart or {"flow", "input"}) a run is started for
+        the instance when none holds it, the message its first event
+        (``started`` True); its retry, also after that run closed, answers
+        as the first and starts nothing."""
+        body: Dict[str, Any] = {}
+        if start is not None:
+            body["start"] = start.to_json() if isinstance(start, MessageStart) else dict(start)
+            flow = body["start"].get("flow")
+            if not isinstance(flow, str) or flow == "":
+                raise ValueError("start needs a flow (a non-empty string)")
+        return _message(self._transport, "/v1/instances/%s/messages/%s" % (
+            _segment(instance_id), _segment(name)), payload, body,
+            idempotency_key, timeout, retry)
+
+
+class Schedules:
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+
+    def create(self, schedule_id: str, flow: str, input: Json = None, *,
+               cron: Optional[str] = None, timezone: Optional[str] = None,
+               interval: Optional[Duration] = None,
+               jitter: Optional[Duration] = None,
+               start_at: Optional[Instant] = None,
+               end_at: Optional[Instant] = None,
+               overlap: Optional[str] = None,
+               catchup_window: Optional[Duration] = None,
+               paused: Optional[bool] = None, note: Optional[str] = None,
+               idempotency_key: Optional[str] = None,
+               timeout: Optional[float] = None,
+               retry: RetryLike = None) -> Schedule:
+        """A schedule starting ``flow`` with ``input`` at each occurrence of
+        ``cron`` (in ``timezone``, default UTC) or of ``interval``.
+        Durations are text ("1m"), milliseconds or timedeltas; times RFC
+        3339 text or aware datetimes. ``overlap``: skip (default),
+        buffer_one, buffer_all, allow_all, cancel_other, terminate_other.
+        The same definition again answers the schedule as it is
+        (``created`` False); another one for the id is
+        ScheduleExistsError."""
+        if not isinstance(schedule_id, str) or schedule_id == "":
+            raise ValueError("schedule_id must be a non-empty string")
+        if not isinstance(flow, str) or flow == "":
+            raise ValueError("flow must be a non-empty string")
+        spec = _fields(cron=cron, timezone=timezone,
+                       interval=_duration(interval), jitter=_duration(jitter),
+                       startAt=_instant(start_at, "start_at"),
+                       endAt=_instant(end_at, "end_at"))
+        body = _fields(scheduleId=schedule_id, spec=spec,
+                       action=_fields(flow=flow, input=input),
+                       overlap=overlap,
+                       catchupWindow=_duration(catchup_window),
+                       paused=paused, note=note)
+        return Schedule.from_json(self._transport.request(
+            "POST", "/v1/schedules", body=body,
+            idempotency_key=idempotency_key, timeout=timeout, retry=retry))
+
+    def get(self, schedule_id: str, *, timeout: Optional[float] = None,
+            retry: RetryLike = None) -> Schedule:
+        return Schedule.from_json(self._transport.request(
+            "GET", "/v1/schedules/" + _segment(schedule_id), timeout=timeout,
+            retry=retry))
+
+    def list(self, *, limit: Optional[int] = None,
+             cursor: Optional[str] = None, timeout: Optional[float] = None,
+             retry: RetryLike = None) -> SchedulePage:
+        """One page, by id (``limit`` 1..1000, default 100)."""
+        return SchedulePage.from_json(self._transport.request(
+            "GET", "/v1/schedules", query={"limit": limit, "cursor": cursor},
+            timeout=timeout, retry=retry))
+
+    def list_all(self, *, limit: Optional[int] = None,
+                 cursor: Optional[str] = None,
+                 timeout: Optional[float] = None,
+                 retry: RetryLike = None) -> Iterator[Schedule]:
+        """Every schedule of every page, following next_cursor."""
+        while True:
+            page = self.list(limit=limit, cursor=cursor, timeout=timeout,
+                             retry=retry)
+            for schedule in page.schedules:
+                yield schedule
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    def delete(self, schedule_id: str, *,
+               idempotency_key: Optional[str] = None,
+               timeout: Optional[float] = None,
+               retry: RetryLike = None) -> Deleted:
+        """Removes the schedule; the runs it started stay."""
+        answer = self._transport.request(
+            "DELETE", "/v1/schedules/" + _segment(schedule_id),
+            idempotency_key=idempotency_key, timeout=timeout, retry=retry)
+        return Deleted(str(answer["scheduleId"]), bool(answer.get("deleted")))
+
+    def pause(self, schedule_id: str, *, note: Optional[str] = None,
+              idempotency_key: Optional[str] = None,
+              timeout: Optional[float] = None,
+              retry: RetryLike = None) -> Schedule:
+        """Nothing fires while paused (but triggers and backfills). ``note``
+        replaces the schedule's note (None clears it)."""
+        return self._change(schedule_id, "pause", _fields(note=note),
+                            idempotency_key, timeout, retry, Schedule.from_json)
+
+    def unpause(self, schedule_id: str, *, note: Optional[str] = None,
+                idempotency_key: Optional[str] = None,
+                timeout: Optional[float] = None,
+                retry: RetryLike = None) -> Schedule:
+        """Goes on from the next occurrence after now (the paused ones are
+        not caught up)."""
+        return self._change(schedule_id, "unpause", _fields(note=note),
+                            idempotency_key, timeout, retry, Schedule.from_json)
+
+    def trigger(self, schedule_id: str, *,
+                idempotency_key: Optional[str] = None,
+                timeout: Optional[float] = None,
+                retry: RetryLike = None) -> Triggered:
+        """One occurrence at now, fired under the overlap policy (also while
+        paused)."""
+        return self._change(
+            schedule_id, "trigger", None, idempotency_key, timeout, retry,
+            lambda answer: Triggered(str(answer["scheduleId"]),
+                                     str(answer["occurrence"])))
+
+    def backfill(self, schedule_id: str, start_at: Instant, end_at: Instant,
+                 *, idempotency_key: Optional[str] = None,
+                 timeout: Optional[float] = None,
+                 retry: RetryLike = None) -> Backfilled:
+        """Every occurrence of the spec in [start_at, end_at] (at most
+        1,000), fired in order under the overlap policy; a range backfilled
+        twice fires twice (unless repeated with its idempotency key)."""
+        body = {"startAt": _instant(start_at, "start_at"),
+                "endAt": _instant(end_at, "end_at")}
+        if body["startAt"] is None or body["endAt"] is None:
+            raise ValueError("backfill needs start_at and end_at")
+        return self._change(
+            schedule_id, "backfill", body, idempotency_key, timeout, retry,
+            lambda answer: Backfilled(str(answer["scheduleId"]),
+                                      [str(one) for one in answer.get("occurrences", [])]))
+
+    def _change(self, schedule_id: str, verb: str,
+                body: Optional[Dict[str, Any]],
+                idempotency_key: Optional[str], timeout: Optional[float],
+                retry: RetryLike, make: Callable[[Dict[str, Any]], Any]) -> Any:
+        return make(self._transport.request(
+            "POST", "/v1/schedules/%s/%s" % (_segment(schedule_id), verb),
+            body=body, idempotency_key=idempotency_key, timeout=timeout,
             retry=retry))
 
 
@@ -254,6 +512,7 @@ class Durin:
         self.instances = Instances(self._transport)
         self.api_keys = ApiKeys(self._transport)
         self.tenants = Tenants(self._transport)
+        self.schedules = Schedules(self._transport)
 
     @property
     def server(self) -> str:

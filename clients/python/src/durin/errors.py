@@ -65,7 +65,13 @@ class ForbiddenError(DurinApiError):
 
 class NotFoundError(DurinApiError):
     """404: run-not-found, hook-not-found, flow-not-found, api-key-not-found,
-    not-found. Another tenant's runs, hooks and keys answer as not found."""
+    schedule-not-found, handler-not-found, not-found. Another tenant's runs,
+    hooks and keys answer as not found."""
+
+
+class HandlerNotFoundError(NotFoundError):
+    """404 handler-not-found: the run's flow has no update or query handler
+    of that name (ctx.on_update, ctx.on_query)."""
 
 
 class ConflictError(DurinApiError):
@@ -91,6 +97,32 @@ class HookConflictError(DurinApiError):
     def conflicting_run_id(self) -> Optional[str]:
         value = self.error.get("conflictingRunId")
         return None if value is None else str(value)
+
+
+class RunFinishedError(DurinApiError):
+    """409 run-finished: the run has ended, so it takes no more messages,
+    updates, queries, cancels or terminates (a repeated idempotency key,
+    command id or update id still answers as the first did)."""
+
+
+class ScheduleExistsError(DurinApiError):
+    """409 schedule-exists: a schedule with this id exists with another
+    definition (the same definition again answers it, ``created`` False)."""
+
+
+class UnprocessableError(DurinApiError):
+    """422: understood and refused by the flow or the run (update-rejected,
+    query-refused, step-failed, flow-error)."""
+
+
+class UpdateRejectedError(UnprocessableError):
+    """422 update-rejected: the flow's validator refused the update's args;
+    nothing was recorded. ``str(err)`` carries the validator's reason."""
+
+
+class QueryRefusedError(UnprocessableError):
+    """422 query-refused: the query's handler tried a durable call (a step,
+    a timer, complete_update, ...); queries only read."""
 
 
 class UnavailableError(DurinApiError):
@@ -149,6 +181,11 @@ _BY_CODE = {
     "idempotency-key-replay-withheld": ReplayWithheldError,
     "hook-conflict": HookConflictError,
     "shard-unavailable": ShardUnavailableError,
+    "run-finished": RunFinishedError,
+    "schedule-exists": ScheduleExistsError,
+    "handler-not-found": HandlerNotFoundError,
+    "update-rejected": UpdateRejectedError,
+    "query-refused": QueryRefusedError,
 }
 
 _BY_STATUS = {
@@ -156,6 +193,7 @@ _BY_STATUS = {
     401: UnauthorizedError,
     403: ForbiddenError,
     404: NotFoundError,
+    422: UnprocessableError,
     503: UnavailableError,
 }
 
