@@ -116,13 +116,15 @@ const std::vector<api::route>& api::routes() {
        json_body | keyed | blocks, &api::cancel_run},
       {"POST", {"v1", "runs", "{}", "terminate"}, m::cancel, access::operate,
        json_body | keyed | blocks, &api::terminate_run},
-      // Messages carry their own idempotency key (in the body).
+      // Messages and updates also carry their own key in the body (kept
+      // with the run, for ever); the header's is the request's, as on
+      // every mutating route.
       {"POST", {"v1", "runs", "{}", "messages", "{}"}, m::messages,
-       access::operate, json_body | blocks, &api::send_message},
+       access::operate, json_body | keyed | blocks, &api::send_message},
       {"POST", {"v1", "instances", "{}", "messages", "{}"}, m::messages,
-       access::operate, json_body | blocks, &api::send_message},
+       access::operate, json_body | keyed | blocks, &api::send_message},
       {"POST", {"v1", "runs", "{}", "updates", "{}"}, m::messages,
-       access::operate, json_body | blocks, &api::update_run},
+       access::operate, json_body | keyed | blocks, &api::update_run},
       {"GET", {"v1", "runs", "{}", "queries", "{}"}, m::messages,
        access::read, blocks, &api::query_run},
       {"GET", {"v1", "run-counts"}, m::list_runs, access::read, blocks,

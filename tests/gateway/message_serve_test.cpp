@@ -111,6 +111,30 @@ TEST_F(MessageServeTest, MessagesByInstanceIdReachTheInstancesRun) {
   EXPECT_EQ(none.status, 404u) << none.body;
 }
 
+// The message routes take an Idempotency-Key header as every mutating
+// route does: its retry is the first answer replayed, and records nothing.
+TEST_F(MessageServeTest,
+       AMessageRetriedWithItsIdempotencyKeyHeaderIsRecordedOnce) {
+  auto client = admin();
+  auto id = waiting_run(client, "acme.inbox");
+  const json note = {{"payload", {{"n", 1}}}};
+  auto first = client.post("/v1/runs/" + id + "/messages/note", note, "h-1");
+  ASSERT_EQ(first.status, 200u) << first.body;
+  auto again = client.post("/v1/runs/" + id + "/messages/note", note, "h-1");
+  ASSERT_EQ(again.status, 200u) << again.body;
+  EXPECT_EQ(again.body, first.body);
+  EXPECT_EQ(again.headers["idempotent-replayed"], "true");
+  auto other = client.post("/v1/runs/" + id + "/messages/note",
+                           {{"payload", {{"n", 2}}}}, "h-1");
+  EXPECT_EQ(other.status, 409u) << other.body;
+  auto done = client.post("/v1/runs/" + id + "/messages/note",
+                          {{"payload", {{"done", true}}}}, "h-2");
+  ASSERT_EQ(done.status, 200u) << done.body;
+  auto ended = wait_run(client, id);
+  EXPECT_EQ(ended["output"]["notes"],
+            json::array({{{"n", 1}}, {{"done", true}}}));
+}
+
 // The answer of a keyed message is lost to a kill -9 before or after the
 // write recording it: the retry records it once.
 TEST_F(MessageServeTest, KillNineAroundAMessagesWriteRecordsItOnce) {
