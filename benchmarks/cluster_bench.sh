@@ -39,6 +39,18 @@
 # machines.
 set -euo pipefail
 
+# The figure lines are "name=value" fields; value(name) reads one as a
+# number (0 when absent). Shared by the awk reports here and in
+# replication_cases.sh.
+value_awk='
+  function value(name,   i) {
+    for (i = 1; i <= NF; ++i) {
+      if (index($i, name "=") == 1) { return substr($i, length(name) + 2) + 0 }
+    }
+    return 0
+  }
+'
+
 if [ $# -lt 1 ]; then
   echo "usage: $0 BUILD [SECONDS] [ROUNDS]" >&2
   exit 2
@@ -463,13 +475,7 @@ stop_nodes a-0 b-0 c-0
 # of the totals (the per-round ratios show the noise), latencies and CPU
 # are means of the per-round figures.
 echo "== figures ($(date -u '+%H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg))"
-awk -v rounds="$rounds" '
-  function value(name,   i) {
-    for (i = 1; i <= NF; ++i) {
-      if (index($i, name "=") == 1) { return substr($i, length(name) + 2) + 0 }
-    }
-    return 0
-  }
+awk -v rounds="$rounds" "$value_awk"'
   {
     split($1, c, "="); split($2, r, "="); k = c[2]; n = r[2]
     thr[k, n] = value("throughput"); tot[k] += thr[k, n]; count[k]++

@@ -122,13 +122,7 @@ done
 stop_nodes a-0 b-0 c-0
 
 echo "== figures ($(date -u '+%H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg))"
-awk '
-  function value(name,   i) {
-    for (i = 1; i <= NF; ++i) {
-      if (index($i, name "=") == 1) { return substr($i, length(name) + 2) + 0 }
-    }
-    return 0
-  }
+awk "$value_awk"'
   {
     split($1, c, "="); split($2, r, "="); k = c[2]; n = r[2]
     thr[k, n] = value("throughput"); tot[k] += thr[k, n]; count[k]++

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "cluster/detail/job_pool.hpp"
+#include "cluster/detail/peer_router.hpp"
 #include "cluster/detail/peer_wire.hpp"
 #include "cluster/peer_calls.hpp"
 #include "cluster/peer_messages.hpp"
@@ -746,13 +747,10 @@ void peers::add_replicas(nlohmann::json& view) {
   gather(impl_->members.options().node_id, impl_->replication->local_view());
   caf::scoped_actor self{*impl_->system};
   for (const auto& node : impl_->members.live_nodes()) {
-    std::string host;
-    std::uint16_t port = 0;
-    if (node.id == impl_->members.options().node_id ||
-        !split_address(node.peer, host, port)) {
+    if (node.id == impl_->members.options().node_id) {
       continue;
     }
-    auto router = impl_->system->middleman().remote_actor(host, port);
+    auto router = detail::peer_router(*impl_->system, node.peer);
     if (!router) {
       continue;
     }

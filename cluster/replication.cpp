@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "cluster/detail/job_pool.hpp"
+#include "cluster/detail/peer_router.hpp"
 #include "cluster/detail/peer_wire.hpp"
 #include "cluster/etcd.hpp"
 #include "cluster/peer_messages.hpp"
@@ -68,9 +69,24 @@ struct shard_log {
   }
 
   // Whether a copy whose last write is (epoch, position) holds exactly the
-  // writes this log (and what came before it) holds up to that position.
-  // REQUIRES: mutex held.
-  bool continues(std::uint64_t epoch, std::uint64_t position) const {
+  // writes this shard holds up to that position, so that it can follow by
+  // the writes after it: the log holds that very write, or the copy's last
+  // write is the store's last, (last_epoch, last_position) (one writer per
+  // epoch), or neither has any; and the log holds nothing past it the copy
+  // would miss. REQUIRES: mutex held.
+  bool continues(std::uint64_t epoch, std::uint64_t position,
+                 std::uint64_t last_epoch, std::uint64_t last_position) const {
+    if (holds(epoch, position)) {
+      return true;
+    }
+    const bool same_last = (position == last_position && epoch == last_epoch) ||
+                           (position == 0 && last_position == 0);
+    return same_last &&
+           (entries.empty() || entries.back().position <= position);
+  }
+
+ private:
+  bool holds(std::uint64_t epoch, std::uint64_t position) const {
     if (entries.empty()) {
       return false;
     }
@@ -586,20 +602,8 @@ caf::behavior primary_behavior(primary_actor* self, replicator::impl* owner) {
         {
           auto& log = *owner->logs[shard];
           std::lock_guard lock(log.mutex);
-          continues = log.continues(epoch, position);
-        }
-        if (!continues) {
-          // Its last write is ours (the same epoch at the same position:
-          // one writer per epoch), or nothing was ever written.
-          continues = (position == store->log_position() &&
-                       epoch == store->last_epoch()) ||
-                      (position == 0 && store->log_position() == 0);
-          if (continues) {
-            std::lock_guard lock(owner->logs[shard]->mutex);
-            const auto& log = *owner->logs[shard];
-            continues =
-                log.entries.empty() || log.entries.back().position <= position;
-          }
+          continues = log.continues(epoch, position, store->last_epoch(),
+                                    store->log_position());
         }
         if (!continues) {
           return {static_cast<std::uint64_t>(replica_code::recopy),
@@ -764,15 +768,9 @@ template <class Handler, class... Ts>
 status ask_peer(caf::actor_system& system, const std::string& peer,
                 std::chrono::milliseconds timeout, Handler on_answer,
                 Ts&&... message) {
-  std::string host;
-  std::uint16_t port = 0;
-  if (!detail::split_address(peer, host, port)) {
-    return make_error(errc::invalid_argument, "a malformed peer endpoint");
-  }
-  auto router = system.middleman().remote_actor(host, port);
+  auto router = detail::peer_router(system, peer);
   if (!router) {
-    return make_error(errc::shutting_down, "cannot reach " + peer + ": " +
-                                               system.render(router.error()));
+    return router.error();
   }
   caf::scoped_actor self{system};
   status outcome;

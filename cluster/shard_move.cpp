@@ -10,7 +10,7 @@
 #include <fstream>
 #include <thread>
 
-#include "cluster/detail/peer_wire.hpp"
+#include "cluster/detail/peer_router.hpp"
 
 namespace durin::cluster {
 
@@ -134,16 +134,9 @@ void shard_mover::copy(std::uint32_t shard, shard_config config) {
 template <class... Ts>
 status shard_mover::fetch(const std::string& peer, const std::string& into,
                           Ts&&... ask) {
-  std::string host;
-  std::uint16_t port = 0;
-  if (!detail::split_address(peer, host, port)) {
-    return make_error(errc::invalid_argument, "a malformed peer endpoint");
-  }
-  auto router = system_.middleman().remote_actor(host, port);
+  auto router = detail::peer_router(system_, peer);
   if (!router) {
-    return make_error(
-        errc::shutting_down,
-        "cannot reach node at " + peer + ": " + system_.render(router.error()));
+    return router.error();
   }
   caf::scoped_actor self{system_};
   move_manifest files;
