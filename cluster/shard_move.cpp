@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cluster/detail/peer_router.hpp"
+#include "persistence/sync_path.hpp"
 
 namespace durin::cluster {
 
@@ -22,16 +23,6 @@ using json = nlohmann::json;
 constexpr std::uint64_t chunk_bytes = 4u << 20;
 constexpr auto copy_retry = std::chrono::seconds(1);
 constexpr auto peer_timeout = std::chrono::seconds(30);
-
-bool sync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) {
-    return false;
-  }
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  return synced;
-}
 
 // A file name an owner may name: no directories, no way out of the export.
 bool plain_name(const std::string& name) {
@@ -185,11 +176,11 @@ status shard_mover::fetch(const std::string& peer, const std::string& into,
       offset += bytes.size();
     }
     out.close();
-    if (!out || !sync_path(path)) {
+    if (!out || !persistence::sync_path(path)) {
       return make_error(errc::storage_error, "cannot write the shard's copy");
     }
   }
-  if (!sync_path(into)) {
+  if (!persistence::sync_path(into)) {
     return make_error(errc::storage_error, "cannot sync the shard's copy");
   }
   return {};

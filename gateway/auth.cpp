@@ -10,7 +10,10 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <stdexcept>
+
+#include "persistence/sync_path.hpp"
 
 namespace durin::gateway {
 
@@ -92,7 +95,9 @@ result<bool> auth::write_secret(const std::string& path,
                  ::fsync(fd) == 0;
   ::fchmod(fd, 0600);
   ::close(fd);
-  if (!written) {
+  // A new file outlives a crash only once its directory is synced too.
+  auto directory = std::filesystem::absolute(path).parent_path();
+  if (!written || !persistence::sync_path(directory)) {
     return make_error(errc::storage_error, "cannot write " + path);
   }
   return true;

@@ -9,22 +9,13 @@
 
 #include "persistence/store.hpp"
 #include "persistence/store_internal.hpp"
+#include "persistence/sync_path.hpp"
 
 namespace durin::persistence {
 
 namespace {
 
 namespace fs = std::filesystem;
-
-bool sync_path(const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) {
-    return false;
-  }
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  return synced;
-}
 
 error move_failure(std::string_view what, const std::error_code& failure) {
   // The message names the step, not the path.
