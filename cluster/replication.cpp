@@ -144,8 +144,8 @@ struct replicator::impl {
   std::vector<follow_state> follows;
   std::mutex copying_mutex;  // guards follow_state::copying
 
-  std::atomic<std::uint64_t> shipped{0}, applied{0}, dropped{0}, added{0},
-      recopies{0};
+  std::atomic<std::uint64_t> shipped{0}, applied{0}, synced{0}, dropped{0},
+      added{0}, recopies{0};
 
   impl(membership& m, store_of s, shard_mover& mv, caf::actor_system& sys,
        replication_options o)
@@ -703,16 +703,46 @@ caf::behavior primary_behavior(primary_actor* self, replicator::impl* owner) {
 
 // ---- the backup's side ------------------------------------------------------
 
-caf::behavior applier_behavior(caf::event_based_actor*, replicator::impl* owner,
+// A backup's writes are answered once durable, and one fsync serves every
+// write that arrived meanwhile: each is written unsynced as it comes, and
+// a flush message sent behind it (so behind every write already queued)
+// syncs them all and answers them. A write already held (sent again) that
+// may still be unsynced is answered with that flush too.
+using flush_atom = caf::atom_constant<caf::atom("replflush")>;
+
+struct applier_state {
+  struct waiting {
+    caf::response_promise promise;
+    std::uint64_t position = 0;
+  };
+  std::vector<waiting> unsynced;
+  bool flush_sent = false;
+  static inline const char* name = "durin.replication-applier";
+};
+
+using applier_actor = caf::stateful_actor<applier_state>;
+
+caf::behavior applier_behavior(applier_actor* self, replicator::impl* owner,
                                std::uint32_t shard) {
   using answer = caf::result<std::uint64_t, std::uint64_t>;
   auto reply = [](replica_code code, std::uint64_t at) -> answer {
     return {static_cast<std::uint64_t>(code), at};
   };
+  // The answer once the writes before it are synced.
+  auto after_sync = [self](std::uint64_t position) -> answer {
+    auto promise = self->make_response_promise();
+    self->state.unsynced.push_back({promise, position});
+    if (!self->state.flush_sent) {
+      self->state.flush_sent = true;
+      self->send(self, flush_atom::value);
+    }
+    return promise;
+  };
   return {
-      [owner, shard, reply](replicate_atom, std::uint32_t, std::uint64_t epoch,
-                            std::uint64_t written_at, std::uint64_t position,
-                            std::string& data) -> answer {
+      [self, owner, shard, reply, after_sync](
+          replicate_atom, std::uint32_t, std::uint64_t epoch,
+          std::uint64_t written_at, std::uint64_t position,
+          std::string& data) -> answer {
         auto* store = owner->stores(shard);
         const auto config = owner->members.config_of(shard);
         if (store == nullptr) {
@@ -734,12 +764,17 @@ caf::behavior applier_behavior(caf::event_based_actor*, replicator::impl* owner,
         }
         const auto now = store->log_position();
         if (position <= now) {
-          return reply(replica_code::ok, now);  // sent again: has it
+          // Sent again: has it (durably, unless a sync is still due).
+          if (self->state.unsynced.empty()) {
+            return reply(replica_code::ok, now);
+          }
+          return after_sync(now);
         }
         if (position != now + 1) {
           return reply(replica_code::gap, now);
         }
-        if (auto applied = store->apply_replicated(written_at, position, data);
+        if (auto applied =
+                store->apply_replicated(written_at, position, data, false);
             !applied) {
           std::fprintf(stderr, "durin: shard %u: a replicated write: %s\n",
                        shard, applied.error().message.c_str());
@@ -752,7 +787,38 @@ caf::behavior applier_behavior(caf::event_based_actor*, replicator::impl* owner,
           log.append(written_at, position, std::move(data),
                      owner->options.log_bytes_max);
         }
-        return reply(replica_code::ok, position);
+        return after_sync(position);
+      },
+      [self, owner, shard](flush_atom) {
+        auto& st = self->state;
+        st.flush_sent = false;
+        auto waiting = std::move(st.unsynced);
+        st.unsynced.clear();
+        auto* store = owner->stores(shard);
+        const auto synced =
+            store != nullptr ? store->sync_replicated()
+                             : status{make_error(errc::shutting_down,
+                                                 "the shard's copy is gone")};
+        if (synced) {
+          owner->synced.fetch_add(1);
+        } else {
+          std::fprintf(stderr, "durin: shard %u: replicated writes: %s\n",
+                       shard, synced.error().message.c_str());
+          if (store != nullptr) {
+            // Its position counts writes that may be lost: the reopen at
+            // the next write reads the durable one.
+            store->unfollow();
+          }
+        }
+        for (auto& one : waiting) {
+          if (synced) {
+            one.promise.deliver(static_cast<std::uint64_t>(replica_code::ok),
+                                one.position);
+          } else {
+            one.promise.deliver(static_cast<std::uint64_t>(replica_code::retry),
+                                std::uint64_t{0});
+          }
+        }
       },
   };
 }
@@ -1014,8 +1080,8 @@ json replicator::local_view() const {
 
 replicator::counters replicator::statistics() const {
   const auto& self = *impl_;
-  return {self.shipped.load(), self.applied.load(), self.dropped.load(),
-          self.added.load(), self.recopies.load()};
+  return {self.shipped.load(), self.applied.load(), self.synced.load(),
+          self.dropped.load(), self.added.load(),   self.recopies.load()};
 }
 
 }  // namespace durin::cluster

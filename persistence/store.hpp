@@ -290,12 +290,17 @@ class store {
   status follow();
   void unfollow();
   bool following() const { return following_.load(std::memory_order_acquire); }
-  // Writes (sync) one group write of the primary, `data` its WriteBatch
+  // Writes one group write of the primary, `data` its WriteBatch
   // representation (which carries the epoch and position itself), only
   // as the next position: invalid-argument otherwise, or when not
-  // following. Durable when ok.
+  // following. Durable when ok with `sync`; without it, durable once a
+  // later sync_replicated() succeeds (one fsync for many writes), and
+  // log_position() counts it already: a caller that answers from it must
+  // wait for that sync, and must unfollow() when it fails (the reopen
+  // reads the durable position again).
   status apply_replicated(std::uint64_t epoch, std::uint64_t position,
-                          std::string_view data);
+                          std::string_view data, bool sync = true);
+  status sync_replicated();
   // A consistent copy of the open database (a RocksDB checkpoint: SSTs
   // hard-linked) in `into`, a new directory; serving or following. Its
   // log position is the one in its `meta`.

@@ -97,7 +97,7 @@ void store::unfollow() {
 }
 
 status store::apply_replicated(std::uint64_t epoch, std::uint64_t position,
-                               std::string_view data) {
+                               std::string_view data, bool sync) {
   return guarded("apply a replicated write", [&]() -> status {
     std::shared_lock shared(db_mutex_);
     if (!following() || !db_) {
@@ -117,12 +117,29 @@ status store::apply_replicated(std::uint64_t epoch, std::uint64_t position,
       return make_error(errc::invalid_argument,
                         "a replicated write refused: " + checked.ToString());
     }
-    const rocksdb::Status written = db_->Write(sync_write(), &batch);
+    auto options = sync_write();
+    options.sync = sync;
+    const rocksdb::Status written = db_->Write(options, &batch);
     if (!written.ok()) {
       return make_error(errc::storage_error,
                         "write a replicated batch: " + plain_words(written));
     }
     advanced_to(position, epoch);
+    return {};
+  });
+}
+
+status store::sync_replicated() {
+  return guarded("sync replicated writes", [&]() -> status {
+    std::shared_lock shared(db_mutex_);
+    if (!following() || !db_) {
+      return make_error(errc::invalid_argument,
+                        "this node does not keep a copy of the shard now");
+    }
+    if (const auto synced = db_->SyncWAL(); !synced.ok()) {
+      return make_error(errc::storage_error,
+                        "sync replicated writes: " + plain_words(synced));
+    }
     return {};
   });
 }
