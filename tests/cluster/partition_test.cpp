@@ -3,7 +3,8 @@
 // etcd, the primary stops acknowledging at its lease deadline and its
 // in-sync backup serves the shard within lease + 2 s; cut from its backup,
 // it drops the backup from the in-sync set (a compare-and-swap in etcd)
-// and goes on alone; cut from everyone, it acknowledges nothing more and
+// and goes on alone; cut from everyone, it acknowledges no new write (a
+// keyed retry of one acknowledged before may be answered as a replay) and
 // its backup takes over as in the first case. Healed, the cut node rejoins
 // as a backup (or in-sync again) and every copy is equal.
 //

@@ -20,7 +20,8 @@
 // stops reading that side: backpressure, not loss). One thread of its own;
 // the control calls are thread-safe. Throws std::runtime_error when it
 // cannot listen. A write to a connection that went away never raises
-// SIGPIPE (the connection is closed instead).
+// SIGPIPE (the connection is closed instead). Its sockets are TCP_NODELAY,
+// so it adds no Nagle delay of its own.
 #pragma once
 
 #include <poll.h>
