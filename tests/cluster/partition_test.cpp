@@ -166,8 +166,8 @@ TEST(PartitionTest,
       "before its deadline\n",
       log.acknowledged_count(primary, cut_at, heal_at));
   // The rejoin begins under load; the load stops after a second, since a
-  // catch-up under it may take many seconds (each write a backup applies
-  // is an fsync of its own, the primary's are group commits).
+  // catch-up under this load may take many seconds (the copy that rejoins
+  // must apply writes faster than the primary takes them).
   std::this_thread::sleep_for(1s);
   load.stop();
   ASSERT_TRUE(wait_for_in_sync(cluster, backup, primary))
@@ -222,8 +222,8 @@ TEST(PartitionTest, APrimaryCutFromItsBackupDropsItAndGoesOnAlone) {
   EXPECT_GT(log.sent_count(backup, cut_done, heal_at), 0u);
   EXPECT_EQ(log.acknowledged_count(backup, cut_done, heal_at), 0u);
   // The rejoin begins under load; the load stops after a second, since a
-  // catch-up under it may take many seconds (each write a backup applies
-  // is an fsync of its own, the primary's are group commits).
+  // catch-up under this load may take many seconds (the copy that rejoins
+  // must apply writes faster than the primary takes them).
   std::this_thread::sleep_for(1s);
   load.stop();
   ASSERT_TRUE(wait_for_in_sync(cluster, primary, backup))
@@ -279,8 +279,8 @@ TEST(PartitionTest, APrimaryCutFromEveryoneIsReplacedAndRejoinsWhenHealed) {
       log.sent_count(primary, cut_done, heal_at),
       log.acknowledged_count(primary, cut_done, heal_at));
   // The rejoin begins under load; the load stops after a second, since a
-  // catch-up under it may take many seconds (each write a backup applies
-  // is an fsync of its own, the primary's are group commits).
+  // catch-up under this load may take many seconds (the copy that rejoins
+  // must apply writes faster than the primary takes them).
   std::this_thread::sleep_for(1s);
   load.stop();
   ASSERT_TRUE(wait_for_in_sync(cluster, backup, primary))
