@@ -222,6 +222,7 @@ struct cluster_flags {
   std::string cluster;
   std::string node_id;
   std::string peer_listen = "127.0.0.1:0";
+  std::string peer_advertise;  // empty: where it listens
   std::int64_t lease_ttl_s = 5;
   std::int64_t replication_timeout_ms = 2000;             // serve
   std::size_t replication_log_bytes = 16u << 20;          // serve
@@ -413,6 +414,7 @@ int serve_command(const std::string& data_dir, const std::string& listen,
     joined.members.lease_ttl_s = cluster.lease_ttl_s;
     joined.data_dir = data_dir;
     joined.peers.listen = cluster.peer_listen;
+    joined.peers.advertise = cluster.peer_advertise;
     if (cluster.replication_timeout_ms < 100 ||
         cluster.replication_timeout_ms > 60'000) {
       std::cerr << "invalid-argument: --replication-timeout-ms must be 100 "
@@ -750,6 +752,10 @@ void add_local_commands(CLI::App& app, cli& c) {
                     "this node's id in the cluster (unique, stable)");
   serve->add_option("--peer-listen", c.cluster.peer_listen,
                     "HOST:PORT for the other nodes (port 0: any free port)");
+  serve->add_option("--peer-advertise", c.cluster.peer_advertise,
+                    "HOST:PORT the other nodes reach this node's peer "
+                    "endpoint at, when not --peer-listen's (a proxy, a NAT; "
+                    "default: --peer-listen's host and the port bound)");
   serve
       ->add_option("--lease-ttl-s", c.cluster.lease_ttl_s,
                    "the node lease's TTL in etcd, 2 to 60 s; the node stops "

@@ -487,6 +487,17 @@ result<std::string> peers::listen() {
         errc::invalid_argument,
         "--peer-listen must be HOST:PORT; got '" + self.options.listen + "'");
   }
+  std::string advertised_host;
+  std::uint16_t advertised_port = 0;
+  if (!self.options.advertise.empty() &&
+      (!split_address(self.options.advertise, advertised_host,
+                      advertised_port) ||
+       advertised_port == 0)) {
+    return make_error(errc::invalid_argument,
+                      "--peer-advertise must be HOST:PORT with a port other "
+                      "than 0; got '" +
+                          self.options.advertise + "'");
+  }
   auto bound =
       self.system->middleman().publish(self.router, port, host.c_str(), true);
   if (!bound) {
@@ -495,6 +506,9 @@ result<std::string> peers::listen() {
                           ": " + self.system->render(bound.error()));
   }
   self.port = *bound;
+  if (!self.options.advertise.empty()) {
+    return self.options.advertise;
+  }
   return host + ":" + std::to_string(*bound);
 }
 

@@ -41,6 +41,10 @@ class replicator;
 
 struct peer_options {
   std::string listen = "127.0.0.1:0";  // host:port of the router
+  // host:port the other nodes reach the router at, registered in etcd,
+  // when that is not the address bound (a proxy or a NAT between the
+  // nodes). Empty (the default): listen's host and the port bound.
+  std::string advertise;
   // A forward's deadline: above the api's longest wait (a waited start
   // answers within 25 s), so that only a lost owner times out.
   std::chrono::milliseconds forward_timeout{30'000};
@@ -62,7 +66,8 @@ class peers final : public gateway::placement {
   void set_replicator(replicator* replication);
   caf::actor_system& system();
 
-  // Publishes the router: the host:port it listens on, or the error.
+  // Publishes the router: the host:port the other nodes reach it at
+  // (`advertise`, else the one it listens on), or the error.
   result<std::string> listen();
   // Unpublishes, answers what is in flight, stops the actor system.
   void stop();

@@ -8,7 +8,8 @@
 // killed with SIGKILL and restarted on the same data; writes through
 // etcd_client; the watch's callbacks record into a recorder the test reads.
 // Where an event must be written but never delivered on the old stream, the
-// watch reaches etcd through tests/support/tcp_proxy.hpp, paused and cut.
+// watch reaches etcd through tests/support/tcp_proxy.hpp, paused and its
+// connections dropped.
 #include "cluster/etcd_watch.hpp"
 
 #include <gtest/gtest.h>
@@ -204,7 +205,7 @@ TEST_F(EtcdWatchTest, ResumesAfterEtcdIsKilledWithoutLosingOrRepeatingAnEvent) {
     }
     etcd_.kill();
     if (hold) {
-      proxy.cut();
+      proxy.drop_connections();
       EXPECT_EQ(seen.events().size(), written.size() - 1);
       proxy.resume();
     }
@@ -240,7 +241,7 @@ TEST_F(EtcdWatchTest, AResumeAtACompactedRevisionReportsLost) {
   auto third = client_->put("/rc/k", "3");
   ASSERT_TRUE(third);
   ASSERT_TRUE(client_->compact(*third));
-  proxy.cut();
+  proxy.drop_connections();
   proxy.resume();
   ASSERT_TRUE(seen.wait_lost());
   EXPECT_EQ(seen.events().size(), 1u);

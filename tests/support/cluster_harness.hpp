@@ -7,6 +7,18 @@
 // shards are free within about 2 s. Every process the harness starts is
 // stopped by it, by its pid. Not thread-safe: one test thread drives it
 // (api_clients may run on other threads).
+//
+// Partitions: each node reaches etcd through a proxy of its own (its
+// --etcd is etcd_proxy(i)), and the other nodes reach its peer endpoint
+// through another (it listens on a free port and advertises peer_proxy(i)
+// with --peer-advertise); tests/support/tcp_proxy.hpp cuts and heals them.
+// Cutting etcd_proxy(i) cuts node i from etcd alone; cutting peer_proxy(i)
+// cuts every connection to node i's peer endpoint, from whichever node
+// (CAF carries both directions on a connection, so with two nodes cutting
+// both peer proxies cuts them from each other). The test client, the CLI
+// and the test's own etcd calls reach etcd and the nodes directly. A
+// proxy outlives restarts of its node: a node restarted while cut stays
+// cut. The destructor heals every proxy before it stops the nodes.
 #pragma once
 
 #include <signal.h>
@@ -23,7 +35,9 @@
 
 #include "tests/support/child_process.hpp"
 #include "tests/support/etcd_process.hpp"
+#include "tests/support/free_port.hpp"
 #include "tests/support/serve_process.hpp"
+#include "tests/support/tcp_proxy.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace durin::testing {
@@ -64,12 +78,20 @@ class cluster_harness {
       throw std::runtime_error("durin cluster init failed");
     }
     for (int i = 0; i < setup.nodes; ++i) {
+      etcd_proxies_.push_back(std::make_unique<tcp_proxy>(etcd_.client_port()));
+      peer_proxies_.push_back(std::make_unique<tcp_proxy>(0));
       nodes_.push_back(nullptr);
       start(i);
     }
   }
 
   ~cluster_harness() {
+    // A node cut off stops slowly (its lease revoke, its peers' calls wait
+    // for their deadlines).
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      etcd_proxies_[i]->heal();
+      peer_proxies_[i]->heal();
+    }
     for (auto& node : nodes_) {
       if (node && node->running()) {
         ::kill(node->pid(), SIGCONT);  // a paused node cannot stop
@@ -87,34 +109,53 @@ class cluster_harness {
   static std::string node_id(int i) { return "n" + std::to_string(i); }
   std::string data_dir(int i) const { return dir_.path() + "/" + node_id(i); }
   serve_process& node(int i) { return *nodes_.at(i); }
+  // What node `i` reaches etcd through, and what the other nodes reach
+  // its peer endpoint through.
+  tcp_proxy& etcd_proxy(int i) { return *etcd_proxies_.at(i); }
+  tcp_proxy& peer_proxy(int i) { return *peer_proxies_.at(i); }
   // Every node's data dir holds the cluster's one admin key.
   const std::string& admin_key() const { return nodes_.front()->admin_key(); }
-  api_client client(int i) {
-    return api_client(node(i).address(), admin_key());
+  api_client client(int i, std::int64_t timeout_ms = 30'000) {
+    return api_client(node(i).address(), admin_key(), timeout_ms);
   }
 
-  // Starts node `i` (again): same id and data dir, new ports; `env` as
-  // "NAME=value" (e.g. DURIN_KILL_AT, persistence/test_points.hpp).
+  // Starts node `i` (again): same id, data dir and proxies, new ports;
+  // `env` as "NAME=value" (e.g. DURIN_KILL_AT, persistence/test_points.hpp).
   void start(int i, std::vector<std::string> env = {}) {
     serve_setup node_setup;
     node_setup.env = setup_.env;
     node_setup.env.insert(node_setup.env.end(), env.begin(), env.end());
     node_setup.read_timeout_ms = 10'000;
-    node_setup.flags = {"--etcd",
-                        etcd_.endpoint(),
-                        "--cluster",
-                        name_,
-                        "--node-id",
-                        node_id(i),
-                        "--peer-listen",
-                        "127.0.0.1:0",
-                        "--lease-ttl-s",
-                        std::to_string(setup_.lease_ttl_s),
-                        "--replication-timeout-ms",
-                        "1000"};
-    node_setup.flags.insert(node_setup.flags.end(), setup_.flags.begin(),
-                            setup_.flags.end());
-    nodes_.at(i) = std::make_unique<serve_process>(data_dir(i), node_setup);
+    // The peer port is picked here, for the proxy to forward to; one taken
+    // meanwhile by another process fails the start: another port, again.
+    for (int attempt = 0;; ++attempt) {
+      const int peer_port = free_port();
+      peer_proxies_.at(i)->set_upstream(peer_port);
+      node_setup.flags = {"--etcd",
+                          etcd_proxies_.at(i)->url(),
+                          "--cluster",
+                          name_,
+                          "--node-id",
+                          node_id(i),
+                          "--peer-listen",
+                          "127.0.0.1:" + std::to_string(peer_port),
+                          "--peer-advertise",
+                          peer_proxies_.at(i)->address(),
+                          "--lease-ttl-s",
+                          std::to_string(setup_.lease_ttl_s),
+                          "--replication-timeout-ms",
+                          "1000"};
+      node_setup.flags.insert(node_setup.flags.end(), setup_.flags.begin(),
+                              setup_.flags.end());
+      try {
+        nodes_.at(i) = std::make_unique<serve_process>(data_dir(i), node_setup);
+        return;
+      } catch (const std::runtime_error&) {
+        if (attempt >= 4 || port_is_free(peer_port)) {
+          throw;  // not the port's fault
+        }
+      }
+    }
   }
   void kill9(int i) { node(i).kill9(); }
   void stop(int i) { node(i).terminate(); }
@@ -215,6 +256,9 @@ class cluster_harness {
   std::string name_;
   temp_dir dir_;
   etcd_process etcd_;
+  // Before the nodes: they are stopped while their proxies still forward.
+  std::vector<std::unique_ptr<tcp_proxy>> etcd_proxies_;
+  std::vector<std::unique_ptr<tcp_proxy>> peer_proxies_;
   std::vector<std::unique_ptr<serve_process>> nodes_;
 };
 

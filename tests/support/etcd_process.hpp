@@ -9,9 +9,6 @@
 // real member. Not thread-safe: one test thread drives it.
 #pragma once
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -28,6 +25,7 @@
 #include "client/http_client.hpp"
 #include "durin/json.hpp"
 #include "tests/support/child_process.hpp"
+#include "tests/support/free_port.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace durin::testing {
@@ -110,27 +108,6 @@ class etcd_process {
   }
 
  private:
-  // A port nothing listens on now: bound to 0, read back, released.
-  static int free_port() {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) {
-      throw std::runtime_error("socket");
-    }
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof address;
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) !=
-            0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) !=
-            0) {
-      ::close(fd);
-      throw std::runtime_error("bind 127.0.0.1:0");
-    }
-    ::close(fd);
-    return ntohs(address.sin_port);
-  }
-
   std::vector<std::string> arguments() const {
     auto client_url = endpoint();
     auto peer_url = "http://127.0.0.1:" + std::to_string(peer_port_);

@@ -118,11 +118,13 @@ class serve_process {
   std::string admin_key_;
 };
 
-// One keep-alive connection with a key and convenience calls.
+// One keep-alive connection with a key and convenience calls; a call
+// that gets no answer within `timeout_ms` fails (answer::error).
 class api_client {
  public:
-  api_client(client::server_address address, std::string key)
-      : connection_(std::move(address), 30'000), key_(std::move(key)) {}
+  api_client(client::server_address address, std::string key,
+             std::int64_t timeout_ms = 30'000)
+      : connection_(std::move(address), timeout_ms), key_(std::move(key)) {}
 
   struct answer {
     unsigned status = 0;
