@@ -524,9 +524,10 @@ void end_if_orphaned(self_pointer self, const std::string& parent_run_id,
   if (!parent || (*parent && !is_terminal((*parent)->status))) {
     return;
   }
-  st.engine->cancel("the parent run " + parent_run_id + " ended",
-                    "parent-close:" + parent_run_id, [](result<run_info>) {},
-                    parent_close == 1);
+  st.engine->cancel(
+      "the parent run " + parent_run_id + " ended",
+      "parent-close:" + parent_run_id, [](result<run_info>) {},
+      parent_close == 1);
 }
 
 // A write failed and may or may not have landed: drop the engine and

@@ -25,8 +25,8 @@
 // Overlap (a run this schedule started has not ended): skip (counted as
 // `skippedOverlap`), buffer_one, buffer_all (at most 1,000 buffered),
 // allow_all, cancel_other or terminate_other (the running runs are
-// cancelled, or terminated, then the new one starts). Jitter delays a firing by a
-// deterministic 0..jitter (schedule_spec::jitter_of); the occurrence stays
+// cancelled, or terminated, then the new one starts). Jitter delays a firing by
+// a deterministic 0..jitter (schedule_spec::jitter_of); the occurrence stays
 // the nominal time. Paused, nothing fires; on unpause the schedule goes on
 // from now (occurrences during the pause are not caught up). Trigger and
 // backfill queue occurrences that fire as soon as the overlap policy lets

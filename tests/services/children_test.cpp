@@ -162,8 +162,7 @@ registry parent_close_flows() {
   return flows;
 }
 
-TEST_F(ChildrenTest,
-       ParentCloseTerminatesOneCancelsOneAndAbandonLeavesOne) {
+TEST_F(ChildrenTest, ParentCloseTerminatesOneCancelsOneAndAbandonLeavesOne) {
   auto rt = open(parent_close_flows());
   auto parent = rt->start("parent.close", json::object());
   ASSERT_TRUE(parent.ok());
