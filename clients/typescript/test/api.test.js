@@ -19,7 +19,7 @@ import {
   TimeoutError,
   UnauthorizedError,
 } from "../src/index.js";
-import { eventually, startServer } from "./support/server.js";
+import { eventually, refusal, startServer } from "./support/server.js";
 
 let server;
 let durin;
@@ -34,15 +34,6 @@ after(async () => {
 });
 
 // The error `promise` rejects with; fails when it resolves.
-async function refusal(promise) {
-  try {
-    await promise;
-  } catch (error) {
-    return error;
-  }
-  assert.fail("expected the call to be refused");
-}
-
 describe("runs", () => {
   test("a waited start answers the completed run; get and history show it", async () => {
     const run = await durin.runs.start({ flow: "acme.review-order", input: { orderId: "R-1" } });

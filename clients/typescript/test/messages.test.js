@@ -18,7 +18,7 @@ import {
   UnprocessableError,
   UpdateRejectedError,
 } from "../src/index.js";
-import { eventually, startServer } from "./support/server.js";
+import { eventually, refusal, startServer } from "./support/server.js";
 
 let server;
 let durin;
@@ -31,15 +31,6 @@ before(async () => {
 after(async () => {
   await server?.stop();
 });
-
-async function refusal(promise) {
-  try {
-    await promise;
-  } catch (error) {
-    return error;
-  }
-  assert.fail("expected the call to be refused");
-}
 
 // The payloads of the run's recorded messages named `name`, in order.
 async function recordedMessages(runId, name) {

@@ -19,6 +19,7 @@ import {
   UpdateRejectedError,
 } from "../src/index.js";
 import { retryDelayMs, parseRetryAfter } from "../src/http.js";
+import { refusal } from "./support/server.js";
 
 // Each entry answers one request, in order: [status, body, headers], or
 // "reset" (close the connection unanswered), or "hang" (never answer).
@@ -65,15 +66,6 @@ const unavailable = (seconds) => [
   { code: "storage-error", message: "the write may or may not have landed" },
   seconds === undefined ? {} : { "retry-after": String(seconds) },
 ];
-
-async function refusal(promise) {
-  try {
-    await promise;
-  } catch (error) {
-    return error;
-  }
-  assert.fail("expected the call to be refused");
-}
 
 test("without retry a 503 is thrown at once, with its Retry-After", async () => {
   script = [unavailable(2)];

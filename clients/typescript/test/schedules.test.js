@@ -14,7 +14,7 @@ import {
   NotFoundError,
   ScheduleExistsError,
 } from "../src/index.js";
-import { eventually, startServer } from "./support/server.js";
+import { eventually, refusal, startServer } from "./support/server.js";
 
 let server;
 let durin;
@@ -27,15 +27,6 @@ before(async () => {
 after(async () => {
   await server?.stop();
 });
-
-async function refusal(promise) {
-  try {
-    await promise;
-  } catch (error) {
-    return error;
-  }
-  assert.fail("expected the call to be refused");
-}
 
 const yearly = (scheduleId, extra = {}) => ({
   scheduleId,

@@ -2,6 +2,7 @@
 // port 0, the address read from its "listening on HOST:PORT" line, the admin
 // key from DATA_DIR/admin.key. stop() ends it by its pid and removes the dir.
 // The binary: $DURIN_BIN, else build/bin/durin of this checkout.
+import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -81,4 +82,14 @@ export async function eventually(check, { timeoutMs = 10_000, intervalMs = 20 } 
     }
     await new Promise((resolve) => setTimeout(resolve, intervalMs));
   }
+}
+
+// The error `promise` is refused with; fails the test when it resolves.
+export async function refusal(promise) {
+  try {
+    await promise;
+  } catch (error) {
+    return error;
+  }
+  assert.fail("expected the call to be refused");
 }
