@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "durin/durin.hpp"
+#include "services/node.hpp"
+#include "services/runtime_access.hpp"
 #include "services/schedule_service.hpp"
 
 namespace {
@@ -74,14 +76,15 @@ void BM_SchedulesFiringEverySecond(benchmark::State& state) {
     };
     const auto began = (*rt)->now_ms();
     const bool made = each([&](std::size_t i) {
-      return (*rt)
-          ->schedules()
-          .create("default",
-                  {{"scheduleId", "s" + std::to_string(i)},
-                   {"spec", {{"interval", "1s"}}},
-                   {"action",
-                    {{"flow", "bench.noop"}, {"input", durin::json::object()}}},
-                   {"overlap", "allow_all"}})
+      return durin::runtime_access::services(**rt)
+          .schedules
+          ->create(
+              "default",
+              {{"scheduleId", "s" + std::to_string(i)},
+               {"spec", {{"interval", "1s"}}},
+               {"action",
+                {{"flow", "bench.noop"}, {"input", durin::json::object()}}},
+               {"overlap", "allow_all"}})
           .ok();
     });
     if (!made) {
@@ -91,9 +94,8 @@ void BM_SchedulesFiringEverySecond(benchmark::State& state) {
     const auto created = (*rt)->now_ms();
     std::this_thread::sleep_for(std::chrono::seconds(seconds));
     (void)each([&](std::size_t i) {
-      return (*rt)
-          ->schedules()
-          .pause("default", "s" + std::to_string(i), true, "")
+      return durin::runtime_access::services(**rt)
+          .schedules->pause("default", "s" + std::to_string(i), true, "")
           .ok();
     });
     const auto stopped = (*rt)->now_ms();

@@ -597,6 +597,19 @@ std::vector<std::uint32_t> membership::unserved() const {
   return out;
 }
 
+std::vector<std::uint32_t> membership::awaited() const {
+  std::vector<std::uint32_t> out;
+  std::shared_lock lock(table_mutex_);
+  for (std::uint32_t shard = 0; shard < table_.configs.size(); ++shard) {
+    const auto& config = table_.configs[shard];
+    if (config.owner == options_.node_id &&
+        config.state == shard_state::active && !fences_[shard]->serving()) {
+      out.push_back(shard);
+    }
+  }
+  return out;
+}
+
 bool membership::local_shard(std::uint32_t& shard) const {
   for (std::uint32_t index = 0; index < config_.shards; ++index) {
     if (fences_[index]->serving()) {

@@ -101,6 +101,10 @@ class membership {
   bool any_shard(std::uint32_t& shard) const;
   // Shards no node holds the lease of now.
   std::vector<std::uint32_t> unserved() const;
+  // Shards whose config names this node their owner (active, not moving)
+  // that it does not serve yet: a node that restarted waits for its old
+  // shard leases to expire before it takes them again.
+  std::vector<std::uint32_t> awaited() const;
   // This node's lease deadline: milliseconds left (0 when passed).
   std::int64_t lease_left_ms() const;
   // The id of this node's lease in etcd, which its node key is tied to;

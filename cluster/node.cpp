@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "services/node.hpp"
+#include "services/runtime_access.hpp"
 
 namespace durin::cluster {
 
@@ -22,7 +23,7 @@ cluster_node::~cluster_node() {
 gateway::placement& cluster_node::attach(gateway::api& routes) {
   routes_ = &routes;
   peers_ = std::make_unique<peers>(*members_, routes, options_.peers);
-  auto& node = services::services_of(routes.node());
+  auto& node = runtime_access::services(routes.node());
   mover_ = std::make_unique<shard_mover>(
       *members_,
       [&node](std::uint32_t shard) -> persistence::store* {

@@ -686,6 +686,10 @@ std::vector<std::uint32_t> peers::unserved() const {
   return impl_->members.unserved();
 }
 
+std::vector<std::uint32_t> peers::awaited() const {
+  return impl_->members.awaited();
+}
+
 std::string peers::metrics_text() const {
   const auto counts = statistics();
   const auto& members = impl_->members;

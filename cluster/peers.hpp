@@ -90,6 +90,7 @@ class peers final : public gateway::placement {
   std::vector<node_ref> live_nodes() const override;
   bool live() const override;
   std::vector<std::uint32_t> unserved() const override;
+  std::vector<std::uint32_t> awaited() const override;
   std::string metrics_text() const override;
   wire::http_response describe() override;
   std::int64_t retry_after_s() const override;

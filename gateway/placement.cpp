@@ -11,6 +11,7 @@
 #include "gateway/worker_routing.hpp"
 #include "persistence/keys.hpp"
 #include "services/node.hpp"
+#include "services/runtime_access.hpp"
 
 namespace durin::gateway {
 
@@ -50,7 +51,7 @@ std::optional<std::string> start_token(const json& body) {
 }  // namespace
 
 std::optional<std::uint32_t> api::home_shard(const request& r) const {
-  const auto& map = services::services_of(node_).map;
+  const auto& map = runtime_access::services(node_).map;
   const auto& path = r.path;
   const auto& tenant = r.caller.tenant;
   if (path.size() < 2 || path[0] != "v1") {
@@ -183,7 +184,7 @@ bool api::place(const request_ptr& r, reply_fn& reply) {
                            r->path[1] == "tenants");
   if (shard && r->matched->has(keyed) && !start_like) {
     if (auto key = single_key(r->http)) {
-      const auto key_home = services::services_of(node_).map.of_key(
+      const auto key_home = runtime_access::services(node_).map.of_key(
           {r->caller.tenant, r->caller.key_id, *key});
       if (key_home != *shard) {
         r->execute_at = *shard;

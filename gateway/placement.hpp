@@ -103,6 +103,9 @@ class placement {
   // Shards no node serves now (a list names them: its page lacks their
   // runs).
   virtual std::vector<std::uint32_t> unserved() const = 0;
+  // Shards the cluster's config gives this node that it does not serve
+  // yet (/readyz answers 503 until there are none).
+  virtual std::vector<std::uint32_t> awaited() const = 0;
 
   // Prometheus lines of the node's cluster counters.
   virtual std::string metrics_text() const = 0;

@@ -4,11 +4,12 @@
 
 #include "persistence/store.hpp"
 #include "services/node.hpp"
+#include "services/runtime_access.hpp"
 
 namespace durin::gateway {
 
 wire::http_response readiness_response(runtime& node) {
-  const auto health = services::services_of(node).health();
+  const auto health = runtime_access::services(node).health();
   wire::http_response response;
   nlohmann::json body;
   if (health.ready) {
@@ -27,7 +28,7 @@ wire::http_response readiness_response(runtime& node) {
 }
 
 std::string storage_metrics(runtime& node) {
-  const auto health = services::services_of(node).health();
+  const auto health = runtime_access::services(node).health();
   std::string text;
   text +=
       "# HELP durin_storage_ready 1 while the node's store takes writes, 0 "

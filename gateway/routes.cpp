@@ -16,6 +16,7 @@
 #include "gateway/worker_routing.hpp"
 #include "persistence/store.hpp"
 #include "services/node.hpp"
+#include "services/runtime_access.hpp"
 
 namespace durin::gateway {
 
@@ -30,6 +31,22 @@ http_response api::readiness(request&) {
         "this node holds no live lease in etcd now (etcd unreachable, or "
         "the node was paused): it serves none of its shards until it "
         "acquires them again, by itself");
+  }
+  if (placement_ != nullptr) {
+    if (auto refusal = keys_not_in_step()) {
+      return *refusal;  // authenticated requests would answer so
+    }
+    if (auto awaited = placement_->awaited(); !awaited.empty()) {
+      auto response = error_response(
+          503, "shards-not-acquired",
+          "this node does not serve yet " + std::to_string(awaited.size()) +
+              " of the shards the cluster gives it (it takes each once the "
+              "lease of its last holder is gone)");
+      auto body = json::parse(response.body);
+      body["shards"] = awaited;
+      response.body = body.dump();
+      return response;
+    }
   }
   return readiness_response(node_);
 }
@@ -429,7 +446,7 @@ http_response api::webhook(request& ctx) {
   // In a cluster, of the shards this node serves; then every other node
   // asks its own (only the one whose shard holds the token acts).
   result<std::optional<std::string>> tenant = std::optional<std::string>();
-  for (auto& shard : services::services_of(node_).shards) {
+  for (auto& shard : runtime_access::services(node_).shards) {
     if (services::node::serves_no_more(*shard)) {
       continue;
     }

@@ -7,11 +7,17 @@
 
 #include "base/time_text.hpp"
 #include "gateway/api.hpp"
+#include "services/node.hpp"
+#include "services/runtime_access.hpp"
 #include "services/schedule_service.hpp"
 
 namespace durin::gateway {
 
 namespace {
+
+services::schedule_service& schedules_of(runtime& node) {
+  return *runtime_access::services(node).schedules;
+}
 
 std::optional<std::int64_t> time_field(const json& body, const char* field) {
   if (!body.contains(field) || !body[field].is_string()) {
@@ -50,7 +56,7 @@ json merge_schedule_pages(std::vector<json>& pages, std::size_t limit) {
 }  // namespace
 
 http_response api::create_schedule(request& ctx) {
-  auto made = node_.schedules().create(ctx.caller.tenant, ctx.body);
+  auto made = schedules_of(node_).create(ctx.caller.tenant, ctx.body);
   if (!made) {
     return error_response(made.error());
   }
@@ -58,8 +64,8 @@ http_response api::create_schedule(request& ctx) {
 }
 
 http_response api::get_schedule(request& ctx) {
-  return view_response(200,
-                       node_.schedules().get(ctx.caller.tenant, ctx.params[0]));
+  return view_response(
+      200, schedules_of(node_).get(ctx.caller.tenant, ctx.params[0]));
 }
 
 http_response api::list_schedules(request& ctx) {
@@ -82,7 +88,7 @@ http_response api::list_schedules(request& ctx) {
                          "'; allowed: limit, cursor");
     }
   }
-  auto page = node_.schedules().list(ctx.caller.tenant, after, limit);
+  auto page = schedules_of(node_).list(ctx.caller.tenant, after, limit);
   if (!page) {
     return error_response(page.error());
   }
@@ -111,7 +117,7 @@ http_response api::list_schedules(request& ctx) {
 http_response api::change_schedule(request& ctx) {
   const auto& id = ctx.params[0];
   const auto& verb = ctx.path.back();
-  auto& schedules = node_.schedules();
+  auto& schedules = schedules_of(node_);
   if (verb == "pause" || verb == "unpause") {
     if (auto problem = only_fields(ctx.body, {"note"})) {
       return *problem;
@@ -145,7 +151,7 @@ http_response api::change_schedule(request& ctx) {
 }
 
 http_response api::delete_schedule(request& ctx) {
-  auto removed = node_.schedules().remove(ctx.caller.tenant, ctx.params[0]);
+  auto removed = schedules_of(node_).remove(ctx.caller.tenant, ctx.params[0]);
   if (!removed) {
     return error_response(removed.error());
   }

@@ -253,7 +253,7 @@ int serve(serve_options options, registry flows, std::ostream& out,
   // Request records live in their key's shard, where they ride in the
   // admission batches of the runs they start (one fsync, no window between
   // the two); API keys and tenants, node-wide, in the first shard.
-  auto& services = services::services_of(**node);
+  auto& services = runtime_access::services(**node);
   shard_requests requests(services);
   auto requests_of = [&requests](const persistence::request_address& address)
       -> persistence::request_store& { return requests.of(address); };
@@ -307,7 +307,9 @@ int serve(serve_options options, registry flows, std::ostream& out,
   };
   // At SIGTERM long polls answer at once (empty), not at the end of their
   // wait: they would hold the drain.
-  options.http.on_drain = [&node] { (**node).tasks().release_polls(); };
+  options.http.on_drain = [&node] {
+    runtime_access::services(**node).tasks->release_polls();
+  };
   auto server = http_server::start(options.http);
   if (!server) {
     return fail(err, server.error());

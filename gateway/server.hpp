@@ -1,6 +1,6 @@
 // `durin serve`: one node with the HTTP gateway. Opens the runtime on
 // `data_dir`; the gateway keeps requests, tenants and API keys in the same
-// store, through the same committer (services::services_of), so a keyed
+// store, through the same committer (runtime_access::services), so a keyed
 // start's record rides in its run's admission batch. Bootstraps tenant
 // `default` with an admin key in `data_dir/admin.key`, sweeps expired
 // idempotency keys every `sweep_interval_ms`, and serves until `stop` is called

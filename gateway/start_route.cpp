@@ -12,6 +12,7 @@
 #include "gateway/api.hpp"
 #include "persistence/test_points.hpp"
 #include "services/node.hpp"
+#include "services/runtime_access.hpp"
 #include "services/start.hpp"
 
 namespace durin::gateway {
@@ -118,7 +119,7 @@ void api::start_run(const request_ptr& r, reply_fn reply) {
     start->reply(std::move(*problem));
     return;
   }
-  auto& node = services::services_of(node_);
+  auto& node = runtime_access::services(node_);
   if (r->forwarded) {
     // A start whose key lives on the forwarding node (start_elsewhere):
     // its run id, drawn there and named by the key's marker, in this
@@ -202,7 +203,7 @@ void api::start_run(const request_ptr& r, reply_fn reply) {
 
 void api::start_elsewhere(const std::shared_ptr<async_start>& start,
                           const persistence::start_key& key) {
-  auto& node = services::services_of(node_);
+  auto& node = runtime_access::services(node_);
   start->r->stored = idempotency::stored::marker;
   services::write_key_marker(
       node, key, start->run_id, [this, start](const status& written) {
@@ -221,7 +222,7 @@ void api::start_elsewhere(const std::shared_ptr<async_start>& start,
 }
 
 void api::forward_start(const std::shared_ptr<async_start>& start) {
-  auto& node = services::services_of(node_);
+  auto& node = runtime_access::services(node_);
   wire::http_request sub;
   sub.method = "POST";
   sub.target = "/v1/runs";
@@ -250,7 +251,7 @@ void api::on_started_elsewhere(const std::shared_ptr<async_start>& start,
   }
   if (response.status >= 400 && response.status < 500) {
     // Refused for certain, no run admitted: the marker goes first.
-    auto& node = services::services_of(node_);
+    auto& node = runtime_access::services(node_);
     auto done = std::make_shared<http_response>(std::move(response));
     services::remove_key_marker(node, *start->r->key, [this, start, done] {
       start->r->offload([this, start, done] {
@@ -267,7 +268,7 @@ void api::on_started_elsewhere(const std::shared_ptr<async_start>& start,
 
 void api::resume_elsewhere(const std::shared_ptr<async_start>& start,
                            bool wait) {
-  auto& node = services::services_of(node_);
+  auto& node = runtime_access::services(node_);
   wire::http_request get;
   get.method = "GET";
   get.target = "/v1/runs/" + start->run_id;
@@ -289,7 +290,7 @@ void api::resume_elsewhere(const std::shared_ptr<async_start>& start,
 
 void api::on_admitted(const std::shared_ptr<async_start>& start, bool wait,
                       result<run_info> started) {
-  auto& events = services::services_of(node_).events;
+  auto& events = runtime_access::services(node_).events;
   if (!started) {
     if (wait) {
       events.unsubscribe(start->run_id, start->subscription);
@@ -357,8 +358,8 @@ void api::on_settled(const std::shared_ptr<async_start>& start,
 
 void api::on_unsettled(std::shared_ptr<async_start> start) {
   if (!start->claimed.exchange(true)) {
-    services::services_of(node_).events.unsubscribe(start->run_id,
-                                                    start->subscription);
+    runtime_access::services(node_).events.unsubscribe(start->run_id,
+                                                       start->subscription);
     hand_over(std::move(start));
   }
 }

@@ -13,6 +13,8 @@
 #include "gateway/api.hpp"
 #include "gateway/idempotency.hpp"
 #include "gateway/worker_detail.hpp"
+#include "services/node.hpp"
+#include "services/runtime_access.hpp"
 #include "services/task_service.hpp"
 
 namespace durin::gateway {
@@ -316,7 +318,7 @@ namespace {
 // poll, a report once durable).
 void route(runtime& node, const worker_request& request,
            std::function<void(http_response)> reply) {
-  auto& tasks = node.tasks();
+  auto& tasks = *runtime_access::services(node).tasks;
   const auto& p = request.path;
   const auto& method = request.method;
   auto not_allowed = [&] {
@@ -378,7 +380,7 @@ void answer_worker_route(runtime& node, const worker_request& request,
 }
 
 std::string task_metrics(runtime& node) {
-  auto stats = node.tasks().stats();
+  auto stats = runtime_access::services(node).tasks->stats();
   std::string text;
   text +=
       "# HELP durin_task_leases_stuck running attempts with no heartbeat "

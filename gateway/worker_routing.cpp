@@ -23,6 +23,7 @@
 #include "gateway/wire_format.hpp"
 #include "gateway/worker_detail.hpp"
 #include "services/node.hpp"
+#include "services/runtime_access.hpp"
 #include "services/task_service.hpp"
 
 namespace durin::gateway {
@@ -78,7 +79,9 @@ struct worker_routing::state {
 
   state(runtime& n, placement& w) : node(n), where(w) {}
 
-  services::task_service& tasks() { return node.tasks(); }
+  services::task_service& tasks() {
+    return *runtime_access::services(node).tasks;
+  }
 
   static std::string origin_key(const std::string& tenant,
                                 const poll_fields& fields) {
@@ -464,7 +467,7 @@ struct report_groups {
 };
 
 report_groups group_reports(routing_state& routing, const json& reports) {
-  const auto& map = services::services_of(routing.node).map;
+  const auto& map = runtime_access::services(routing.node).map;
   report_groups out;
   for (std::size_t i = 0; i < reports.size(); ++i) {
     out.attempt_ids.push_back(reports[i]["attemptId"].get<std::string>());

@@ -181,6 +181,9 @@ class store {
   // the runs that schedule started.
   struct run_scan {
     std::vector<run_record> runs;
+    // The stored size of each of `runs`: what `bytes_max` counts, for a
+    // caller merging scans under the same budget.
+    std::vector<std::size_t> run_bytes;
     std::string next_before_id;
   };
   result<run_scan> scan_runs(std::string_view before_id,

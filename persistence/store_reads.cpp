@@ -229,6 +229,7 @@ result<store::run_scan> store::scan_runs(
           (!tenant || decoded->tenant == *tenant) &&
           (!schedule_id || decoded->schedule_id == *schedule_id)) {
         scan.runs.push_back(std::move(*decoded));
+        scan.run_bytes.push_back(it->value().size());
         bytes += it->value().size();
       }
       if (scan.runs.size() >= max || examined >= scan_max ||

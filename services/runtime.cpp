@@ -28,6 +28,7 @@
 #include "durin/caf.hpp"
 #include "persistence/keys.hpp"
 #include "services/node.hpp"
+#include "services/runtime_access.hpp"
 #include "services/runtime_impl.hpp"
 #include "services/start.hpp"
 
@@ -263,7 +264,11 @@ result<run_page> runtime::list(const run_filter& filter) const {
   // unseen runs only below its own cursor: nothing at or below the highest
   // such cursor is given, so the next page starts there without a gap.
   auto& node = impl_->services;
-  std::vector<persistence::run_record> merged;
+  struct listed {
+    persistence::run_record record;
+    std::size_t bytes = 0;  // stored size, as the store's budget counts it
+  };
+  std::vector<listed> merged;
   std::string floor;  // the highest cursor of a shard that stopped early
   for (auto& shard : node.shards) {
     if (services::node::serves_no_more(*shard)) {
@@ -278,15 +283,18 @@ result<run_page> runtime::list(const run_filter& filter) const {
     if (!scan->next_before_id.empty() && scan->next_before_id > floor) {
       floor = scan->next_before_id;
     }
-    std::move(scan->runs.begin(), scan->runs.end(), std::back_inserter(merged));
+    for (std::size_t i = 0; i < scan->runs.size(); ++i) {
+      merged.push_back({std::move(scan->runs[i]), scan->run_bytes[i]});
+    }
   }
-  std::sort(merged.begin(), merged.end(),
-            [](const auto& a, const auto& b) { return a.id > b.id; });
+  std::sort(merged.begin(), merged.end(), [](const auto& a, const auto& b) {
+    return a.record.id > b.record.id;
+  });
   run_page page;
   std::size_t taken = 0;
   std::size_t bytes = 0;  // as a store counts a page: the run that crosses
                           // the cap is the page's last
-  for (auto& record : merged) {
+  for (auto& [record, stored_bytes] : merged) {
     if (!floor.empty() && record.id < floor) {
       break;  // that shard's own runs below its cursor are unseen
     }
@@ -294,9 +302,7 @@ result<run_page> runtime::list(const run_filter& filter) const {
       break;
     }
     ++taken;
-    bytes += record.id.size() + record.flow.size() + record.input.size() +
-             record.output.size() + record.error_message.size() +
-             record.tenant.size() + record.start_token.size();
+    bytes += stored_bytes;
     page.next_cursor = record.id;
     auto info = actors::describe_run(record);
     if (!is_terminal(info.status)) {
@@ -435,20 +441,8 @@ void runtime::notify_on_finish(std::string_view run_id,
   }
 }
 
-namespace services {
-
-node& services_of(runtime& rt) {
+services::node& runtime_access::services(runtime& rt) {
   return rt.impl_->services;
-}
-
-}  // namespace services
-
-services::task_service& runtime::tasks() {
-  return *impl_->services.tasks;
-}
-
-services::schedule_service& runtime::schedules() {
-  return *impl_->services.schedules;
 }
 
 std::size_t runtime::active_run_actors() const {

@@ -257,6 +257,9 @@ void make_shared_services(services::node& node, caf::actor_system& system) {
   auto* at = &node;
   services::task_service_options task_options;
   task_options.default_lease_ms = options.task_lease.count();
+  task_options.serves = [at](const std::string& run_id) {
+    return !services::node::serves_no_more(*at->shards[at->map.of_run(run_id)]);
+  };
   node.tasks = std::make_unique<services::task_service>(
       node.clock,
       [at](const std::string& run_id, actors::step_report report,

@@ -55,12 +55,28 @@ void task_service::replace_live_locked(const std::string& run_id) {
 
 void task_service::start_local(task_spec spec) {
   std::lock_guard<std::mutex> lock(mutex_);
+  auto& entry = admit_locked(std::move(spec), attempt_state::running);
+  const auto& timeouts = entry.spec.timeouts;
+  if (timeouts.start_to_close.count() > 0) {
+    entry.close_deadline_ms =
+        entry.view.started_at_ms + timeouts.start_to_close.count();
+  }
+  // In the node nothing dies silently: no lease beyond the step's own
+  // heartbeat timeout.
+  entry.lease_ms = std::max<std::int64_t>(0, timeouts.heartbeat.count());
+  arm_lease_locked(entry);
+  log_locked(entry.view);
+}
+
+task_service::attempt& task_service::admit_locked(task_spec spec,
+                                                  attempt_state state) {
   replace_live_locked(spec.run_id);
-  // The lease goes to a free attempt: nothing else of the run is live.
+  // A new attempt is one nobody holds: nothing else of the run is live.
   DURIN_ASSERT(
       by_run_.count(spec.run_id) == 0 && live_.count(spec.attempt_id) == 0,
       "a lease is granted only to an attempt nobody holds");
-  auto at = now();
+  const bool running = state == attempt_state::running;
+  const auto at = now();
   attempt entry;
   entry.view = attempt_view{.tenant = spec.tenant,
                             .run_id = spec.run_id,
@@ -68,27 +84,19 @@ void task_service::start_local(task_spec spec) {
                             .step_name = spec.step_name,
                             .attempt_id = spec.attempt_id,
                             .attempt = spec.attempt,
-                            .task_queue = {},
-                            .state = attempt_state::running,
-                            .owner = local_owner,
+                            .task_queue = running ? "" : spec.task_queue,
+                            .state = state,
+                            .owner = running ? local_owner : "",
                             .scheduled_at_ms = at,
-                            .started_at_ms = at};
-  if (spec.timeouts.start_to_close.count() > 0) {
-    entry.close_deadline_ms = at + spec.timeouts.start_to_close.count();
-  }
+                            .started_at_ms = running ? at : 0};
   if (spec.timeouts.schedule_to_close.count() > 0) {
     entry.step_deadline_ms =
         spec.step_scheduled_at_ms + spec.timeouts.schedule_to_close.count();
   }
-  // In the node nothing dies silently: no lease beyond the step's own
-  // heartbeat timeout.
-  entry.lease_ms = std::max<std::int64_t>(0, spec.timeouts.heartbeat.count());
   entry.spec = std::move(spec);
   by_run_[entry.spec.run_id] = entry.spec.attempt_id;
-  auto id = entry.spec.attempt_id;
-  auto& placed = live_[id] = std::move(entry);
-  arm_lease_locked(placed);
-  log_locked(placed.view);
+  const auto id = entry.spec.attempt_id;
+  return live_[id] = std::move(entry);
 }
 
 claimed_task task_service::claim_locked(attempt& entry,

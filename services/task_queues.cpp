@@ -21,34 +21,16 @@ bool task_service::enqueue(task_spec spec) {
   if (queue->attempt_ids.size() >= options_.queue_tasks_max) {
     return false;
   }
-  replace_live_locked(spec.run_id);
-  auto at = now();
-  attempt entry;
-  entry.view = attempt_view{.tenant = spec.tenant,
-                            .run_id = spec.run_id,
-                            .step_id = spec.step_id,
-                            .step_name = spec.step_name,
-                            .attempt_id = spec.attempt_id,
-                            .attempt = spec.attempt,
-                            .task_queue = spec.task_queue,
-                            .state = attempt_state::queued,
-                            .scheduled_at_ms = at};
-  if (spec.timeouts.schedule_to_start.count() > 0) {
-    entry.start_deadline_ms = at + spec.timeouts.schedule_to_start.count();
-  }
-  if (spec.timeouts.schedule_to_close.count() > 0) {
-    entry.step_deadline_ms =
-        spec.step_scheduled_at_ms + spec.timeouts.schedule_to_close.count();
+  auto& entry = admit_locked(std::move(spec), attempt_state::queued);
+  const auto to_start = entry.spec.timeouts.schedule_to_start.count();
+  if (to_start > 0) {
+    entry.start_deadline_ms = entry.view.scheduled_at_ms + to_start;
   }
   if (entry.start_deadline_ms > 0 || entry.step_deadline_ms > 0) {
-    with_deadline_.insert(spec.attempt_id);
+    with_deadline_.insert(entry.spec.attempt_id);
   }
-  entry.spec = std::move(spec);
-  by_run_[entry.spec.run_id] = entry.spec.attempt_id;
-  auto id = entry.spec.attempt_id;
   log_locked(entry.view);
-  live_[id] = std::move(entry);
-  queue->attempt_ids.push_back(id);
+  queue->attempt_ids.push_back(entry.spec.attempt_id);
   // The oldest parked poll takes it, answered once the lock is released.
   std::vector<std::pair<poll_answer, std::vector<claimed_task>>> answers;
   while (!queue->parked.empty() && !queue->attempt_ids.empty()) {
@@ -134,6 +116,10 @@ std::vector<claimed_task> task_service::claim_now_locked(
     auto it = live_.find(id);
     if (it == live_.end() || it->second.view.state != attempt_state::queued) {
       continue;  // ended while queued (timeout, cancel, replaced)
+    }
+    if (options_.serves && !options_.serves(it->second.spec.run_id)) {
+      end_locked(it, attempt_state::expired, report_verdict::stale_attempt);
+      continue;
     }
     claimed.push_back(claim_locked(it->second, worker, poll_id));
   }

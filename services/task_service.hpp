@@ -185,6 +185,11 @@ struct task_service_options {
   // A queue not polled for this long counts as unpolled.
   std::int64_t unpolled_after_ms = 30'000;
   std::int64_t poll_wait_ms_max = limits::poll_wait_ms_max;
+  // Whether this node serves `run_id`'s shard now (empty: every run). An
+  // attempt of a run whose shard went to another node (a move, a failover)
+  // is never handed out here: the new owner dispatches the step again.
+  // Called under the service's lock: it must not block.
+  std::function<bool(const std::string& run_id)> serves;
 };
 
 struct task_stats {
@@ -389,6 +394,10 @@ class task_service {
   void end_locked(std::unordered_map<std::string, attempt>::iterator it,
                   attempt_state state, report_verdict later);
   void replace_live_locked(const std::string& run_id);
+  // REQUIRES: mutex_ held. The run's new attempt, live in `state` (queued
+  // for a worker, or running on this node) with its step's deadline; the
+  // run's older attempt ended. The caller adds the state's deadlines.
+  attempt& admit_locked(task_spec spec, attempt_state state);
   void log_locked(const attempt_view& view);
   void refuse_locked(const std::string& run_id, refused_report refusal);
   report_verdict ended_verdict_locked(const std::string& attempt_id) const;

@@ -182,15 +182,6 @@ struct hook_info {
 };
 
 class runtime_impl;
-class runtime;
-namespace services {
-struct node;
-// The node's services, for components embedded beside the runtime in one
-// process (actors/admission.hpp).
-node& services_of(runtime& rt);
-class task_service;
-class schedule_service;
-}  // namespace services
 
 class runtime {
  public:
@@ -313,14 +304,6 @@ class runtime {
   // when the run ends, or at once if it has. See durin/caf.hpp.
   void notify_on_finish(std::string_view run_id, const caf::actor& listener);
 
-  // Every step attempt and its lease (services/task_service.hpp): remote
-  // workers poll and report through it (gateway/worker_api.hpp).
-  services::task_service& tasks();
-
-  // The node's schedules (services/schedule_service.hpp): runs started on
-  // a cron or an interval, once per occurrence.
-  services::schedule_service& schedules();
-
   // Run actors alive now (runs passivated on a far timer have none).
   std::size_t active_run_actors() const;
 
@@ -328,7 +311,6 @@ class runtime {
   std::int64_t now_ms() const;
 
  private:
-  friend services::node& services::services_of(runtime& rt);
   friend class runtime_access;  // services/runtime_access.hpp
   explicit runtime(std::unique_ptr<runtime_impl> impl);
   result<run_info> cancel_or_terminate(std::string_view run_id,

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
 #include <future>
 #include <string>
 #include <thread>
@@ -147,6 +148,34 @@ TEST_F(KeySyncTest,
       in_step([&] { return via_1.send("DELETE", "/v1/api-keys/" + id); });
   EXPECT_EQ(again.status, 200u) << again.body;
   EXPECT_EQ(probe(0, secret), 401u);
+}
+
+// `durin admin reset-key` on a stopped node's data dir makes a new admin
+// key in that node's store; the node's next join sends its table to every
+// live node, so the key works everywhere once the node serves again.
+TEST_F(KeySyncTest,
+       AnAdminKeyResetOnAStoppedNodeWorksOnEveryNodeOnceItRejoined) {
+  cluster_.stop(2);
+  std::string said;
+  ASSERT_EQ(
+      cluster_harness::run_cli(
+          {"admin", "reset-key", "--data-dir", cluster_.data_dir(2)}, &said),
+      0)
+      << said;
+  std::string secret;
+  {
+    std::ifstream key_file(cluster_.data_dir(2) + "/admin.key");
+    std::getline(key_file, secret);
+  }
+  ASSERT_FALSE(secret.empty());
+  ASSERT_NE(secret, cluster_.admin_key());
+  EXPECT_EQ(probe(0, secret), 401u);  // known only to node 2's store yet
+  cluster_.start(2);
+  ASSERT_TRUE(cluster_.wait_for_routing());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(probe(i, secret), 200u) << "node " << i;
+  }
+  EXPECT_EQ(probe(2, cluster_.admin_key()), 200u);  // the old one stays
 }
 
 TEST_F(KeySyncTest, ATenantCreatedThroughOneNodeWorksOnEveryNode) {

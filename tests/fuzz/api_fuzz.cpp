@@ -30,6 +30,7 @@
 #include "persistence/requests.hpp"
 #include "persistence/store.hpp"
 #include "services/node.hpp"
+#include "services/runtime_access.hpp"
 
 namespace {
 
@@ -56,7 +57,7 @@ struct fuzz_node {
     durin::registry flows;
     durin::examples::register_examples(flows);
     node = std::move(durin::runtime::open({.data_dir = dir}, flows).value());
-    auto& services = durin::services::services_of(*node);
+    auto& services = durin::runtime_access::services(*node);
     requests = std::make_unique<durin::persistence::request_store>(
         *services.first().store, *services.first().committer);
     key_store = std::make_unique<durin::persistence::auth_store>(

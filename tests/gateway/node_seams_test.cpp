@@ -22,6 +22,7 @@
 #include "persistence/auth_store.hpp"
 #include "persistence/requests.hpp"
 #include "services/node.hpp"
+#include "services/runtime_access.hpp"
 #include "services/start.hpp"
 #include "tests/support/storage_faults.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -89,7 +90,7 @@ class NodeSeamsTest : public ::testing::Test {
     ASSERT_TRUE(opened.ok()) << opened.error().to_string();
     node_ = std::move(*opened);
   }
-  services::node& node() { return services::services_of(*node_); }
+  services::node& node() { return runtime_access::services(*node_); }
   // The request store of `key`'s shard.
   persistence::request_store requests(const persistence::request_address& key) {
     auto& shard = node().shard_of_key(key);
@@ -124,7 +125,7 @@ class NodeSeamsTest : public ::testing::Test {
   result<run_info> start(const std::string& flow, json input,
                          start_options options, actors::start_answer answer,
                          std::shared_ptr<told_events> told = nullptr) {
-    auto& node = services::services_of(*node_);
+    auto& node = runtime_access::services(*node_);
     services::start_request request{.flow = flow,
                                     .input = std::move(input),
                                     .options = std::move(options),

@@ -15,6 +15,8 @@
 #include "base/time_text.hpp"
 #include "persistence/schedules.hpp"
 #include "persistence/store.hpp"
+#include "services/node.hpp"
+#include "services/runtime_access.hpp"
 #include "services/schedule_service.hpp"
 #include "tests/support/runtime_fixture.hpp"
 
@@ -22,6 +24,10 @@ namespace durin::testing {
 namespace {
 
 using namespace std::chrono_literals;
+
+services::schedule_service& schedules_of(runtime& rt) {
+  return *runtime_access::services(rt).schedules;
+}
 
 constexpr std::int64_t minute_ms = 60'000;
 // The fixture's clock starts at 1'800'000'000'000 ms (a whole minute).
@@ -77,7 +83,7 @@ class ScheduleServiceTest : public runtime_fixture {
     auto deadline = std::chrono::steady_clock::now() + 10s;
     json view;
     while (std::chrono::steady_clock::now() < deadline) {
-      auto got = rt.schedules().get("default", id);
+      auto got = schedules_of(rt).get("default", id);
       if (got) {
         view = *got;
         if (check(view)) {
@@ -93,7 +99,7 @@ class ScheduleServiceTest : public runtime_fixture {
   // terminate_other: it ends `ended`); the new run starts without waiting.
   void overlap_stops_running(const char* policy, run_status ended) {
     auto rt = open();
-    ASSERT_TRUE(rt->schedules()
+    ASSERT_TRUE(schedules_of(*rt)
                     .create("default", body("newest", {{"interval", "1m"}},
                                             "long", policy))
                     .ok());
@@ -128,7 +134,7 @@ class ScheduleServiceTest : public runtime_fixture {
 TEST_F(ScheduleServiceTest, EachOccurrenceStartsOneRunNamingScheduleAndTime) {
   auto rt = open();
   const auto start = clock_->now_ms();
-  auto made = rt->schedules().create(
+  auto made = schedules_of(*rt).create(
       "default", body("every-minute", {{"interval", "1m"}}));
   ASSERT_TRUE(made.ok()) << made.error().to_string();
   EXPECT_TRUE((*made)["created"].get<bool>());
@@ -150,7 +156,7 @@ TEST_F(ScheduleServiceTest, EachOccurrenceStartsOneRunNamingScheduleAndTime) {
     EXPECT_EQ(json_view["occurrence"],
               time_text::format_rfc3339_ms(run.occurrence_ms));
   }
-  auto view = rt->schedules().get("default", "every-minute");
+  auto view = schedules_of(*rt).get("default", "every-minute");
   ASSERT_TRUE(view.ok());
   EXPECT_EQ((*view)["info"]["fired"], 3);
 }
@@ -158,31 +164,31 @@ TEST_F(ScheduleServiceTest, EachOccurrenceStartsOneRunNamingScheduleAndTime) {
 TEST_F(ScheduleServiceTest, ARepeatedCreateIsAReplayAndAnotherBodyAConflict) {
   auto rt = open();
   auto first = body("nightly", {{"cron", "0 2 * * *"}});
-  ASSERT_TRUE(rt->schedules().create("default", first).ok());
-  auto again = rt->schedules().create("default", first);
+  ASSERT_TRUE(schedules_of(*rt).create("default", first).ok());
+  auto again = schedules_of(*rt).create("default", first);
   ASSERT_TRUE(again.ok());
   EXPECT_FALSE((*again)["created"].get<bool>());
   auto other = body("nightly", {{"cron", "0 3 * * *"}});
-  auto conflict = rt->schedules().create("default", other);
+  auto conflict = schedules_of(*rt).create("default", other);
   ASSERT_FALSE(conflict.ok());
   EXPECT_EQ(conflict.error().code, errc::schedule_exists);
   EXPECT_NE(conflict.error().message.find("'nightly'"), std::string::npos);
   // Another tenant has ids of its own.
-  EXPECT_TRUE(rt->schedules().create("acme", other).ok());
+  EXPECT_TRUE(schedules_of(*rt).create("acme", other).ok());
 }
 
 TEST_F(ScheduleServiceTest, BadDefinitionsAreRefusedAndChangeNothing) {
   auto rt = open();
   auto unknown_flow = body("x", {{"interval", "1m"}}, "no-such-flow");
-  auto refused = rt->schedules().create("default", unknown_flow);
+  auto refused = schedules_of(*rt).create("default", unknown_flow);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().code, errc::flow_not_found);
   auto bad_overlap = body("x", {{"interval", "1m"}}, "quick", "sometimes");
-  refused = rt->schedules().create("default", bad_overlap);
+  refused = schedules_of(*rt).create("default", bad_overlap);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().code, errc::invalid_argument);
   EXPECT_NE(refused.error().message.find("overlap"), std::string::npos);
-  auto missing = rt->schedules().get("default", "x");
+  auto missing = schedules_of(*rt).get("default", "x");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.error().code, errc::schedule_not_found);
 }
@@ -200,7 +206,7 @@ TEST_F(ScheduleServiceTest, ReopenStartsTheRunTheRecordNamedAndNoOther) {
   }
   {
     auto rt = open();
-    ASSERT_TRUE(rt->schedules()
+    ASSERT_TRUE(schedules_of(*rt)
                     .create("default", body("crashy", {{"interval", "1h"}}))
                     .ok());
   }
@@ -242,7 +248,7 @@ TEST_F(ScheduleServiceTest,
     auto definition =
         body("catchup", {{"interval", "1m"}}, "quick", "allow_all");
     definition["catchupWindow"] = "5m";
-    ASSERT_TRUE(rt->schedules().create("default", definition).ok());
+    ASSERT_TRUE(schedules_of(*rt).create("default", definition).ok());
   }
   // Down for 20 minutes: occurrences 1..20 were missed.
   clock_->advance_ms(20 * minute_ms);
@@ -256,7 +262,7 @@ TEST_F(ScheduleServiceTest,
   }
   EXPECT_EQ(occurrences(runs), expected);
   EXPECT_EQ(runs.size(), expected.size());
-  auto view = rt->schedules().get("default", "catchup");
+  auto view = schedules_of(*rt).get("default", "catchup");
   ASSERT_TRUE(view.ok());
   EXPECT_EQ((*view)["info"]["missedCatchup"], 14);
   EXPECT_EQ((*view)["info"]["fired"], 6);
@@ -264,7 +270,7 @@ TEST_F(ScheduleServiceTest,
 
 TEST_F(ScheduleServiceTest, OverlapSkipCountsTheOccurrencesItSkips) {
   auto rt = open();
-  ASSERT_TRUE(rt->schedules()
+  ASSERT_TRUE(schedules_of(*rt)
                   .create("default", body("skip", {{"interval", "1m"}}, "long"))
                   .ok());
   clock_->advance_ms(minute_ms);
@@ -283,7 +289,7 @@ TEST_F(ScheduleServiceTest, OverlapSkipCountsTheOccurrencesItSkips) {
 
 TEST_F(ScheduleServiceTest, OverlapBufferOneStartsOneBufferedRunAfterTheFirst) {
   auto rt = open();
-  ASSERT_TRUE(rt->schedules()
+  ASSERT_TRUE(schedules_of(*rt)
                   .create("default", body("buffer", {{"interval", "1m"}},
                                           "long", "buffer_one"))
                   .ok());
@@ -319,17 +325,17 @@ TEST_F(ScheduleServiceTest, OverlapTerminateOtherTerminatesTheRunningRun) {
 TEST_F(ScheduleServiceTest, PausedFiresNothingAndUnpauseGoesOnFromNow) {
   auto rt = open();
   const auto start = clock_->now_ms();
-  ASSERT_TRUE(rt->schedules()
+  ASSERT_TRUE(schedules_of(*rt)
                   .create("default", body("paused", {{"interval", "1m"}}))
                   .ok());
-  auto paused = rt->schedules().pause("default", "paused", true, "deploy");
+  auto paused = schedules_of(*rt).pause("default", "paused", true, "deploy");
   ASSERT_TRUE(paused.ok());
   EXPECT_EQ((*paused)["note"], "deploy");
   EXPECT_TRUE((*paused)["paused"].get<bool>());
   clock_->advance_ms(3 * minute_ms);
   settle();
   EXPECT_TRUE(runs_of(*rt, "paused").empty());
-  ASSERT_TRUE(rt->schedules().pause("default", "paused", false, "").ok());
+  ASSERT_TRUE(schedules_of(*rt).pause("default", "paused", false, "").ok());
   settle();
   EXPECT_TRUE(runs_of(*rt, "paused").empty());  // nothing caught up
   clock_->advance_ms(minute_ms);
@@ -341,15 +347,15 @@ TEST_F(ScheduleServiceTest, PausedFiresNothingAndUnpauseGoesOnFromNow) {
 TEST_F(ScheduleServiceTest, TriggerAndBackfillFireTheirOccurrencesOnce) {
   auto rt = open();
   const auto start = clock_->now_ms();
-  ASSERT_TRUE(rt->schedules()
+  ASSERT_TRUE(schedules_of(*rt)
                   .create("default", body("manual", {{"interval", "1h"}},
                                           "quick", "allow_all"))
                   .ok());
-  auto triggered = rt->schedules().trigger("default", "manual");
+  auto triggered = schedules_of(*rt).trigger("default", "manual");
   ASSERT_TRUE(triggered.ok());
   ASSERT_EQ(wait_runs(*rt, "manual", 1).size(), 1u);
-  auto filled = rt->schedules().backfill("default", "manual",
-                                         start - 3 * 3'600'000, start - 1);
+  auto filled = schedules_of(*rt).backfill("default", "manual",
+                                           start - 3 * 3'600'000, start - 1);
   ASSERT_TRUE(filled.ok()) << filled.error().to_string();
   EXPECT_EQ((*filled)["occurrences"].size(), 3u);
   auto runs = wait_runs(*rt, "manual", 4);
@@ -365,7 +371,7 @@ TEST_F(ScheduleServiceTest, JitterDelaysTheFiringByItsDeterministicAmount) {
   auto rt = open();
   const auto start = clock_->now_ms();
   json spec = {{"interval", "1m"}, {"jitter", "30s"}};
-  ASSERT_TRUE(rt->schedules().create("default", body("jittery", spec)).ok());
+  ASSERT_TRUE(schedules_of(*rt).create("default", body("jittery", spec)).ok());
   auto parsed = services::schedule_spec::from_json(spec);
   ASSERT_TRUE(parsed.ok());
   const auto occurrence = start + minute_ms;
@@ -386,14 +392,14 @@ TEST_F(ScheduleServiceTest, JitterDelaysTheFiringByItsDeterministicAmount) {
 
 TEST_F(ScheduleServiceTest, DeleteRemovesTheScheduleAndKeepsItsRuns) {
   auto rt = open();
-  ASSERT_TRUE(rt->schedules()
+  ASSERT_TRUE(schedules_of(*rt)
                   .create("default", body("gone", {{"interval", "1m"}}))
                   .ok());
   clock_->advance_ms(minute_ms);
   ASSERT_EQ(wait_runs(*rt, "gone", 1).size(), 1u);
   settle();
-  ASSERT_TRUE(rt->schedules().remove("default", "gone").ok());
-  auto missing = rt->schedules().get("default", "gone");
+  ASSERT_TRUE(schedules_of(*rt).remove("default", "gone").ok());
+  auto missing = schedules_of(*rt).get("default", "gone");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.error().code, errc::schedule_not_found);
   clock_->advance_ms(minute_ms);
@@ -401,7 +407,7 @@ TEST_F(ScheduleServiceTest, DeleteRemovesTheScheduleAndKeepsItsRuns) {
   EXPECT_EQ(runs_of(*rt, "gone").size(), 1u);
   rt.reset();
   rt = open();
-  EXPECT_FALSE(rt->schedules().get("default", "gone").ok());
+  EXPECT_FALSE(schedules_of(*rt).get("default", "gone").ok());
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "durin/runtime.hpp"
 #include "persistence/keys.hpp"
 #include "services/node.hpp"
+#include "services/runtime_access.hpp"
 #include "services/shard_map.hpp"
 #include "services/start.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -85,7 +86,7 @@ class ShardedNodeTest : public ::testing::Test {
 
 TEST_F(ShardedNodeTest, AStartWithATokenLivesInTheTokensShard) {
   auto rt = open(8);
-  auto& node = services::services_of(*rt);
+  auto& node = runtime_access::services(*rt);
   for (int i = 0; i < 40; ++i) {
     start_options options;
     options.hook = start_hook{"order:" + std::to_string(i), nullptr, nullptr};
@@ -110,7 +111,7 @@ TEST_F(ShardedNodeTest, PlainStartsSpreadAndListNewestFirstAcrossShards) {
     auto run = rt->start("echo", json{{"i", i}});
     ASSERT_TRUE(run.ok());
     started.push_back(run->id);
-    used.insert(services::services_of(*rt).map.of_run(run->id));
+    used.insert(runtime_access::services(*rt).map.of_run(run->id));
   }
   EXPECT_GE(used.size(), 6u);
   // Pages of 10 across the shards: every run once, newest first.
@@ -135,7 +136,7 @@ TEST_F(ShardedNodeTest, PlainStartsSpreadAndListNewestFirstAcrossShards) {
 
 TEST_F(ShardedNodeTest, APlainKeyedStartLivesInItsKeysShard) {
   auto rt = open(8);
-  auto& node = services::services_of(*rt);
+  auto& node = runtime_access::services(*rt);
   for (int i = 0; i < 20; ++i) {
     services::start_request request;
     request.flow = "echo";

@@ -72,7 +72,7 @@ class StorageFaultRuntimeTest : public ::testing::Test {
   }
 
   static persistence::store& store_of(runtime& rt) {
-    return *services::services_of(rt).first().store;
+    return *runtime_access::services(rt).first().store;
   }
 
   // Every run of the node, by the command key in its input.

@@ -1,8 +1,9 @@
 // Goal: the rules of steps as leased tasks (issue 5), on a real runtime with
 // a real RocksDB: attempts, leases, heartbeats, every timeout kind, late and
 // duplicate reports, cancellation, and redelivery after a restart. Workers
-// are played by the test through runtime::tasks() (the HTTP routes on top
-// are tested in tests/gateway/worker_test.cpp). Time moves by a manual clock.
+// are played by the test through the node's task service (the HTTP routes on
+// top are tested in tests/gateway/worker_test.cpp). Time moves by a manual
+// clock.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,6 +12,9 @@
 
 #include "actors/attempt_id.hpp"
 #include "durin/durin.hpp"
+#include "persistence/fence.hpp"
+#include "services/node.hpp"
+#include "services/runtime_access.hpp"
 #include "services/task_service.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -18,6 +22,10 @@ namespace durin {
 namespace {
 
 using namespace std::chrono_literals;
+
+services::task_service& tasks_of(runtime& rt) {
+  return *runtime_access::services(rt).tasks;
+}
 using services::claimed_task;
 using services::report_answer;
 using services::report_verdict;
@@ -74,7 +82,7 @@ class TaskTest : public ::testing::Test {
 
   static std::optional<claimed_task> poll(runtime& rt, const std::string& who,
                                           const std::string& poll_id = "") {
-    return rt.tasks().poll("default", "q", who, poll_id, 5000);
+    return tasks_of(rt).poll("default", "q", who, poll_id, 5000);
   }
 
   // Reports and waits until the run recorded (or refused) it.
@@ -83,7 +91,7 @@ class TaskTest : public ::testing::Test {
       step_outcome outcome) {
     auto answer = std::make_shared<std::promise<report_answer>>();
     auto future = answer->get_future();
-    auto verdict = rt.tasks().report(
+    auto verdict = tasks_of(rt).report(
         "default", attempt_id, who, std::move(outcome),
         [answer](report_answer got) { answer->set_value(std::move(got)); });
     if (verdict != report_verdict::accepted) {
@@ -111,6 +119,32 @@ class TaskTest : public ::testing::Test {
   std::shared_ptr<manual_clock> clock_ =
       std::make_shared<manual_clock>(start_ms);
 };
+
+// In a cluster a shard's fence closes when the shard goes to another node,
+// whose run dispatches the step again: the attempt queued here is never
+// handed out, and ends.
+TEST_F(TaskTest, AnAttemptOfAShardThisNodeNoLongerServesIsNeverHandedOut) {
+  auto fence = std::make_shared<persistence::fence>();
+  fence->grant(1, persistence::fence::clock::now() + std::chrono::hours(1));
+  runtime_options options;
+  options.data_dir = dir_.path();
+  options.step_threads = 2;
+  options.clock = clock_;
+  auto opened = runtime_access::open(options, remote_flows({}),
+                                     persistence::store_options{}, {fence});
+  ASSERT_TRUE(opened.ok()) << opened.error().to_string();
+  auto& rt = **opened;
+  auto run = rt.start("one-remote", json{{"x", 1}});
+  ASSERT_TRUE(run.ok()) << run.error().to_string();
+  ASSERT_TRUE(
+      testing::eventually([&] { return tasks_of(rt).stats().queued == 1; }));
+  fence->close();
+  EXPECT_FALSE(tasks_of(rt).poll("default", "q", "w1", "", 0).has_value());
+  EXPECT_EQ(tasks_of(rt).stats().queued, 0u);
+  auto transport = tasks_of(rt).transport_of(run->id);
+  ASSERT_FALSE(transport.attempts.empty());
+  EXPECT_EQ(transport.attempts.back().state, services::attempt_state::expired);
+}
 
 TEST_F(TaskTest, RemoteStepWaitsOnItsQueueAndCompletesWhenAWorkerReports) {
   auto rt = open(remote_flows({}));
@@ -191,7 +225,7 @@ TEST_F(TaskTest, LateCompletionAfterLeaseExpiryIsRefusedStaleAttempt) {
   ASSERT_EQ(lapsed.size(), 1u);
   EXPECT_EQ(lapsed[0].detail["error"]["code"], "timeout-start-to-close");
   // The transport's view keeps the refused late report.
-  auto transport = rt->tasks().transport_of(run->id);
+  auto transport = tasks_of(*rt).transport_of(run->id);
   ASSERT_EQ(transport.refused.size(), 1u);
   EXPECT_EQ(transport.refused[0].reason, "stale_attempt");
   EXPECT_EQ(transport.refused[0].attempt_id, first->spec.attempt_id);
@@ -236,23 +270,23 @@ TEST_F(TaskTest, HeldNamesWhatARepeatedPollGetsBackAndClaimsNothing) {
   auto run = rt->start("one-remote", json(1));
   ASSERT_TRUE(run.ok());
   ASSERT_TRUE(rt->start("one-remote", json(2)).ok());
-  EXPECT_TRUE(rt->tasks().held("w", "poll-8").empty());  // nothing polled
+  EXPECT_TRUE(tasks_of(*rt).held("w", "poll-8").empty());  // nothing polled
   ASSERT_TRUE(
-      testing::eventually([&] { return rt->tasks().stats().queued == 2; }));
+      testing::eventually([&] { return tasks_of(*rt).stats().queued == 2; }));
   auto first = poll(*rt, "w", "poll-8");
   ASSERT_TRUE(first.has_value());
   for (int again = 0; again < 2; ++again) {
-    auto held = rt->tasks().held("w", "poll-8");
+    auto held = tasks_of(*rt).held("w", "poll-8");
     ASSERT_EQ(held.size(), 1u);
     EXPECT_EQ(held[0].spec.attempt_id, first->spec.attempt_id);
   }
-  EXPECT_EQ(rt->tasks().stats().queued, 1u);  // the second still queued
-  EXPECT_TRUE(rt->tasks().held("v", "poll-8").empty());
-  EXPECT_TRUE(rt->tasks().held("w", "").empty());
+  EXPECT_EQ(tasks_of(*rt).stats().queued, 1u);  // the second still queued
+  EXPECT_TRUE(tasks_of(*rt).held("v", "poll-8").empty());
+  EXPECT_TRUE(tasks_of(*rt).held("w", "").empty());
   // An ended attempt is no longer held.
   EXPECT_TRUE(
       report(*rt, first->spec.attempt_id, "w", succeeded(1)).second.recorded);
-  EXPECT_TRUE(rt->tasks().held("w", "poll-8").empty());
+  EXPECT_TRUE(tasks_of(*rt).held("w", "poll-8").empty());
 }
 
 TEST_F(TaskTest, AnAttemptIdNamesItsRun) {
@@ -281,15 +315,15 @@ TEST_F(TaskTest, ReportsFromAnotherWorkerAreWrongOwnerAndUnknownIdsNotFound) {
   ASSERT_TRUE(task.has_value());
   EXPECT_EQ(report(*rt, task->spec.attempt_id, "intruder", succeeded(9)).first,
             report_verdict::wrong_owner);
-  EXPECT_EQ(rt->tasks()
+  EXPECT_EQ(tasks_of(*rt)
                 .heartbeat("default", task->spec.attempt_id, "intruder", {})
                 .verdict,
             report_verdict::wrong_owner);
   EXPECT_EQ(report(*rt, "att_unknown", "owner", succeeded(9)).first,
             report_verdict::task_not_found);
   // Another tenant does not see the attempt at all.
-  EXPECT_EQ(rt->tasks().report("other", task->spec.attempt_id, "owner",
-                               succeeded(9), nullptr),
+  EXPECT_EQ(tasks_of(*rt).report("other", task->spec.attempt_id, "owner",
+                                 succeeded(9), nullptr),
             report_verdict::task_not_found);
   // The owner's outcome still counts.
   EXPECT_TRUE(report(*rt, task->spec.attempt_id, "owner", succeeded(3))
@@ -307,13 +341,13 @@ TEST_F(TaskTest, HeartbeatsRenewTheLeaseAndAStaleHeartbeatIsToldToStop) {
   ASSERT_TRUE(task.has_value());
   for (int i = 0; i < 3; ++i) {
     clock_->advance_ms(800);
-    auto beat = rt->tasks().heartbeat("default", task->spec.attempt_id, "w",
-                                      {"working", i, 3});
+    auto beat = tasks_of(*rt).heartbeat("default", task->spec.attempt_id, "w",
+                                        {"working", i, 3});
     EXPECT_EQ(beat.verdict, report_verdict::accepted);
     EXPECT_TRUE(beat.go_on);
     EXPECT_EQ(beat.lease_expires_ms, clock_->now_ms() + 1000);
   }
-  auto transport = rt->tasks().transport_of(run->id);
+  auto transport = tasks_of(*rt).transport_of(run->id);
   ASSERT_EQ(transport.attempts.size(), 1u);
   EXPECT_EQ(transport.attempts[0].progress.message, "working");
   EXPECT_EQ(transport.attempts[0].heartbeats, 3u);
@@ -321,8 +355,8 @@ TEST_F(TaskTest, HeartbeatsRenewTheLeaseAndAStaleHeartbeatIsToldToStop) {
   auto next = poll(*rt, "w2");
   ASSERT_TRUE(next.has_value());
   EXPECT_EQ(next->spec.attempt, 2u);
-  auto stale = rt->tasks().heartbeat("default", task->spec.attempt_id, "w",
-                                     {"still here", -1, -1});
+  auto stale = tasks_of(*rt).heartbeat("default", task->spec.attempt_id, "w",
+                                       {"still here", -1, -1});
   EXPECT_EQ(stale.verdict, report_verdict::stale_attempt);
   EXPECT_FALSE(stale.go_on);
   auto lapsed = events_of(*rt, run->id, "step-attempt-failed");
@@ -346,28 +380,29 @@ TEST_F(TaskTest, HeartbeatsRenewTheLeaseForSeveralLeaseLengths) {
   // Ten heartbeats 20 s apart: 200 s, more than six lease lengths.
   for (int i = 0; i < 10; ++i) {
     clock_->advance_ms(20'000);
-    auto beat = rt->tasks().heartbeat("default", task->spec.attempt_id, "w",
-                                      {"working", i, 10});
+    auto beat = tasks_of(*rt).heartbeat("default", task->spec.attempt_id, "w",
+                                        {"working", i, 10});
     ASSERT_EQ(beat.verdict, report_verdict::accepted) << "heartbeat " << i;
     ASSERT_TRUE(beat.go_on);
     EXPECT_EQ(beat.lease_expires_ms, clock_->now_ms() + lease_ms);
     // Nobody else gets it: it was never delivered again.
-    EXPECT_FALSE(rt->tasks().poll("default", "q", "w2", "", 0).has_value());
+    EXPECT_FALSE(tasks_of(*rt).poll("default", "q", "w2", "", 0).has_value());
   }
   // Give the reaper time to look (it runs every 20 ms of real time).
   std::this_thread::sleep_for(60ms);
-  EXPECT_EQ(rt->tasks().stats().redeliveries, 0u);
+  EXPECT_EQ(tasks_of(*rt).stats().redeliveries, 0u);
   EXPECT_TRUE(events_of(*rt, run->id, "step-attempt-failed").empty());
   // The worker goes silent: it keeps the attempt for one lease, no more.
   clock_->advance_ms(lease_ms - 1);
   std::this_thread::sleep_for(60ms);
-  EXPECT_EQ(rt->tasks().stats().redeliveries, 0u);
+  EXPECT_EQ(tasks_of(*rt).stats().redeliveries, 0u);
   clock_->advance_ms(1);
   auto next = poll(*rt, "w2");
   ASSERT_TRUE(next.has_value());
   EXPECT_EQ(next->spec.attempt, 2u);
   EXPECT_NE(next->spec.attempt_id, task->spec.attempt_id);
-  auto late = rt->tasks().heartbeat("default", task->spec.attempt_id, "w", {});
+  auto late =
+      tasks_of(*rt).heartbeat("default", task->spec.attempt_id, "w", {});
   EXPECT_EQ(late.verdict, report_verdict::stale_attempt);
   EXPECT_FALSE(late.go_on);
   auto lapsed = events_of(*rt, run->id, "step-attempt-failed");
@@ -391,7 +426,8 @@ TEST_F(TaskTest, AHeartbeatAfterTheLeaseLapsedIsStale) {
   auto task = poll(*rt, "w");
   ASSERT_TRUE(task.has_value());
   clock_->advance_ms(1000);
-  auto beat = rt->tasks().heartbeat("default", task->spec.attempt_id, "w", {});
+  auto beat =
+      tasks_of(*rt).heartbeat("default", task->spec.attempt_id, "w", {});
   EXPECT_EQ(beat.verdict, report_verdict::stale_attempt);
   EXPECT_FALSE(beat.go_on);
   auto next = poll(*rt, "w2");
@@ -412,10 +448,11 @@ TEST_F(TaskTest, HeartbeatsDoNotMoveTheStartToCloseDeadline) {
   ASSERT_TRUE(task.has_value());
   auto deadline = clock_->now_ms() + 2500;
   clock_->advance_ms(800);
-  auto beat = rt->tasks().heartbeat("default", task->spec.attempt_id, "w", {});
+  auto beat =
+      tasks_of(*rt).heartbeat("default", task->spec.attempt_id, "w", {});
   EXPECT_EQ(beat.lease_expires_ms, clock_->now_ms() + 1000);
   clock_->advance_ms(800);
-  beat = rt->tasks().heartbeat("default", task->spec.attempt_id, "w", {});
+  beat = tasks_of(*rt).heartbeat("default", task->spec.attempt_id, "w", {});
   EXPECT_EQ(beat.lease_expires_ms, deadline);
   clock_->advance_ms(900);
   auto next = poll(*rt, "w2");
@@ -442,7 +479,7 @@ TEST_F(TaskTest, TheDefaultLeaseIsTheRuntimesTaskLease) {
   EXPECT_EQ(task->lease_expires_ms, clock_->now_ms() + 5000);
   for (int i = 0; i < 4; ++i) {
     clock_->advance_ms(4000);
-    EXPECT_EQ(rt.tasks()
+    EXPECT_EQ(tasks_of(rt)
                   .heartbeat("default", task->spec.attempt_id, "w", {})
                   .lease_expires_ms,
               clock_->now_ms() + 5000);
@@ -461,30 +498,30 @@ TEST_F(TaskTest, TaskCountsAreScopedToTheCallersTenant) {
   in_a.tenant = "tenant-a";
   auto run = rt->start("one-remote", json(1), in_a);
   ASSERT_TRUE(run.ok()) << run.error().to_string();
-  auto task = rt->tasks().poll("tenant-a", "q", "w", "", 5000);
+  auto task = tasks_of(*rt).poll("tenant-a", "q", "w", "", 5000);
   ASSERT_TRUE(task.has_value());
   // A refused report of tenant b counts for tenant b only.
-  EXPECT_EQ(rt->tasks().report("tenant-b", task->spec.attempt_id, "w",
-                               succeeded(0), nullptr),
+  EXPECT_EQ(tasks_of(*rt).report("tenant-b", task->spec.attempt_id, "w",
+                                 succeeded(0), nullptr),
             report_verdict::task_not_found);
-  auto a = rt->tasks().stats("tenant-a");
-  auto b = rt->tasks().stats("tenant-b");
+  auto a = tasks_of(*rt).stats("tenant-a");
+  auto b = tasks_of(*rt).stats("tenant-b");
   EXPECT_EQ(a.running, 1u);
   EXPECT_EQ(a.refused_reports, 0u);
   EXPECT_EQ(b.running, 0u);
   EXPECT_EQ(b.queued, 0u);
   EXPECT_EQ(b.refused_reports, 1u);
   auto answered = std::make_shared<std::promise<report_answer>>();
-  ASSERT_EQ(rt->tasks().report(
+  ASSERT_EQ(tasks_of(*rt).report(
                 "tenant-a", task->spec.attempt_id, "w", succeeded(7),
                 [answered](report_answer got) { answered->set_value(got); }),
             report_verdict::accepted);
   ASSERT_TRUE(answered->get_future().get().recorded);
-  EXPECT_EQ(rt->tasks().stats("tenant-a").completed, 1u);
-  EXPECT_EQ(rt->tasks().stats("tenant-b").completed, 0u);
-  EXPECT_EQ(rt->tasks().stats("tenant-c").completed, 0u);
+  EXPECT_EQ(tasks_of(*rt).stats("tenant-a").completed, 1u);
+  EXPECT_EQ(tasks_of(*rt).stats("tenant-b").completed, 0u);
+  EXPECT_EQ(tasks_of(*rt).stats("tenant-c").completed, 0u);
   // The node-wide view, for operators, counts both.
-  auto node = rt->tasks().stats();
+  auto node = tasks_of(*rt).stats();
   EXPECT_EQ(node.completed, 1u);
   EXPECT_EQ(node.refused_reports, 1u);
 }
@@ -496,7 +533,8 @@ TEST_F(TaskTest, ReportsAfterCancelAreRefusedRunCancelled) {
   auto task = poll(*rt, "w");
   ASSERT_TRUE(task.has_value());
   ASSERT_TRUE(rt->cancel(run->id, "changed my mind").ok());
-  auto beat = rt->tasks().heartbeat("default", task->spec.attempt_id, "w", {});
+  auto beat =
+      tasks_of(*rt).heartbeat("default", task->spec.attempt_id, "w", {});
   EXPECT_EQ(beat.verdict, report_verdict::run_cancelled);
   EXPECT_FALSE(beat.go_on);
   auto [verdict, answer] =
@@ -513,7 +551,7 @@ TEST_F(TaskTest, ScheduleToStartTimeoutIsRecordedAndTheStepQueuedAgain) {
   auto run = rt->start("one-remote", json(1));
   ASSERT_TRUE(run.ok());
   ASSERT_TRUE(testing::eventually(
-      [&] { return rt->tasks().stats().queued == 1; }, wait_max));
+      [&] { return tasks_of(*rt).stats().queued == 1; }, wait_max));
   clock_->advance_ms(600);
   ASSERT_TRUE(testing::eventually(
       [&] {
@@ -603,25 +641,25 @@ TEST_F(TaskTest, OperatorCountersShowUnpolledQueuesStuckLeasesRedeliveries) {
   auto run = rt->start("one-remote", json(1));
   ASSERT_TRUE(run.ok());
   ASSERT_TRUE(testing::eventually(
-      [&] { return rt->tasks().stats().queued == 1; }, wait_max));
+      [&] { return tasks_of(*rt).stats().queued == 1; }, wait_max));
   // Nobody ever polled queue q.
-  EXPECT_EQ(rt->tasks().stats().queued_unpolled, 1u);
+  EXPECT_EQ(tasks_of(*rt).stats().queued_unpolled, 1u);
   auto task = poll(*rt, "w");
   ASSERT_TRUE(task.has_value());
-  EXPECT_EQ(rt->tasks().stats().queued_unpolled, 0u);
-  EXPECT_EQ(rt->tasks().stats().stuck_leases, 0u);
+  EXPECT_EQ(tasks_of(*rt).stats().queued_unpolled, 0u);
+  EXPECT_EQ(tasks_of(*rt).stats().stuck_leases, 0u);
   clock_->advance_ms(61'000);
-  EXPECT_EQ(rt->tasks().stats().stuck_leases, 1u);
+  EXPECT_EQ(tasks_of(*rt).stats().stuck_leases, 1u);
   EXPECT_TRUE(
-      rt->tasks().heartbeat("default", task->spec.attempt_id, "w", {}).go_on);
-  EXPECT_EQ(rt->tasks().stats().stuck_leases, 0u);
+      tasks_of(*rt).heartbeat("default", task->spec.attempt_id, "w", {}).go_on);
+  EXPECT_EQ(tasks_of(*rt).stats().stuck_leases, 0u);
   clock_->advance_ms(120'000);
   ASSERT_TRUE(testing::eventually(
-      [&] { return rt->tasks().stats().redeliveries == 1; }, wait_max));
+      [&] { return tasks_of(*rt).stats().redeliveries == 1; }, wait_max));
   ASSERT_TRUE(testing::eventually(
-      [&] { return rt->tasks().list("default", 10).size() == 1; }, wait_max));
-  EXPECT_EQ(rt->tasks().list("default", 10)[0].attempt, 2u);
-  EXPECT_TRUE(rt->tasks().list("other", 10).empty());
+      [&] { return tasks_of(*rt).list("default", 10).size() == 1; }, wait_max));
+  EXPECT_EQ(tasks_of(*rt).list("default", 10)[0].attempt, 2u);
+  EXPECT_TRUE(tasks_of(*rt).list("other", 10).empty());
 }
 
 // In-node steps: the same rules without a worker process.
@@ -657,7 +695,7 @@ TEST_F(TaskTest, InNodeStartToCloseTimeoutRefusesTheLateOutcome) {
   auto run = rt->start("local-blocking", json());
   ASSERT_TRUE(run.ok());
   ASSERT_TRUE(testing::eventually(
-      [&] { return rt->tasks().stats().running == 1; }, wait_max));
+      [&] { return tasks_of(*rt).stats().running == 1; }, wait_max));
   clock_->advance_ms(1100);
   auto done = rt->wait(run->id, wait_max);
   ASSERT_TRUE(done.ok());
@@ -667,7 +705,7 @@ TEST_F(TaskTest, InNodeStartToCloseTimeoutRefusesTheLateOutcome) {
   EXPECT_EQ(done->output["instanceId"], run->id);
   release_gate = 1;
   ASSERT_TRUE(testing::eventually(
-      [&] { return rt->tasks().stats().refused_reports >= 1; }, wait_max));
+      [&] { return tasks_of(*rt).stats().refused_reports >= 1; }, wait_max));
   EXPECT_EQ(events_of(*rt, run->id, "step-completed").size(), 1u);
   auto lapsed = events_of(*rt, run->id, "step-attempt-failed");
   ASSERT_EQ(lapsed.size(), 1u);

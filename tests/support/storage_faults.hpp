@@ -10,6 +10,7 @@
 #include "durin/runtime.hpp"
 #include "persistence/committer.hpp"
 #include "services/node.hpp"
+#include "services/runtime_access.hpp"
 
 namespace durin::testing {
 
@@ -20,7 +21,7 @@ using storage_fault = persistence::committer::fault;
 // null restores normal writes.
 inline void inject_storage_faults(runtime& rt,
                                   std::function<storage_fault()> decide) {
-  for (auto& shard : services::services_of(rt).shards) {
+  for (auto& shard : runtime_access::services(rt).shards) {
     shard->committer->set_fault_injector(decide);
   }
 }
