@@ -57,11 +57,13 @@ struct run_actor_state {
     bool with_commit = false;  // the write carries the engine's commit too
     engine_output held;
   };
-  std::optional<unwritten_admission> admitting;
+  // Boxed, as is the successor: most of a run's life has neither, and a
+  // run actor's state is paid for by every live run.
+  std::unique_ptr<unwritten_admission> admitting;
   // continue-as-new: the run admitted by the end write in flight; the start
   // token's address while its actor holds it still for that write (held),
   // and whether that write is the one to settle it.
-  std::optional<persistence::run_record> successor;
+  std::unique_ptr<persistence::run_record> successor;
   std::string hand_over_address;
   bool hand_over_held = false;
   bool hand_over_in_write = false;
@@ -155,13 +157,15 @@ void submit_commit(self_pointer self, commit_plan plan) {
   if (plan.successor) {
     // continue-as-new: the successor is admitted in the write that ends
     // this run, with the start token naming it (held still by its actor).
-    auto info = describe_run(*plan.successor);
-    add_admission(batch, {.run = *plan.successor,
-                          .info = info,
-                          .token = plan.successor_token ? &*plan.successor_token
-                                                        : nullptr,
-                          .now_ms = st.services->clock->now_ms()});
-    st.successor = std::move(plan.successor);
+    auto& successor = *plan.successor;
+    auto info = describe_run(successor.run);
+    add_admission(batch,
+                  {.run = successor.run,
+                   .info = info,
+                   .token = successor.token ? &*successor.token : nullptr,
+                   .now_ms = st.services->clock->now_ms()});
+    st.successor =
+        std::make_unique<persistence::run_record>(std::move(successor.run));
     DURIN_TEST_KILL_POINT("run.before_continue_write");
   }
   if (plan.delete_active && st.hand_over_held) {
@@ -692,36 +696,39 @@ void activate(self_pointer self, std::optional<persistence::run_record> fresh,
       history = std::move(*events);
     }
   }
+  // Captures are pointers (the state outlives its engine), so each fits a
+  // std::function's own buffer: no allocation per activation.
   auto* services = st.services;
-  auto tenant = st.tenant;
+  const auto* tenant = &st.tenant;
+  const auto* state = &st;
   engine_environment env{
       &st.services->flows,
       st.services->clock.get(),
       st.services->options.passivate_after,
       st.services->options.retention_max.count(),
       [services, tenant](const std::string& run_id) {
-        return run_state(*services, tenant, run_id);
+        return run_state(*services, *tenant, run_id);
       },
       persistence::spec_version,
       st.services->options.history_events_max,
       st.services->options.history_bytes_max,
-      [services, tenant, home = st.home->index](std::string_view token) {
-        return services->map.of_token(
-                   persistence::keys::token(tenant, token)) == home;
+      [state](std::string_view token) {
+        return state->services->map.of_token(persistence::keys::token(
+                   state->tenant, token)) == state->home->index;
       },
       [services, tenant](const std::string& instance_id,
                          const std::string& command_id) {
         services::start_request start;
-        start.options.tenant = tenant;
+        start.options.tenant = *tenant;
         start.options.instance_id = instance_id;
         start.options.command_id = command_id;
         return services::draw_run_id(*services, start);
       },
-      [services, home = st.home->index] { return services->new_run_id(home); }};
+      [state] { return state->services->new_run_id(state->home->index); }};
   auto parent_run_id = record.parent_run_id;
   auto parent_close = record.parent_close;
-  st.engine =
-      std::make_unique<run_engine>(env, std::move(record), std::move(history));
+  st.engine = std::make_unique<run_engine>(std::move(env), std::move(record),
+                                           std::move(history));
   st.engine->start();
   end_if_orphaned(self, parent_run_id, parent_close);
   // A timer that fired while no engine listened would be lost otherwise;
@@ -734,7 +741,9 @@ void activate(self_pointer self, std::optional<persistence::run_record> fresh,
 
 // Starts a run admitted just now; `admitted`, when set, is answered once the
 // run's first write (which carries its admission) is durable.
-void activate_fresh(self_pointer self, const fresh_run& run,
+// `run` is the message's own (CAF copies a shared one on mutable access):
+// its record and history move into the engine.
+void activate_fresh(self_pointer self, fresh_run& run,
                     std::optional<reply_once<run_info>> admitted) {
   auto& st = self->state;
   if (st.engine) {
@@ -748,10 +757,10 @@ void activate_fresh(self_pointer self, const fresh_run& run,
     st.settle_key = run.answer.key;
   }
   if (admitted) {
-    st.admitting = run_actor_state::unwritten_admission{
-        run.record, run.answer, std::move(admitted), run.info};
+    st.admitting = std::make_unique<run_actor_state::unwritten_admission>(
+        run.record, run.answer, std::move(admitted), run.info);
   }
-  activate(self, run.record, run.history);
+  activate(self, std::move(run.record), std::move(run.history));
 }
 
 run_actor::behavior_type run_actor_behavior(self_pointer self, shard* home,
@@ -768,11 +777,11 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, shard* home,
           activate(self, std::nullopt);
         }
       },
-      [self](activate_atom, const fresh_run& run) {
+      [self](activate_atom, fresh_run& run) {
         activate_fresh(self, run, std::nullopt);
       },
       [self](admit_atom,
-             const fresh_run& run) -> caf::typed_response_promise<run_info> {
+             fresh_run& run) -> caf::typed_response_promise<run_info> {
         auto promise = self->make_response_promise<run_info>();
         reply_once<run_info> admitted(
             promise, make_error(errc::storage_error,
@@ -783,10 +792,9 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, shard* home,
       },
       [self](committed_atom, const status& outcome) {
         auto& st = self->state;
-        std::optional<run_actor_state::unwritten_admission> admission;
+        std::unique_ptr<run_actor_state::unwritten_admission> admission;
         if (st.admitting && st.admitting->submitted) {
           admission = std::move(st.admitting);
-          st.admitting.reset();
           if (outcome) {
             (*admission->admitted)(admission->info);
           } else {

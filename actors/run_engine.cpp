@@ -46,7 +46,7 @@ std::uint64_t history_bytes_of(const event_record& event) {
 
 run_engine::run_engine(engine_environment env, persistence::run_record record,
                        std::vector<persistence::event_record> history)
-    : env_(env),
+    : env_(std::move(env)),
       record_(std::move(record)),
       history_(std::move(history)),
       random_(seed()) {

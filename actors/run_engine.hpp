@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <set>
@@ -66,8 +67,11 @@ struct commit_plan {
   std::vector<message_key> message_keys;
   // continue-as-new: the run admitted in the write that ends this one, and
   // its start token's record (owner: the successor), if the run has one.
-  std::optional<persistence::run_record> successor;
-  std::optional<persistence::token_record> successor_token;
+  struct successor_admission {
+    persistence::run_record run;
+    std::optional<persistence::token_record> token;  // its start token's
+  };
+  std::unique_ptr<successor_admission> successor;  // boxed: rare
 
   bool empty() const {
     return events.empty() && !run && timer_puts.empty() &&
@@ -530,7 +534,7 @@ class run_engine final : public detail::driver {
   // continue-as-new: the successor's input, once the flow asked for it;
   // the start token's record as its actor handed it over.
   std::optional<json> continue_input_;
-  std::optional<hand_over_ready> handed_over_;
+  std::unique_ptr<hand_over_ready> handed_over_;  // boxed: rare
 };
 
 // When a token is held after its run ends: `spec` is null (not at all), a

@@ -217,6 +217,7 @@ void run_engine::continue_as_new() {
   next.parent_run_id = record_.parent_run_id;
   next.parent_close = record_.parent_close;
   next.continued_from = record_.id;
+  std::optional<persistence::token_record> successor_token;
   if (handed_over_ && handed_over_->ok) {
     auto token = handed_over_->record;
     token.owner_run = next.id;
@@ -227,7 +228,7 @@ void run_engine::continue_as_new() {
     token.previous_owner_last_payload = 0;
     token.owner_spec_version = next.spec_version;
     next.start_token = record_.start_token;
-    staged_.successor_token = std::move(token);
+    successor_token = std::move(token);
   }
   auto output = encode_payload(json{{"continuedAs", next.id}});
   record_.status = run_status::completed;
@@ -235,7 +236,8 @@ void run_engine::continue_as_new() {
   record_.completed_at_ms = at;
   run_dirty_ = true;
   staged_.delete_active = true;
-  staged_.successor = std::move(next);
+  staged_.successor = std::make_unique<commit_plan::successor_admission>(
+      std::move(next), std::move(successor_token));
   stage({.kind = event_kind::run_completed, .at_ms = at, .data = output});
   announce_end();
   flush_then([this] { finish(); });
@@ -246,7 +248,7 @@ bool run_engine::on_hand_over(const hand_over_ready& ready) {
       ready.token != record_.start_token) {
     return false;
   }
-  handed_over_ = ready;
+  handed_over_ = std::make_unique<hand_over_ready>(ready);
   continue_as_new();
   return true;
 }

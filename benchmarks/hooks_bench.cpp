@@ -82,6 +82,10 @@ std::unique_ptr<durin::runtime> open_runtime(const std::string& dir) {
   options.data_dir = dir;
   options.actor_threads = bench::env_count("DURIN_BENCH_ACTOR_THREADS", 0);
   options.step_threads = bench::env_count("DURIN_BENCH_STEP_THREADS", 8);
+  // The resume benchmark writes DURIN_BENCH_RESUMES (50,000) payloads into
+  // one run's history, the default limit's size: room for them.
+  options.history_events_max =
+      4 * bench::env_count("DURIN_BENCH_RESUMES", 50'000) + 1'000;
   auto opened = durin::runtime::open(std::move(options), hook_flows());
   if (!opened) {
     bench::fail("runtime::open failed: " + opened.error().to_string());
