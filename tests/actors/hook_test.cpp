@@ -18,6 +18,7 @@
 #include "durin/durin.hpp"
 #include "persistence/keys.hpp"
 #include "services/node.hpp"
+#include "services/runtime_access.hpp"
 #include "tests/support/runtime_fixture.hpp"
 #include "tests/support/storage_faults.hpp"
 
@@ -276,7 +277,7 @@ TEST_F(HookTest, AnOwnerFreesItsTokenInTheWriteThatRecordsItsEnd) {
   ASSERT_TRUE(done.ok());
   EXPECT_EQ(done->status, run_status::completed);
   auto record =
-      services::services_of(*rt)
+      runtime_access::services(*rt)
           .shard_of_token(persistence::keys::token(default_tenant, "order:R"))
           .store->get_token(default_tenant, "order:R");
   ASSERT_TRUE(record.ok());
@@ -1009,8 +1010,11 @@ flow<json> inspect_owner(context& ctx, json input) {
 flow<json> forward_to_owner(context& ctx, json input) {
   auto hook = ctx.create_hook<json>({.token = input.at("token")});
   if (auto owner = co_await hook.conflict()) {
+    // Not ended: forward. The owner may still read as pending: the token
+    // records its claim in the token's own write, which can land before
+    // the owner's write that records it running.
     auto status = co_await owner->status();
-    if (status == run_status::running || status == run_status::waiting) {
+    if (!is_terminal(status)) {
       auto forward = [token = hook.token(), note = input.at("note")] {
         auto resumed = current_runtime->resume_hook(token, note);
         if (!resumed) {
