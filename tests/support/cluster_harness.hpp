@@ -1,5 +1,6 @@
-// A real cluster for process-level tests: one etcd (tests/support/
-// etcd_process.hpp) on free ports, `durin cluster init`, and N `durin serve
+// A real cluster for process-level tests: an etcd of one member, or of
+// `etcd_members` (tests/support/etcd_process.hpp), on free ports, `durin
+// cluster init`, and N `durin serve
 // --etcd` nodes on 127.0.0.1 (ports picked by the kernel), each with its
 // own data dir; kill -9, SIGSTOP/SIGCONT and restart by pid; waits for the
 // routing to settle, read from GET /v1/cluster. The node lease TTL is 2 s
@@ -18,7 +19,9 @@
 // both peer proxies cuts them from each other). The test client, the CLI
 // and the test's own etcd calls reach etcd and the nodes directly. A
 // proxy outlives restarts of its node: a node restarted while cut stays
-// cut. The destructor heals every proxy before it stops the nodes.
+// cut. The destructor heals every proxy before it stops the nodes. With
+// several etcd members there are no etcd proxies: every node's --etcd lists
+// every member, and its client moves to the next when one fails.
 #pragma once
 
 #include <signal.h>
@@ -54,15 +57,18 @@ struct cluster_setup {
   // Environment of every node ("NAME=value"), and flags of its serve.
   std::vector<std::string> env;
   std::vector<std::string> flags;
+  int etcd_members = 1;
 };
 
 class cluster_harness {
  public:
   explicit cluster_harness(cluster_setup setup = {})
-      : setup_(setup), name_("t" + std::to_string(std::random_device{}())) {
+      : setup_(setup),
+        name_("t" + std::to_string(std::random_device{}())),
+        etcd_(etcd_process::start_members(setup.etcd_members)) {
     std::vector<std::string> init = {
         "cluster",    "init",
-        "--etcd",     etcd_.endpoint(),
+        "--etcd",     etcd_endpoints(),
         "--cluster",  name_,
         "--shards",   std::to_string(setup.shards),
         "--replicas", std::to_string(setup.replicas)};
@@ -78,7 +84,10 @@ class cluster_harness {
       throw std::runtime_error("durin cluster init failed");
     }
     for (int i = 0; i < setup.nodes; ++i) {
-      etcd_proxies_.push_back(std::make_unique<tcp_proxy>(etcd_.client_port()));
+      if (etcd_.size() == 1) {
+        etcd_proxies_.push_back(
+            std::make_unique<tcp_proxy>(etcd_.front()->client_port()));
+      }
       peer_proxies_.push_back(std::make_unique<tcp_proxy>(0));
       nodes_.push_back(nullptr);
       start(i);
@@ -88,9 +97,11 @@ class cluster_harness {
   ~cluster_harness() {
     // A node cut off stops slowly (its lease revoke, its peers' calls wait
     // for their deadlines).
-    for (std::size_t i = 0; i < nodes_.size(); ++i) {
-      etcd_proxies_[i]->heal();
-      peer_proxies_[i]->heal();
+    for (auto& proxy : etcd_proxies_) {
+      proxy->heal();
+    }
+    for (auto& proxy : peer_proxies_) {
+      proxy->heal();
     }
     for (auto& node : nodes_) {
       if (node && node->running()) {
@@ -104,7 +115,27 @@ class cluster_harness {
   cluster_harness& operator=(const cluster_harness&) = delete;
 
   const std::string& name() const { return name_; }
-  etcd_process& etcd() { return etcd_; }
+  // The first etcd member (the only one unless etcd_members says more).
+  etcd_process& etcd() { return *etcd_.front(); }
+  etcd_process& etcd(int member) { return *etcd_.at(member); }
+  int etcd_members() const { return static_cast<int>(etcd_.size()); }
+  // The member that leads now; -1 when none answers as leader.
+  int etcd_leader() const {
+    for (std::size_t m = 0; m < etcd_.size(); ++m) {
+      if (etcd_[m]->leader()) {
+        return static_cast<int>(m);
+      }
+    }
+    return -1;
+  }
+  // Every member's client URL, comma-separated (for --etcd).
+  std::string etcd_endpoints() const {
+    std::string out;
+    for (const auto& member : etcd_) {
+      out += (out.empty() ? "" : ",") + member->endpoint();
+    }
+    return out;
+  }
   int size() const { return static_cast<int>(nodes_.size()); }
   static std::string node_id(int i) { return "n" + std::to_string(i); }
   std::string data_dir(int i) const { return dir_.path() + "/" + node_id(i); }
@@ -131,20 +162,21 @@ class cluster_harness {
     for (int attempt = 0;; ++attempt) {
       const int peer_port = free_port();
       peer_proxies_.at(i)->set_upstream(peer_port);
-      node_setup.flags = {"--etcd",
-                          etcd_proxies_.at(i)->url(),
-                          "--cluster",
-                          name_,
-                          "--node-id",
-                          node_id(i),
-                          "--peer-listen",
-                          "127.0.0.1:" + std::to_string(peer_port),
-                          "--peer-advertise",
-                          peer_proxies_.at(i)->address(),
-                          "--lease-ttl-s",
-                          std::to_string(setup_.lease_ttl_s),
-                          "--replication-timeout-ms",
-                          "1000"};
+      node_setup.flags = {
+          "--etcd",
+          etcd_proxies_.empty() ? etcd_endpoints() : etcd_proxies_.at(i)->url(),
+          "--cluster",
+          name_,
+          "--node-id",
+          node_id(i),
+          "--peer-listen",
+          "127.0.0.1:" + std::to_string(peer_port),
+          "--peer-advertise",
+          peer_proxies_.at(i)->address(),
+          "--lease-ttl-s",
+          std::to_string(setup_.lease_ttl_s),
+          "--replication-timeout-ms",
+          "1000"};
       node_setup.flags.insert(node_setup.flags.end(), setup_.flags.begin(),
                               setup_.flags.end());
       try {
@@ -255,7 +287,7 @@ class cluster_harness {
   cluster_setup setup_;
   std::string name_;
   temp_dir dir_;
-  etcd_process etcd_;
+  std::vector<std::unique_ptr<etcd_process>> etcd_;
   // Before the nodes: they are stopped while their proxies still forward.
   std::vector<std::unique_ptr<tcp_proxy>> etcd_proxies_;
   std::vector<std::unique_ptr<tcp_proxy>> peer_proxies_;
