@@ -515,7 +515,7 @@ engine_output run_engine::take_output() {
 
 bool run_engine::can_passivate() const {
   if (stopped() || in_flight_ || !staged_.empty() || run_dirty_ ||
-      !staged_after_.empty() || !update_waiters_.empty()) {
+      !staged_after_.empty() || has_update_waiters()) {
     return false;
   }
   bool on_timer = pending_.kind == call_kind::sleep ||
@@ -525,7 +525,7 @@ bool run_engine::can_passivate() const {
 
 bool run_engine::idle_on_hook() const {
   if (stopped() || in_flight_ || !staged_.empty() || run_dirty_ ||
-      !staged_after_.empty() || !update_waiters_.empty()) {
+      !staged_after_.empty() || has_update_waiters()) {
     return false;
   }
   if (pending_.kind == call_kind::message_read) {

@@ -271,7 +271,9 @@ class run_engine final : public detail::driver {
   // when the handler makes a durable call.
   result<json> query(const std::string& name, const json& args);
   // True while callers wait for an update's completion.
-  bool has_update_waiters() const { return !update_waiters_.empty(); }
+  bool has_update_waiters() const {
+    return talk_ && !talk_->update_waiters.empty();
+  }
 
   engine_output take_output();
 
@@ -491,27 +493,39 @@ class run_engine final : public detail::driver {
   // Payloads delivered but not yet read, by token and sequence.
   std::map<std::string, std::map<std::uint64_t, std::string>> arrived_;
 
-  // Messages (run_engine_messages.cpp). Recorded and not yet read, by
-  // history sequence (the event is in history_ or staged).
-  struct arrival {
-    std::string name;
-    std::string payload;    // MessagePack
-    std::string update_id;  // non-empty for an update
+  // Messages, updates and queries (run_engine_messages.cpp), made at their
+  // first use: a run that has none carries one pointer (every live run's
+  // engine is paid for in memory).
+  struct conversation {
+    // Recorded and not yet read, by history sequence (the event is in
+    // history_ or staged).
+    struct arrival {
+      std::string name;
+      std::string payload;    // MessagePack
+      std::string update_id;  // non-empty for an update
+    };
+    std::map<std::uint64_t, arrival> unread;
+    // Keys this activation recorded (or is recording): scope + 0x1F + key
+    // to the message's sequence.
+    std::map<std::string, std::uint64_t> message_keys;
+    // Updates: completed ones' results (MessagePack), by their sequence;
+    // callers waiting for a completion.
+    std::map<std::uint64_t, std::string> update_results;
+    std::map<std::uint64_t,
+             std::vector<std::function<void(result<message_receipt>)>>>
+        update_waiters;
+    std::map<std::string, std::function<std::string(const json&)>> validators;
+    std::map<std::string, std::function<json(const json&)>> queries;
+    // Update ids by their message's sequence.
+    std::map<std::uint64_t, std::string> update_ids;
   };
-  std::map<std::uint64_t, arrival> unread_;
-  // Keys this activation recorded (or is recording): scope + 0x1F + key to
-  // the message's sequence, and whether that write is durable yet.
-  std::map<std::string, std::uint64_t> message_keys_;
-  // Updates: completed ones' results (MessagePack), by their sequence;
-  // callers waiting for a completion.
-  std::map<std::uint64_t, std::string> update_results_;
-  std::map<std::uint64_t,
-           std::vector<std::function<void(result<message_receipt>)>>>
-      update_waiters_;
-  std::map<std::string, std::function<std::string(const json&)>> validators_;
-  std::map<std::string, std::function<json(const json&)>> queries_;
-  // Update ids by their message's sequence.
-  std::map<std::uint64_t, std::string> update_ids_;
+  std::unique_ptr<conversation> talk_;
+  conversation& talk() {
+    if (!talk_) {
+      talk_ = std::make_unique<conversation>();
+    }
+    return *talk_;
+  }
   // Set while a query's handler (or an update's validation) runs: every
   // durable call refuses then, and marks the query refused.
   bool in_query_ = false;

@@ -62,15 +62,15 @@ void run_engine::index_messages() {
     }
     if (event.kind == event_kind::message_received) {
       auto update = data.value("update", std::string());
-      unread_[i + 1] = {event.name,
-                        encode_payload(data.value("payload", json())), update};
+      talk().unread[i + 1] = {
+          event.name, encode_payload(data.value("payload", json())), update};
       if (!update.empty()) {
-        update_ids_[i + 1] = update;  // completable after a restart too
+        talk().update_ids[i + 1] = update;  // completable after a restart too
       }
     } else if (event.kind == event_kind::message_read) {
-      unread_.erase(data.value("sequence", std::uint64_t{0}));
+      talk().unread.erase(data.value("sequence", std::uint64_t{0}));
     } else {
-      update_results_[data.value("sequence", std::uint64_t{0})] =
+      talk().update_results[data.value("sequence", std::uint64_t{0})] =
           encode_payload(data.value("result", json()));
     }
   }
@@ -135,15 +135,16 @@ bool run_engine::message_read(const std::vector<std::string>& names,
 // describes that read. True (and the read staged) when one matched.
 bool run_engine::try_next_message(detail::call_outcome* out) {
   const auto& names = pending_.names;
-  auto found = std::find_if(unread_.begin(), unread_.end(), [&](auto& entry) {
-    return std::find(names.begin(), names.end(), entry.second.name) !=
-           names.end();
-  });
-  if (found == unread_.end()) {
+  auto found = std::find_if(
+      talk().unread.begin(), talk().unread.end(), [&](auto& entry) {
+        return std::find(names.begin(), names.end(), entry.second.name) !=
+               names.end();
+      });
+  if (found == talk().unread.end()) {
     return false;
   }
   auto [sequence, message] = *found;
-  unread_.erase(found);
+  talk().unread.erase(found);
   stage({.kind = event_kind::message_read,
          .call = pending_.call,
          .at_ms = now(),
@@ -162,7 +163,7 @@ void run_engine::update_validator(
   if (auto problem = message_name_problem(name); !problem.empty()) {
     throw invalid_argument_error(problem);
   }
-  validators_[std::move(name)] = std::move(validate);
+  talk().validators[std::move(name)] = std::move(validate);
 }
 
 void run_engine::query_handler(std::string name,
@@ -171,16 +172,16 @@ void run_engine::query_handler(std::string name,
   if (auto problem = message_name_problem(name); !problem.empty()) {
     throw invalid_argument_error(problem);
   }
-  queries_[std::move(name)] = std::move(answer);
+  talk().queries[std::move(name)] = std::move(answer);
 }
 
 void run_engine::update_complete(std::uint64_t sequence, json result) {
   refuse_in_query("ctx.complete_update");
-  if (stopped() || update_results_.count(sequence) != 0) {
+  if (stopped() || talk().update_results.count(sequence) != 0) {
     return;  // replayed: recorded already
   }
-  auto id = update_ids_.find(sequence);
-  if (id == update_ids_.end()) {
+  auto id = talk().update_ids.find(sequence);
+  if (id == talk().update_ids.end()) {
     throw invalid_argument_error("ctx.complete_update: history sequence " +
                                  std::to_string(sequence) +
                                  " is not an update this run received");
@@ -191,17 +192,17 @@ void run_engine::update_complete(std::uint64_t sequence, json result) {
          .at_ms = now(),
          .name = id->second,
          .data = encode_payload(data)});
-  update_results_[sequence] = bytes;
+  talk().update_results[sequence] = bytes;
   flush_then([this, sequence, bytes] {
-    auto waiting = update_waiters_.find(sequence);
-    if (waiting == update_waiters_.end()) {
+    auto waiting = talk().update_waiters.find(sequence);
+    if (waiting == talk().update_waiters.end()) {
       return;
     }
     message_receipt receipt{record_.id, sequence, true, bytes};
     for (auto& reply : waiting->second) {
       output_.replies.push_back([reply, receipt] { reply(receipt); });
     }
-    update_waiters_.erase(waiting);
+    talk().update_waiters.erase(waiting);
   });
 }
 
@@ -224,8 +225,8 @@ void run_engine::on_message(
   }
   json payload = decode_or_null(request.payload);
   if (request.update) {
-    auto validator = validators_.find(request.name);
-    if (validator == validators_.end()) {
+    auto validator = talk().validators.find(request.name);
+    if (validator == talk().validators.end()) {
       reply(make_error(errc::handler_not_found,
                        "run " + record_.id + " (flow " + record_.flow +
                            ") has no update named '" + request.name +
@@ -265,21 +266,21 @@ void run_engine::on_message(
     data[request.update ? "update" : "key"] = request.key;
     staged_.message_keys.push_back(
         {request.scope, request.key, {sequence, record_.id}});
-    message_keys_[key_of(request.scope, request.key)] = sequence;
+    talk().message_keys[key_of(request.scope, request.key)] = sequence;
   }
   stage({.kind = event_kind::message_received,
          .at_ms = now(),
          .name = request.name,
          .data = encode_payload(data)});
-  unread_[sequence] = {request.name, request.payload,
-                       request.update ? request.key : std::string()};
+  talk().unread[sequence] = {request.name, request.payload,
+                             request.update ? request.key : std::string()};
   if (request.update) {
-    update_ids_[sequence] = request.key;
+    talk().update_ids[sequence] = request.key;
   }
   message_receipt receipt{record_.id, sequence};
   bool waits = request.update && request.wait_completed && may_wait();
   if (waits) {
-    update_waiters_[sequence].push_back(reply);
+    talk().update_waiters[sequence].push_back(reply);
   }
   if (pending_.kind == call_kind::message_read &&
       try_next_message(pending_.out)) {
@@ -295,8 +296,8 @@ void run_engine::on_message(
 bool run_engine::answer_repeat(
     const message_request& request,
     const std::function<void(result<message_receipt>)>& reply) {
-  auto known = message_keys_.find(key_of(request.scope, request.key));
-  if (known == message_keys_.end()) {
+  auto known = talk().message_keys.find(key_of(request.scope, request.key));
+  if (known == talk().message_keys.end()) {
     return false;
   }
   message_receipt receipt{record_.id, known->second};
@@ -318,8 +319,8 @@ void run_engine::answer_recorded(
     send(std::move(receipt));
     return;
   }
-  if (auto done = update_results_.find(receipt.sequence);
-      done != update_results_.end()) {
+  if (auto done = talk().update_results.find(receipt.sequence);
+      done != talk().update_results.end()) {
     receipt.completed = true;
     receipt.result = done->second;
     send(std::move(receipt));
@@ -335,19 +336,25 @@ void run_engine::answer_recorded(
                         request.key + "'"));
     return;
   }
-  update_waiters_[receipt.sequence].push_back(std::move(reply));
+  talk().update_waiters[receipt.sequence].push_back(std::move(reply));
 }
 
 bool run_engine::may_wait() const {
+  if (!talk_) {
+    return true;
+  }
   std::size_t waiting = 0;
-  for (const auto& [sequence, callers] : update_waiters_) {
+  for (const auto& [sequence, callers] : talk_->update_waiters) {
     waiting += callers.size();
   }
   return waiting < update_waiters_max;
 }
 
 void run_engine::drop_update_waiters() {
-  for (auto& [sequence, waiting] : update_waiters_) {
+  if (!talk_) {
+    return;  // no update was ever asked of this activation
+  }
+  for (auto& [sequence, waiting] : talk().update_waiters) {
     for (auto& reply : waiting) {
       output_.replies.push_back([reply, id = record_.id] {
         reply(make_error(errc::run_finished,
@@ -355,7 +362,7 @@ void run_engine::drop_update_waiters() {
       });
     }
   }
-  update_waiters_.clear();
+  talk().update_waiters.clear();
 }
 
 std::string run_engine::read_only(const std::function<std::string()>& handler,
@@ -385,8 +392,8 @@ result<json> run_engine::query(const std::string& name, const json& args) {
         "run " + record_.id +
             " is held for replay; its state is not known: " + blocked_reason_);
   }
-  auto handler = queries_.find(name);
-  if (handler == queries_.end()) {
+  auto handler = talk().queries.find(name);
+  if (handler == talk().queries.end()) {
     return make_error(errc::handler_not_found,
                       "run " + record_.id + " (flow " + record_.flow +
                           ") has no query named '" + name +
