@@ -37,15 +37,14 @@ http_response api::readiness(request&) {
       return *refusal;  // authenticated requests would answer so
     }
     if (auto awaited = placement_->awaited(); !awaited.empty()) {
-      auto response = error_response(
-          503, "shards-not-acquired",
-          "this node does not serve yet " + std::to_string(awaited.size()) +
-              " of the shards the cluster gives it (it takes each once the "
-              "lease of its last holder is gone)");
-      auto body = json::parse(response.body);
-      body["shards"] = awaited;
-      response.body = body.dump();
-      return response;
+      return json_response(
+          503,
+          {{"code", "shards-not-acquired"},
+           {"message", "this node does not serve yet " +
+                           std::to_string(awaited.size()) +
+                           " of the shards the cluster gives it (it takes "
+                           "each once the lease of its last holder is gone)"},
+           {"shards", awaited}});
     }
   }
   return readiness_response(node_);

@@ -32,6 +32,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -131,25 +132,56 @@ void expect_served_again_by(cluster_harness& cluster, const request_log& log,
   EXPECT_GT(config->epoch, epoch_before);
 }
 
+// Two nodes, one shard, --replicas 2, every copy in step, a keyed load
+// running for a second; the backup still in step then (a loaded machine
+// may have had it dropped: else no one could take over).
+class PartitionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    primary = start_in_step(cluster);
+    ASSERT_GE(primary, 0);
+    backup = 1 - primary;
+    before = shard_in_etcd(cluster);
+    ASSERT_TRUE(before);
+    load = std::make_unique<keyed_load>(cluster, log, 3, request_timeout);
+    load_at = clock_type::now();
+    std::this_thread::sleep_for(1s);
+    ASSERT_TRUE(wait_for_in_sync(cluster, primary, backup));
+  }
+
+  // After the heal: `copy` rejoins `owner`'s in-sync set. The rejoin
+  // begins under load; the load stops after a second, since a catch-up
+  // under this load may take many seconds (the copy that rejoins must
+  // apply writes faster than the primary takes them).
+  void wait_rejoined(int owner, int copy, const char* what) {
+    std::this_thread::sleep_for(1s);
+    load->stop();
+    ASSERT_TRUE(wait_for_in_sync(cluster, owner, copy)) << what;
+  }
+
+  // Every 2xx start is there once, and the copies end equal (every node
+  // frozen for the comparison: nothing else is asked of them after).
+  void expect_nothing_lost(int owner) {
+    expect_every_acknowledged_start_present(cluster, log);
+    ASSERT_TRUE(wait_for_copies_in_step(cluster, owner));
+    expect_copies_equal(cluster);
+  }
+
+  cluster_harness cluster{replicated(2, 1)};
+  int primary = -1;
+  int backup = -1;
+  std::optional<cluster::shard_config> before;
+  request_log log;
+  std::unique_ptr<keyed_load> load;
+  clock_type::time_point load_at;
+};
+
 // Rule (a): cut from etcd only, the primary stops at its own deadline
 // (no 2xx from it to a request sent after cut + TTL), its in-sync backup
 // promotes at epoch + 1 and answers within the bound; healed, the old
 // primary rejoins as the backup and the copies end equal.
-TEST(PartitionTest,
-     APrimaryCutFromEtcdStopsAtItsDeadlineAndItsBackupTakesOver) {
-  cluster_harness cluster(replicated(2, 1));
-  const int primary = start_in_step(cluster);
-  ASSERT_GE(primary, 0);
-  const int backup = 1 - primary;
-  const auto before = shard_in_etcd(cluster);
-  ASSERT_TRUE(before);
-  request_log log;
-  keyed_load load(cluster, log, 3, request_timeout);
-  const auto load_at = clock_type::now();
-  std::this_thread::sleep_for(1s);
-  // The backup in step still (a loaded machine may have had it dropped):
-  // else no one could take over.
-  ASSERT_TRUE(wait_for_in_sync(cluster, primary, backup));
+TEST_F(PartitionTest,
+       APrimaryCutFromEtcdStopsAtItsDeadlineAndItsBackupTakesOver) {
   const auto cut_at = clock_type::now();
   cluster.etcd_proxy(primary).cut();
   ASSERT_GT(log.acknowledged_count(primary, load_at, cut_at), 0u)
@@ -165,36 +197,17 @@ TEST(PartitionTest,
       "the cut primary acknowledged %zu writes sent after the cut, "
       "before its deadline\n",
       log.acknowledged_count(primary, cut_at, heal_at));
-  // The rejoin begins under load; the load stops after a second, since a
-  // catch-up under this load may take many seconds (the copy that rejoins
-  // must apply writes faster than the primary takes them).
-  std::this_thread::sleep_for(1s);
-  load.stop();
-  ASSERT_TRUE(wait_for_in_sync(cluster, backup, primary))
-      << "the old primary did not rejoin as the backup";
-  expect_every_acknowledged_start_present(cluster, log);
-  ASSERT_TRUE(wait_for_copies_in_step(cluster, backup));
-  expect_copies_equal(cluster);
+  wait_rejoined(backup, primary,
+                "the old primary did not rejoin as the backup");
+  expect_nothing_lost(backup);
 }
 
 // Rule (b): cut from its backup only (both peer endpoints), the primary
 // keeps its lease, drops the backup from the in-sync set by a CAS at its
 // epoch and acknowledges alone; the backup never takes the shard; healed,
 // the backup catches up and is in the in-sync set again.
-TEST(PartitionTest, APrimaryCutFromItsBackupDropsItAndGoesOnAlone) {
-  cluster_harness cluster(replicated(2, 1));
-  const int primary = start_in_step(cluster);
-  ASSERT_GE(primary, 0);
-  const int backup = 1 - primary;
-  const auto before = shard_in_etcd(cluster);
-  ASSERT_TRUE(before);
+TEST_F(PartitionTest, APrimaryCutFromItsBackupDropsItAndGoesOnAlone) {
   ASSERT_EQ(before->in_sync.size(), 1u);
-  request_log log;
-  keyed_load load(cluster, log, 3, request_timeout);
-  std::this_thread::sleep_for(1s);
-  // The backup in step still (a loaded machine may have had it dropped):
-  // else no one could take over.
-  ASSERT_TRUE(wait_for_in_sync(cluster, primary, backup));
   const auto cut_at = clock_type::now();
   cluster.peer_proxy(primary).cut();
   cluster.peer_proxy(backup).cut();
@@ -221,21 +234,13 @@ TEST(PartitionTest, APrimaryCutFromItsBackupDropsItAndGoesOnAlone) {
   // nothing sent to it after the cut acknowledged.
   EXPECT_GT(log.sent_count(backup, cut_done, heal_at), 0u);
   EXPECT_EQ(log.acknowledged_count(backup, cut_done, heal_at), 0u);
-  // The rejoin begins under load; the load stops after a second, since a
-  // catch-up under this load may take many seconds (the copy that rejoins
-  // must apply writes faster than the primary takes them).
-  std::this_thread::sleep_for(1s);
-  load.stop();
-  ASSERT_TRUE(wait_for_in_sync(cluster, primary, backup))
-      << "the backup did not rejoin the in-sync set";
+  wait_rejoined(primary, backup, "the backup did not rejoin the in-sync set");
   auto after = shard_in_etcd(cluster);
   ASSERT_TRUE(after);
   EXPECT_EQ(after->epoch, before->epoch);  // the same tenure all along
   EXPECT_GE(metric(cluster, primary, "durin_replication_backups_dropped_total"),
             1u);
-  expect_every_acknowledged_start_present(cluster, log);
-  ASSERT_TRUE(wait_for_copies_in_step(cluster, primary));
-  expect_copies_equal(cluster);
+  expect_nothing_lost(primary);
 }
 
 // Rule (c): cut from everyone (etcd first, so that it cannot drop its
@@ -244,19 +249,7 @@ TEST(PartitionTest, APrimaryCutFromItsBackupDropsItAndGoesOnAlone) {
 // write waits, a retry of its key is answered 409 in flight). The backup
 // takes over within the bound; healed, the old primary rejoins as the
 // backup (re-copying the tail it wrote alone) and the copies end equal.
-TEST(PartitionTest, APrimaryCutFromEveryoneIsReplacedAndRejoinsWhenHealed) {
-  cluster_harness cluster(replicated(2, 1));
-  const int primary = start_in_step(cluster);
-  ASSERT_GE(primary, 0);
-  const int backup = 1 - primary;
-  const auto before = shard_in_etcd(cluster);
-  ASSERT_TRUE(before);
-  request_log log;
-  keyed_load load(cluster, log, 3, request_timeout);
-  std::this_thread::sleep_for(1s);
-  // The backup in step still (a loaded machine may have had it dropped):
-  // else no one could take over.
-  ASSERT_TRUE(wait_for_in_sync(cluster, primary, backup));
+TEST_F(PartitionTest, APrimaryCutFromEveryoneIsReplacedAndRejoinsWhenHealed) {
   const auto cut_at = clock_type::now();
   cluster.etcd_proxy(primary).cut();
   cluster.peer_proxy(primary).cut();
@@ -278,16 +271,9 @@ TEST(PartitionTest, APrimaryCutFromEveryoneIsReplacedAndRejoinsWhenHealed) {
       "acknowledged by it (%zu replays of earlier ones)\n",
       log.sent_count(primary, cut_done, heal_at),
       log.acknowledged_count(primary, cut_done, heal_at));
-  // The rejoin begins under load; the load stops after a second, since a
-  // catch-up under this load may take many seconds (the copy that rejoins
-  // must apply writes faster than the primary takes them).
-  std::this_thread::sleep_for(1s);
-  load.stop();
-  ASSERT_TRUE(wait_for_in_sync(cluster, backup, primary))
-      << "the old primary did not rejoin as the backup";
-  expect_every_acknowledged_start_present(cluster, log);
-  ASSERT_TRUE(wait_for_copies_in_step(cluster, backup));
-  expect_copies_equal(cluster);
+  wait_rejoined(backup, primary,
+                "the old primary did not rejoin as the backup");
+  expect_nothing_lost(backup);
 }
 
 }  // namespace

@@ -29,14 +29,6 @@ namespace {
 constexpr int must_come_ms = 5000;
 constexpr int must_not_come_ms = 300;
 
-sockaddr_in loopback(int port) {
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = htons(static_cast<std::uint16_t>(port));
-  return address;
-}
-
 // A server socket on 127.0.0.1 with a port the kernel picked.
 class server {
  public:

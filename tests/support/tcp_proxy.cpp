@@ -16,14 +16,6 @@ namespace durin::testing {
 
 namespace {
 
-sockaddr_in loopback(int port) {
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = htons(static_cast<std::uint16_t>(port));
-  return address;
-}
-
 // Closed with a reset: the other end sees the connection broken, and
 // whatever was queued on it is dropped.
 void reset(int fd) {

@@ -24,6 +24,8 @@
 // so it adds no Nagle delay of its own.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 
 #include <condition_variable>
@@ -36,6 +38,15 @@
 #include <vector>
 
 namespace durin::testing {
+
+// 127.0.0.1:`port` (0: any port) as a socket address.
+inline sockaddr_in loopback(int port) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  return address;
+}
 
 class tcp_proxy {
  public:
