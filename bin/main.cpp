@@ -800,8 +800,9 @@ void add_local_commands(CLI::App& app, cli& c) {
                    "node)");
   auto* move = cluster->add_subcommand(
       "move",
-      "move a shard to another node (offline: it answers 503 while its data "
-      "is copied, then the new node serves it at a higher epoch)");
+      "move a shard to another node at a higher epoch (with --replicas 2 or "
+      "more online: the node catches up as a backup, then takes over; with "
+      "one copy offline: the shard answers 503 while its data is copied)");
   move->add_option("shard", c.cluster.shard, "the shard's number")->required();
   move->add_option("--to", c.cluster.to, "the node it goes to")->required();
   auto* drain = cluster->add_subcommand(

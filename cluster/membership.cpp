@@ -107,7 +107,8 @@ membership::membership(membership_options options, cluster_config config,
       keys_(options_.cluster),
       control_(std::move(control)),
       keeper_(std::move(keeper)),
-      held_(config_.shards) {
+      held_(config_.shards),
+      resigned_(config_.shards) {
   for (std::uint32_t shard = 0; shard < config_.shards; ++shard) {
     fences_.push_back(std::make_shared<persistence::fence>());
   }
@@ -213,7 +214,8 @@ void membership::keep_loop() {
                               std::memory_order_release);
         for (std::uint32_t shard = 0; shard < config_.shards; ++shard) {
           const auto epoch = held_[shard].load(std::memory_order_acquire);
-          if (epoch == 0) {
+          if (epoch == 0 ||
+              resigned_[shard].load(std::memory_order_acquire) == epoch) {
             continue;
           }
           // Its lease key was never gone (the node lease lives): the same
@@ -385,12 +387,29 @@ void membership::acquire_round() {
         release(shard, taken);
       } else if (taken.create_revision == 0 && config.mod_revision != 0 &&
                  config.state == shard_state::active &&
-                 config.in_step(options_.node_id, lease)) {
-        promote(shard, config);
+                 config.in_step(options_.node_id, lease) &&
+                 (config.target == options_.node_id ||
+                  !target_in_step(seen, config))) {
+        promote(shard, config);  // a hand-over's target only, while in step
       }
       continue;
     }
     if (taken.create_revision != 0) {
+      if (taken.lease == lease && taken.epoch == config.epoch &&
+          held_[shard].load() == taken.epoch && handing_over(seen, config)) {
+        // An online move: the target has every write; this node steps
+        // down at its epoch and the target promotes itself at the next.
+        std::fprintf(stderr,
+                     "durin: node %s hands shard %u over to %s (in step)\n",
+                     options_.node_id.c_str(), shard, config.target.c_str());
+        resigned_[shard].store(taken.epoch, std::memory_order_release);
+        fences_[shard]->close();
+      }
+      if (taken.lease == lease &&
+          resigned_[shard].load(std::memory_order_acquire) == taken.epoch) {
+        release(shard, taken);  // retried each round until etcd erased it
+        continue;
+      }
       if (taken.lease == lease && taken.epoch == config.epoch &&
           held_[shard].load() != config.epoch) {
         hold(shard, config.epoch);  // acquired before the watch said so
@@ -425,15 +444,34 @@ void membership::acquire(std::uint32_t shard, const shard_config& config) {
 void membership::promote(std::uint32_t shard, const shard_config& config) {
   shard_config next = config;
   next.owner = options_.node_id;
+  next.target.clear();
   std::erase(next.backups, options_.node_id);
-  if (!config.owner.empty()) {
-    next.backups.push_back(config.owner);  // it joins back as a backup
+  // The old owner joins back as a backup, unless this node was a copy
+  // added for a move beyond the cluster's replicas: then the move drops
+  // the old owner's copy.
+  if (!config.owner.empty() && next.backups.size() + 1 < config_.replicas) {
+    next.backups.push_back(config.owner);
   }
   std::fprintf(stderr,
-               "durin: node %s takes shard %u from %s (its lease is gone; "
-               "this copy is in step)\n",
-               options_.node_id.c_str(), shard, config.owner.c_str());
+               "durin: node %s takes shard %u from %s (%s; this copy is in "
+               "step)\n",
+               options_.node_id.c_str(), shard, config.owner.c_str(),
+               config.target.empty() ? "its lease is gone" : "handed over");
   acquire(shard, next);
+}
+
+bool membership::target_in_step(const table& seen, const shard_config& config) {
+  if (config.target.empty() || config.state != shard_state::active) {
+    return false;
+  }
+  auto node = seen.nodes.find(config.target);
+  return node != seen.nodes.end() &&
+         config.in_step(config.target, node->second.lease);
+}
+
+bool membership::handing_over(const table& seen,
+                              const shard_config& config) const {
+  return config.target != options_.node_id && target_in_step(seen, config);
 }
 
 bool membership::live_backup_in_step(const table& seen,
@@ -482,6 +520,21 @@ std::string membership::peer_of(const std::string& id) const {
   std::shared_lock lock(table_mutex_);
   auto node = table_.nodes.find(id);
   return node == table_.nodes.end() ? std::string() : node->second.peer;
+}
+
+void membership::resign(std::uint32_t shard, std::uint64_t epoch) {
+  if (shard >= config_.shards || epoch == 0 ||
+      held_[shard].load(std::memory_order_acquire) != epoch) {
+    return;
+  }
+  std::fprintf(stderr,
+               "durin: node %s gives up shard %u at epoch %llu (a write it "
+               "shipped did not become durable here)\n",
+               options_.node_id.c_str(), shard,
+               static_cast<unsigned long long>(epoch));
+  resigned_[shard].store(epoch, std::memory_order_release);
+  fences_[shard]->close();
+  wake();
 }
 
 void membership::hold(std::uint32_t shard, std::uint64_t epoch) {

@@ -130,6 +130,13 @@ class membership {
   // config {epoch, owner: this node, active}, only if it is still
   // `expected` (a move cancelled meanwhile refuses it). True when written.
   bool finish_move(std::uint32_t shard, const shard_config& expected);
+  // This node's copy of `shard` may lack a write it shipped at `epoch`
+  // (its own fsync failed after its backups had the write): that epoch is
+  // never written here again. The fence closes at once and the shard lease
+  // key goes, so that an in-sync backup takes the shard, or this node does
+  // at epoch + 1, a new tenure whose backups join afresh (a copy with the
+  // write this one may lack re-copies). No-op unless held at `epoch`.
+  void resign(std::uint32_t shard, std::uint64_t epoch);
   // Shard `shard`'s config as the routing table has it (mod_revision 0:
   // none yet).
   shard_config config_of(std::uint32_t shard) const;
@@ -174,6 +181,12 @@ class membership {
   void place_unplaced(const table& seen);
   void hold(std::uint32_t shard, std::uint64_t epoch);
   void release(std::uint32_t shard, const shard_lease& seen);
+  // Whether `config` asks this owner to hand its shard over online (a move
+  // to a copy, cluster/shard_move.hpp) and the target is in step now.
+  bool handing_over(const table& seen, const shard_config& config) const;
+  // Whether an online move's target is live and in step (then only it
+  // takes the shard once its owner's lease key is gone).
+  static bool target_in_step(const table& seen, const shard_config& config);
   // The lease is gone: every shard is let go (fences closed).
   void lose_all();
   void wake();
@@ -192,6 +205,9 @@ class membership {
   // The epoch this node holds each shard at (0: none); written by the
   // acquirer and the keeper.
   std::vector<std::atomic<std::uint64_t>> held_;
+  // The epoch resign() gave up each shard at (0: none): never granted
+  // again, its lease key erased by the acquirer.
+  std::vector<std::atomic<std::uint64_t>> resigned_;
   std::atomic<std::int64_t> lease_{0};
   std::atomic<std::int64_t> deadline_ticks_{0};
   clock::time_point joined_{};

@@ -285,6 +285,21 @@ class shard_shipping final : public persistence::replication {
     }
   }
 
+  void lost(std::uint64_t epoch, std::uint64_t /*position*/) override {
+    {
+      // A backup that joins must not be told it continues this log: the
+      // store may reopen without the lost write, and the next write would
+      // take its position. An empty log makes such a copy re-copy.
+      auto& log = *owner_.logs[shard_];
+      std::lock_guard lock(log.mutex);
+      log.entries.clear();
+      log.bytes = 0;
+      log.base_epoch = 0;
+      log.base_position = 0;
+    }
+    owner_.members.resign(shard_, epoch);
+  }
+
  private:
   std::shared_ptr<replicator::impl> keep_;
   replicator::impl& owner_;

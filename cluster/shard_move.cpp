@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "cluster/detail/peer_router.hpp"
@@ -295,7 +296,16 @@ struct cluster_view {
   std::map<std::uint32_t, shard_config> configs;
   std::map<std::uint32_t, shard_lease> leases;
   std::uint32_t shards = 0;
+  std::uint32_t replicas = 1;
 };
+
+// Whether `node` keeps a copy of the shard that has every write its owner
+// acknowledged, at the node lease it is live with.
+bool in_step_copy(const cluster_view& view, const shard_config& config,
+                  const std::string& node) {
+  auto live = view.nodes.find(node);
+  return live != view.nodes.end() && config.in_step(node, live->second.lease);
+}
 
 result<cluster_view> read_view(etcd_client& etcd, const std::string& cluster) {
   const layout keys(cluster);
@@ -308,6 +318,7 @@ result<cluster_view> read_view(etcd_client& etcd, const std::string& cluster) {
     if (item.key == keys.config()) {
       if (auto config = decode_config(item.value)) {
         view.shards = config->shards;
+        view.replicas = config->replicas;
       }
     } else if (item.key.compare(0, keys.nodes().size(), keys.nodes()) == 0) {
       if (auto node = decode_node(item.value)) {
@@ -333,8 +344,14 @@ result<cluster_view> read_view(etcd_client& etcd, const std::string& cluster) {
 
 }  // namespace
 
-result<shard_config> request_move(etcd_client& etcd, const std::string& cluster,
-                                  std::uint32_t shard, const std::string& to) {
+namespace {
+
+// One attempt of request_move; nullopt when the config changed between
+// its read and its compare-and-swap.
+result<std::optional<shard_config>> try_request_move(etcd_client& etcd,
+                                                     const std::string& cluster,
+                                                     std::uint32_t shard,
+                                                     const std::string& to) {
   auto view = read_view(etcd, cluster);
   if (!view) {
     return view.error();
@@ -352,8 +369,9 @@ result<shard_config> request_move(etcd_client& etcd, const std::string& cluster,
                       "shard " + std::to_string(shard) + " has no config yet");
   }
   auto config = found->second;
-  if (config.owner == to && config.state == shard_state::active) {
-    return config;  // there already
+  if (config.owner == to && config.state == shard_state::active &&
+      config.target.empty()) {
+    return std::optional(config);  // there already
   }
   if (view->nodes.count(to) == 0) {
     return make_error(errc::invalid_argument,
@@ -370,10 +388,25 @@ result<shard_config> request_move(etcd_client& etcd, const std::string& cluster,
   }
   shard_config next = config;
   if (config.owner.empty() || config.owner == to) {
-    // Not placed yet, or a cancel: the shard is simply (re)placed on `to`.
+    // Not placed yet, or a cancel: the shard is simply (re)placed on `to`,
+    // without the copy an online move added beyond the cluster's replicas.
+    if (!config.target.empty() && config.state == shard_state::active &&
+        next.backups.size() + 1 > view->replicas) {
+      std::erase(next.backups, config.target);
+    }
     next.state = shard_state::active;
     next.owner = to;
     next.target.clear();
+  } else if (view->replicas > 1 && config.state == shard_state::active &&
+             view->nodes.count(config.owner) != 0) {
+    // Online, with replication: `to` becomes a copy if it is none (it
+    // joins and catches up), the owner hands the shard over once `to` is
+    // in step, and `to` takes it at epoch + 1 (cluster/membership.cpp);
+    // the shard is unavailable only between the two.
+    next.target = to;
+    if (!config.is_backup(to)) {
+      next.backups.push_back(to);
+    }
   } else {
     next.state = shard_state::moving;
     next.target = to;
@@ -390,11 +423,29 @@ result<shard_config> request_move(etcd_client& etcd, const std::string& cluster,
     return done.error();
   }
   if (!done->succeeded) {
-    return make_error(errc::invalid_argument,
-                      "shard " + std::to_string(shard) +
-                          "'s config changed meanwhile; run the move again");
+    return std::optional<shard_config>();
   }
-  return next;
+  return std::optional(next);
+}
+
+}  // namespace
+
+result<shard_config> request_move(etcd_client& etcd, const std::string& cluster,
+                                  std::uint32_t shard, const std::string& to) {
+  // The owner changes the config too (its in-sync set): read again.
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    auto moved = try_request_move(etcd, cluster, shard, to);
+    if (!moved) {
+      return moved.error();
+    }
+    if (*moved) {
+      return **moved;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return make_error(errc::invalid_argument,
+                    "shard " + std::to_string(shard) +
+                        "'s config kept changing; run the move again");
 }
 
 result<std::uint64_t> wait_for_move(etcd_client& etcd,
@@ -442,7 +493,16 @@ result<std::vector<std::pair<std::uint32_t, std::string>>> drain_plan(
           errc::invalid_argument,
           "no other node is live to take node '" + node + "''s shards");
     }
-    plan.emplace_back(shard, rendezvous(shard, others));
+    // A copy in step takes over at once; otherwise a node by rendezvous
+    // hashing (which first catches up, or copies the shard offline).
+    std::string to = rendezvous(shard, others);
+    for (const auto& backup : config.backups) {
+      if (backup != node && in_step_copy(*view, config, backup)) {
+        to = backup;
+        break;
+      }
+    }
+    plan.emplace_back(shard, std::move(to));
   }
   return plan;
 }

@@ -1,6 +1,19 @@
-// Offline moves of a shard between nodes (`durin cluster move SHARD --to
-// NODE`, `durin cluster drain NODE`). A move is a config change in etcd and
-// a copy:
+// Moves of a shard between nodes (`durin cluster move SHARD --to NODE`,
+// `durin cluster drain NODE`).
+//
+// With replication (--replicas 2 or 3) and a live owner a move is online:
+// the operator sets `target: B` on the active config, adding B to the
+// copies if it is none; B follows and catches up like any backup (cluster/
+// replication.hpp); once B is in the in-sync set the owner hands over (its
+// fence closes at its epoch, its lease key goes, cluster/membership.cpp)
+// and B, the only copy allowed to, takes the shard at epoch + 1. The old
+// owner stays a backup, unless B was added beyond the cluster's replicas:
+// then its copy is dropped. The shard is unavailable only between the
+// hand-over and B's promotion (writes in flight there are indefinite: a
+// keyed retry answers them).
+//
+// Without replication, or with its owner gone, a move is offline, a config
+// change in etcd and a copy:
 //
 //   1. the operator sets the shard's config {epoch, owner: A, state:
 //      moving, target: B} (a CAS on its revision);
@@ -16,8 +29,8 @@
 //      A, refuses it), then acquires the shard as any owner does, at epoch
 //      + 1.
 //
-// A move whose owner is not live waits for it (the data is only there: no
-// replication yet). Moving a moving shard back to its owner cancels it.
+// An offline move whose owner is not live waits for it (the data is only
+// there). Moving a moving shard back to its owner cancels either kind.
 #pragma once
 
 #include <chrono>
@@ -114,7 +127,9 @@ result<std::uint64_t> wait_for_move(etcd_client& etcd,
                                     std::uint32_t shard, const std::string& to,
                                     std::chrono::milliseconds limit);
 // The shards placed on `node`, each with the live node (other than it) it
-// goes to by rendezvous hashing.
+// goes to: a copy in step if it has one, else one by rendezvous hashing.
+// `node` stays a backup of the shards it hands over (a rolling restart
+// brings it back as one).
 result<std::vector<std::pair<std::uint32_t, std::string>>> drain_plan(
     etcd_client& etcd, const std::string& cluster, const std::string& node);
 

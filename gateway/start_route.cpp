@@ -368,18 +368,38 @@ http_response api::answer_waited(const std::string& run_id,
                                  const std::string& tenant,
                                  clock_type::time_point deadline) {
   // Answers once the run ends or waits for something, told by the run-event
-  // hub when that status is durable (no polling).
-  auto settled = node_.wait_settled(
-      run_id,
-      std::max(std::chrono::milliseconds(0),
-               std::chrono::duration_cast<std::chrono::milliseconds>(
-                   deadline - clock_type::now())),
-      tenant);
-  if (settled) {
-    return run_response(200, *settled);
-  }
-  if (settled.error().code != errc::timeout) {
-    return error_response(settled.error());
+  // hub when that status is durable (no polling). In a cluster the run's
+  // shard may leave this node meanwhile (a move, a lost lease): its events
+  // then come on another node, so the wait looks up its shard every slice
+  // and ends with a retryable 503; the keyed retry waits at the new owner.
+  using std::chrono::milliseconds;
+  const auto shard = runtime_access::services(node_).map.of_run(run_id);
+  for (;;) {
+    const auto left = std::max(
+        milliseconds(0),
+        std::chrono::duration_cast<milliseconds>(deadline - clock_type::now()));
+    const auto slice =
+        placement_ == nullptr ? left : std::min(left, milliseconds(250));
+    auto settled = node_.wait_settled(run_id, slice, tenant);
+    if (settled) {
+      return run_response(200, *settled);
+    }
+    if (settled.error().code != errc::timeout) {
+      return error_response(settled.error());
+    }
+    if (slice == left) {
+      break;
+    }
+    if (placement_->locate(shard) != placement::where::here) {
+      auto moved = error_response(
+          503, "shard-moved",
+          "run " + run_id + "'s shard " + std::to_string(shard) +
+              " moved to another node while this request waited; the run "
+              "goes on there: retry with the same Idempotency-Key to wait "
+              "for it");
+      moved.headers.emplace_back("Retry-After", "1");
+      return moved;
+    }
   }
   auto now = node_.get(run_id, tenant);
   if (!now) {

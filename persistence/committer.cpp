@@ -6,6 +6,8 @@
 
 #include <cstdio>
 #include <exception>
+#include <memory>
+#include <mutex>
 
 #include "persistence/test_points.hpp"
 
@@ -230,12 +232,13 @@ void committer::commit_group(std::vector<pending>& group, fault injected) {
     }
     std::uint64_t epoch = 0;
     std::uint64_t position = 0;
-    const status written = write_group(*target, members.size(), operations,
-                                       injected, epoch, position);
     const auto& fence = store_.guard();
-    if (written && position != 0 && fence && fence->replication()) {
-      ship(*fence, group, members, outcomes, epoch, position, *target);
-      members.clear();  // answered once replicated
+    const bool replicated = fence && fence->replication() != nullptr;
+    const status written = write_group(*target, members.size(), operations,
+                                       injected, !replicated, epoch, position);
+    if (written && position != 0 && replicated) {
+      replicate(*fence, group, members, outcomes, epoch, position, *target);
+      members.clear();  // answered once durable here and replicated
     }
     for (const std::size_t index : members) {
       outcomes[index] = written;
@@ -250,20 +253,46 @@ void committer::commit_group(std::vector<pending>& group, fault injected) {
   }
 }
 
-void committer::ship(const fence& guard, std::vector<pending>& group,
-                     const std::vector<std::size_t>& members,
-                     std::vector<status>& outcomes, std::uint64_t epoch,
-                     std::uint64_t position, write_batch& written) {
-  std::vector<callback> waiting;
+void committer::replicate(const fence& guard, std::vector<pending>& group,
+                          const std::vector<std::size_t>& members,
+                          std::vector<status>& outcomes, std::uint64_t epoch,
+                          std::uint64_t position, write_batch& written) {
+  // The two halves of a replicated write: the backups' and this node's
+  // fsync. The last to finish answers, with the first failure if any.
+  struct halves {
+    std::mutex mutex;
+    int left = 2;
+    status outcome;
+    std::vector<callback> waiting;
+  };
+  auto both = std::make_shared<halves>();
   for (const std::size_t index : members) {
-    waiting.push_back(std::move(group[index].done));
+    both->waiting.push_back(std::move(group[index].done));
     group[index].done = nullptr;
     outcomes[index] = {};
   }
+  auto settle = [both](const status& half) {
+    std::vector<callback> ready;
+    status outcome;
+    {
+      std::lock_guard lock(both->mutex);
+      if (!half && both->outcome) {
+        both->outcome = half;
+      }
+      if (--both->left > 0) {
+        return;
+      }
+      ready = std::move(both->waiting);
+      outcome = both->outcome;
+    }
+    for (const auto& done : ready) {
+      answer(done, outcome);
+    }
+  };
   const auto* fenced = &guard;
   guard.replication()->ship(
       epoch, position, written.raw().Data(),
-      [fenced, epoch, waiting = std::move(waiting)](const status& shipped) {
+      [fenced, epoch, settle](const status& shipped) {
         status outcome = shipped;
         if (outcome && (!fenced->open() || fenced->epoch() != epoch)) {
           // Replicated, but the lease's deadline passed meanwhile: an
@@ -274,10 +303,21 @@ void committer::ship(const fence& guard, std::vector<pending>& group,
                                "it may or may not count, retry with the "
                                "same key");
         }
-        for (const auto& done : waiting) {
-          answer(done, outcome);
-        }
+        settle(outcome);
       });
+  DURIN_TEST_KILL_POINT("committer.before_sync");
+  status synced = store_.sync_log();
+  if (synced && DURIN_TEST_FAIL_POINT("committer.sync")) {
+    synced = make_error(errc::storage_error, "injected: the sync failed");
+  }
+  if (!synced) {
+    guard.replication()->lost(epoch, position);
+    synced = make_error(errc::storage_error,
+                        "the write could not be made durable on the shard's "
+                        "primary; it may or may not count, retry with the "
+                        "same key");
+  }
+  settle(synced);
 }
 
 write_batch* committer::merge_group(std::vector<pending>& group,
@@ -312,7 +352,7 @@ write_batch* committer::merge_group(std::vector<pending>& group,
 }
 
 status committer::write_group(write_batch& target, std::size_t batches,
-                              std::size_t operations, fault injected,
+                              std::size_t operations, fault injected, bool sync,
                               std::uint64_t& epoch, std::uint64_t& position) {
   if (injected == fault::fail_before_write) {
     return make_error(errc::storage_error, "injected fault: group not written");
@@ -333,7 +373,7 @@ status committer::write_group(write_batch& target, std::size_t batches,
     target.put_position(epoch, position);
   }
   DURIN_TEST_KILL_POINT("committer.before_write");
-  status written = store_.write(target);  // sync=true: durable when ok
+  status written = store_.write(target, sync);  // durable when ok and sync
   DURIN_TEST_KILL_POINT("committer.after_write");
   if (fence && written) {
     store_.advanced_to(position, epoch);

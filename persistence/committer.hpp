@@ -5,7 +5,9 @@
 // thread in submission order and must not block (actors send a message);
 // in a cluster with backups, a fenced write's callbacks run once the
 // shard's replication says every in-sync backup has it (persistence/
-// replication.hpp), on its thread, in log order.
+// replication.hpp) and its own fsync returned, in log order. There the
+// write lands unsynced, is shipped, and only then synced, so that this
+// node's fsync and its backups' overlap instead of adding up.
 //
 // A failed write is indefinite (storage-error): it may or may not have
 // landed, so callers re-read the truth before acting on it. A batch with a
@@ -96,16 +98,19 @@ class committer {
                            std::vector<status>& outcomes,
                            std::vector<std::size_t>& members,
                            write_batch& merged);
-  // Writes `target` (sync) and counts it, or fails it as `injected` says.
-  // Hands the members' callbacks to the shard's replication: they are
-  // answered once the write at `position` is on every in-sync backup.
-  void ship(const fence& guard, std::vector<pending>& group,
-            const std::vector<std::size_t>& members,
-            std::vector<status>& outcomes, std::uint64_t epoch,
-            std::uint64_t position, write_batch& written);
-  // In a cluster, `position` gets the log position written (0 outside).
+  // Ships the landed, unsynced write at `position` to the shard's
+  // replication, then syncs it here: the members' callbacks are answered
+  // once both are done (ok only when both are), the sync's failure gives
+  // the shard up at `epoch` (replication::lost).
+  void replicate(const fence& guard, std::vector<pending>& group,
+                 const std::vector<std::size_t>& members,
+                 std::vector<status>& outcomes, std::uint64_t epoch,
+                 std::uint64_t position, write_batch& written);
+  // Writes `target` (synced unless not `sync`) and counts it, or fails it
+  // as `injected` says. In a cluster, `position` gets the log position
+  // written (0 outside).
   status write_group(write_batch& target, std::size_t batches,
-                     std::size_t operations, fault injected,
+                     std::size_t operations, fault injected, bool sync,
                      std::uint64_t& epoch, std::uint64_t& position);
 
   store& store_;

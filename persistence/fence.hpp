@@ -35,14 +35,7 @@ class fence {
     deadline_ns_.store(0, std::memory_order_release);
     epoch_.store(epoch, std::memory_order_release);
     deadline_ns_.store(ticks(deadline), std::memory_order_release);
-    std::function<void()> told;
-    {
-      std::lock_guard lock(mutex_);
-      told = listener_;
-    }
-    if (told) {
-      told();
-    }
+    tell();
   }
 
   // A keepalive came back: the current epoch's deadline moves. No-op when
@@ -53,9 +46,13 @@ class fence {
     }
   }
 
+  // Closes the fence, then tells the listener (the store stops being
+  // ready at once, not at its next read: a grant later must find it not
+  // ready, so that it reopens and its runs are recovered).
   void close() {
     epoch_.store(0, std::memory_order_release);
     deadline_ns_.store(0, std::memory_order_release);
+    tell();
   }
 
   bool open(clock::time_point now = clock::now()) const {
@@ -81,8 +78,9 @@ class fence {
     return ready() && open(now);
   }
 
-  // Called after every grant; set by the store that the fence guards.
-  void on_grant(std::function<void()> listener) {
+  // Called after every grant and close; set by the store that the fence
+  // guards (and unset, null, as it goes). It must not call the fence.
+  void on_change(std::function<void()> listener) {
     std::lock_guard lock(mutex_);
     listener_ = std::move(listener);
   }
@@ -95,6 +93,15 @@ class fence {
   persistence::replication* replication() const { return replication_.get(); }
 
  private:
+  // Under the mutex, so that a store that unsets its listener as it is
+  // destroyed is never called after.
+  void tell() {
+    std::lock_guard lock(mutex_);
+    if (listener_) {
+      listener_();
+    }
+  }
+
   static std::int64_t ticks(clock::time_point at) {
     return at.time_since_epoch().count();
   }

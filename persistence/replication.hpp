@@ -2,7 +2,8 @@
 // under a fence (persistence/fence.hpp) goes to the shard's in-sync
 // backups after it landed here, and its callers are answered only once
 // every one of them has it durably (cluster/replication.hpp implements
-// it). A store without one answers its writes as soon as they are synced.
+// it), and it is synced here. A store without one answers its writes as
+// soon as they are synced.
 //
 // Thread-safety: ship is called by the committer thread only; `done` runs
 // on another thread, once, in log order.
@@ -30,6 +31,13 @@ class replication {
   // backpressure of its own).
   virtual void ship(std::uint64_t epoch, std::uint64_t position,
                     std::string data, done_fn done) = 0;
+
+  // The write shipped at (epoch, position) failed to become durable here
+  // (its fsync failed: the committer ships a write before its own fsync
+  // returns, so that the two overlap). This copy may lack it after the
+  // store reopens while backups have it, so the position must never be
+  // written again at this epoch: the shard is given up at `epoch`.
+  virtual void lost(std::uint64_t epoch, std::uint64_t position) = 0;
 };
 
 }  // namespace durin::persistence

@@ -236,7 +236,7 @@ result<std::unique_ptr<store>> store::open(const std::string& dir,
     auto& health = *opened->health_;
     store* self = opened.get();
     if (const auto& fence = opened->options_.fence) {
-      fence->on_grant([self] { self->poke(); });
+      fence->on_change([self] { self->fence_changed(); });
     }
     if (opened->options_.fence && !opened->options_.fence->open()) {
       // Not this node's shard now: opened once the fence is granted.
@@ -592,6 +592,9 @@ void store::observe_runs(const write_batch& batch) {
 }
 
 store::~store() {
+  if (options_.fence) {
+    options_.fence->on_change(nullptr);
+  }
   if (health_) {
     {
       std::lock_guard lock(health_->mutex);
@@ -612,7 +615,7 @@ rocksdb::ColumnFamilyHandle* store::handle(family which) const {
 
 // ---- writes -----------------------------------------------------------------
 
-status store::write(write_batch& batch) {
+status store::write(write_batch& batch, bool sync) {
   return guarded("write", [&]() -> status {
     if (batch.store_ != this || !batch.batch_) {
       return make_error(errc::internal,
@@ -632,8 +635,9 @@ status store::write(write_batch& batch) {
     // Under the watch's lock, so a first count sees this write exactly
     // once (before or after it, never between).
     std::lock_guard lock(watch_->mutex);
-    const rocksdb::Status written =
-        db_->Write(sync_write(), batch.batch_.get());
+    rocksdb::WriteOptions options = sync_write();
+    options.sync = sync;
+    const rocksdb::Status written = db_->Write(options, batch.batch_.get());
     if (!written.ok()) {
       // Not ready from now on: nothing more is read or written until the
       // database reopens (store.hpp).
@@ -642,6 +646,23 @@ status store::write(write_batch& batch) {
       return storage_failure("write batch", written);
     }
     observe_runs(batch);
+    return {};
+  });
+}
+
+status store::sync_log() {
+  return guarded("sync the log", [&]() -> status {
+    // Not hold(): a write that landed is synced even if the fence closed
+    // since, as its backups may have it already.
+    std::shared_lock shared(db_mutex_);
+    if (!db_) {
+      return unavailable();
+    }
+    if (const rocksdb::Status synced = db_->SyncWAL(); !synced.ok()) {
+      report_fault(generation_.load(std::memory_order_acquire),
+                   plain_words(synced) + " (a sync failed)");
+      return storage_failure("sync the log", synced);
+    }
     return {};
   });
 }

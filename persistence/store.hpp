@@ -4,7 +4,9 @@
 // reads through `store` and writes `write_batch`es through the committer.
 //
 // Thread-safety: all const methods may run concurrently from any thread.
-// Reads see only durable data (every write is synced before it is answered).
+// Reads see only durable data (every write is synced before it is
+// answered), except on a replicated primary, whose group writes land before
+// their fsync (write's `sync`) and are answered only after it.
 // Errors are values: a failed read is storage-error, a record that fails its
 // checksum or decoding is corrupt-record naming the key's family and run.
 // Nothing here throws: RocksDB and allocation failures become storage-error.
@@ -198,7 +200,13 @@ class store {
   // this; others go through the committer. A batch with a refused put
   // (write_batch::problem) is invalid-argument and writes nothing; a batch
   // made by another store is internal. A failed write is storage-error.
-  status write(write_batch& batch);
+  // Without `sync` the write is durable only once a later sync_log()
+  // succeeds, and reads see it before that: only a replicated primary does
+  // so, to overlap its own fsync with its backups' (committer.cpp).
+  status write(write_batch& batch, bool sync = true);
+  // One fsync of the log: every write before it is durable when ok. A
+  // failure makes the store not ready, as a failed write does.
+  status sync_log();
 
   // Reads or writes one `meta` value directly (sync). Values are framed and
   // checksummed like every other value (codec::encode_bytes); at most
@@ -333,6 +341,8 @@ class store {
   status reopen();
   // The fence was granted: the recovery thread tries at once.
   void poke();
+  // The fence was granted (reopen now) or closed (not ready from now on).
+  void fence_changed();
 
   store_options options_;
   std::shared_ptr<health_state> health_;

@@ -172,6 +172,15 @@ void store::set_health_listener(health_listener listener) {
   health_->listener = std::move(listener);
 }
 
+void store::fence_changed() {
+  if (options_.fence->open()) {
+    poke();  // granted: reopen now
+  } else {
+    report_fault(generation_.load(std::memory_order_acquire),
+                 std::string(fenced_words));
+  }
+}
+
 void store::poke() {
   {
     std::lock_guard lock(health_->mutex);

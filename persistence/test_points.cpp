@@ -1,4 +1,4 @@
-// Kill points for crash tests; see test_points.hpp. Built only with
+// Kill and fault points for crash tests; see test_points.hpp. Built only with
 // DURIN_TEST_POINTS, so release builds carry none of this.
 #include "persistence/test_points.hpp"
 
@@ -18,8 +18,8 @@ namespace {
 // Longest point name DURIN_KILL_AT may name; points are short literals.
 constexpr std::size_t name_bytes_max = 127;
 
-// The parsed DURIN_KILL_AT: which point, at which hit. Fixed storage, so
-// parsing cannot throw inside the noexcept reach().
+// A parsed DURIN_KILL_AT or DURIN_FAIL_AT: which point, at which hit. Fixed
+// storage, so parsing cannot throw inside the noexcept reach().
 struct kill_plan {
   bool armed = false;
   char name[name_bytes_max + 1] = {};
@@ -29,7 +29,7 @@ struct kill_plan {
 
 // Parses "name:N" (N >= 1). Anything else disarms, with one warning, so a
 // typo in a crash test shows up instead of silently never killing.
-void parse(const char* text, kill_plan& plan) {
+void parse(const char* variable, const char* text, kill_plan& plan) {
   const char* colon = std::strrchr(text, ':');
   const std::size_t name_bytes =
       colon != nullptr ? static_cast<std::size_t>(colon - text) : 0;
@@ -40,10 +40,8 @@ void parse(const char* text, kill_plan& plan) {
                      end != nullptr && end != colon + 1 && *end == '\0' &&
                      at_hit >= 1 && colon[1] != '-';
   if (!valid) {
-    std::fprintf(stderr,
-                 "durin: ignoring DURIN_KILL_AT='%s' (expected name:N, "
-                 "N >= 1)\n",
-                 text);
+    std::fprintf(stderr, "durin: ignoring %s='%s' (expected name:N, N >= 1)\n",
+                 variable, text);
     return;
   }
   std::memcpy(plan.name, text, name_bytes);
@@ -52,32 +50,46 @@ void parse(const char* text, kill_plan& plan) {
   plan.armed = true;
 }
 
-kill_plan& plan() {
-  // Read once, on first reach(); thread-safe static initialisation.
-  static kill_plan parsed;
-  static const bool read_environment = [] {
-    if (const char* text = std::getenv("DURIN_KILL_AT"); text != nullptr) {
-      parse(text, parsed);
-    }
-    return true;
-  }();
-  (void)read_environment;
+// Read once, on first use; thread-safe static initialisation.
+kill_plan& read_plan(const char* variable, kill_plan& parsed) {
+  if (const char* text = std::getenv(variable); text != nullptr) {
+    parse(variable, text, parsed);
+  }
   return parsed;
+}
+
+kill_plan& kill_at() {
+  static kill_plan parsed;
+  static kill_plan& read = read_plan("DURIN_KILL_AT", parsed);
+  return read;
+}
+
+kill_plan& fail_at() {
+  static kill_plan parsed;
+  static kill_plan& read = read_plan("DURIN_FAIL_AT", parsed);
+  return read;
+}
+
+// Whether this reach of `name` is the planned hit.
+bool planned_hit(kill_plan& current, const char* name) noexcept {
+  // The common case: nothing planned, one predictable branch.
+  if (!current.armed || std::strcmp(name, current.name) != 0) {
+    return false;
+  }
+  return current.hits.fetch_add(1, std::memory_order_relaxed) + 1 ==
+         current.at_hit;
 }
 
 }  // namespace
 
 void reach(const char* name) noexcept {
-  kill_plan& current = plan();
-  // The common case: no kill planned, one predictable branch.
-  if (!current.armed || std::strcmp(name, current.name) != 0) {
-    return;
-  }
-  const std::uint64_t hit =
-      current.hits.fetch_add(1, std::memory_order_relaxed) + 1;
-  if (hit == current.at_hit) {
+  if (planned_hit(kill_at(), name)) {
     std::raise(SIGKILL);
   }
+}
+
+bool fails(const char* name) noexcept {
+  return planned_hit(fail_at(), name);
 }
 
 }  // namespace durin::test_points

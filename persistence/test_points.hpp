@@ -1,14 +1,21 @@
 // Named kill points for crash tests. DURIN_TEST_KILL_POINT("name") does
 // nothing unless the process was started with DURIN_KILL_AT=name:N, in which
 // case the N-th time the point is reached the process sends itself SIGKILL.
-// Compiled away entirely unless DURIN_TEST_POINTS is defined.
+// DURIN_TEST_FAIL_POINT("name") is false unless the process was started
+// with DURIN_FAIL_AT=name:N: then it is true the N-th time, where the code
+// acts as if the operation there failed (a fault no file system can be
+// made to show in a process test). Compiled away entirely (kill: nothing,
+// fail: false) unless DURIN_TEST_POINTS is defined.
 #pragma once
 
 #if defined(DURIN_TEST_POINTS)
 namespace durin::test_points {
 void reach(const char* name) noexcept;
+bool fails(const char* name) noexcept;
 }  // namespace durin::test_points
 #define DURIN_TEST_KILL_POINT(name) ::durin::test_points::reach(name)
+#define DURIN_TEST_FAIL_POINT(name) ::durin::test_points::fails(name)
 #else
 #define DURIN_TEST_KILL_POINT(name) ((void)0)
+#define DURIN_TEST_FAIL_POINT(name) false
 #endif

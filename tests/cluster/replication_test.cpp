@@ -382,5 +382,162 @@ TEST(ReplicationTest, ARestartedPrimaryWithADivergedTailReCopies) {
   expect_copies_equal(cluster);
 }
 
+// A primary ships each write before its own fsync returns (the two
+// overlap). When that fsync fails after its backup has the write, its
+// copy may lack the write once the store reopens: it gives the shard up at
+// that epoch (no later write may take the position), the in-sync backup
+// takes it at the next, the failed key's retry is answered once, and the
+// copies end equal.
+TEST(ReplicationTest, APrimaryWhoseFsyncFailsAfterShippingGivesTheShardUp) {
+  cluster_harness cluster(replicated(2, 1));
+  ASSERT_TRUE(cluster.wait_for_routing());
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
+  const int armed = *owners(cluster, 0).begin();
+  const int other = 1 - armed;
+  // Restarted to fail its 5th sync as a primary; the shard moves back to it.
+  cluster.stop(armed);
+  ASSERT_TRUE(cluster.wait_for_routing());
+  cluster.start(armed, {"DURIN_FAIL_AT=committer.sync:5"});
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, other));
+  std::string output;
+  ASSERT_EQ(
+      cluster_harness::run_cli(
+          {"cluster", "move", "0", "--to", cluster_harness::node_id(armed),
+           "--etcd", cluster.etcd().endpoint(), "--cluster", cluster.name()},
+          &output),
+      0)
+      << output;
+  ASSERT_TRUE(cluster.wait_for_routing());
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, other));
+  ASSERT_EQ(*owners(cluster, other).begin(), armed);
+  const auto epoch = cluster.status(other)["shards"][0]["epoch"].get<int>();
+  request_log log;
+  {
+    keyed_load load(cluster, log, 2);
+    std::this_thread::sleep_for(4s);
+  }
+  ASSERT_TRUE(cluster.wait_for_routing());
+  const auto shard = cluster.status(other)["shards"][0];
+  EXPECT_GT(shard["epoch"].get<int>(), epoch) << shard.dump();
+  expect_every_acknowledged_start_present(cluster, log);
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, other));
+  expect_copies_equal(cluster);
+}
+
+// `cluster move`/`drain` through the CLI; its output on failure.
+int move_cli(cluster_harness& cluster, std::vector<std::string> args,
+             std::string& output) {
+  args.insert(args.end(), {"--etcd", cluster.etcd().endpoint(), "--cluster",
+                           cluster.name(), "--timeout-s", "30"});
+  args.insert(args.begin(), "cluster");
+  return cluster_harness::run_cli(args, &output);
+}
+
+// With replication a move is online: the target, a copy in step, takes
+// the shard over at epoch + 1 under load, the old owner stays its backup,
+// nothing acknowledged is lost, and the shard stops answering only for
+// the hand-over (no copy of its files).
+TEST(ReplicationTest, AnOnlineMoveToABackupHandsTheShardOverUnderLoad) {
+  cluster_harness cluster(replicated(2, 1));
+  ASSERT_TRUE(cluster.wait_for_routing());
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
+  const int from = *owners(cluster, 0).begin();
+  const int to = 1 - from;
+  const auto epoch = cluster.status(0)["shards"][0]["epoch"].get<int>();
+  request_log log;
+  keyed_load load(cluster, log, 3);
+  std::this_thread::sleep_for(700ms);
+  const auto moved_at = clock_type::now();
+  std::string output;
+  ASSERT_EQ(
+      move_cli(cluster, {"move", "0", "--to", cluster_harness::node_id(to)},
+               output),
+      0)
+      << output;
+  std::this_thread::sleep_for(700ms);
+  load.stop();
+  const auto silence = log.longest_silence(moved_at, clock_type::now());
+  std::printf("longest time without an acknowledged write: %lld ms\n",
+              static_cast<long long>(silence.count()));
+  EXPECT_LT(silence, 1500ms);
+  const auto shard = cluster.status(0)["shards"][0];
+  SCOPED_TRACE(shard.dump());
+  EXPECT_EQ(shard["owner"], cluster_harness::node_id(to));
+  EXPECT_EQ(shard["epoch"].get<int>(), epoch + 1);
+  EXPECT_EQ(shard["backups"], json::array({cluster_harness::node_id(from)}));
+  expect_every_acknowledged_start_present(cluster, log);
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
+  EXPECT_EQ(metric(cluster, from, "durin_replication_recopies_total"), 0u);
+  expect_copies_equal(cluster);
+}
+
+// A move to a node that keeps no copy: it becomes a backup, catches up,
+// takes over, and the old owner's copy is dropped (still two copies).
+TEST(ReplicationTest, AnOnlineMoveToANewNodeCatchesUpThenDropsTheOldCopy) {
+  cluster_harness cluster(replicated(3, 1));
+  ASSERT_TRUE(cluster.wait_for_routing());
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
+  auto before = cluster.status(0)["shards"][0];
+  const int from = index_of(before["owner"].get<std::string>());
+  const std::string backup = before["backups"][0].get<std::string>();
+  int to = 0;
+  while (to == from || cluster_harness::node_id(to) == backup) {
+    ++to;
+  }
+  request_log log;
+  keyed_load load(cluster, log, 2);
+  std::this_thread::sleep_for(700ms);
+  std::string output;
+  ASSERT_EQ(
+      move_cli(cluster, {"move", "0", "--to", cluster_harness::node_id(to)},
+               output),
+      0)
+      << output;
+  load.stop();
+  const auto shard = cluster.status(0)["shards"][0];
+  SCOPED_TRACE(shard.dump());
+  EXPECT_EQ(shard["owner"], cluster_harness::node_id(to));
+  EXPECT_EQ(shard["backups"], json::array({backup}));
+  expect_every_acknowledged_start_present(cluster, log);
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
+}
+
+// Rule 5: a rolling restart, each node drained (its shards handed over
+// online), stopped and started again, under a keyed load: every key is
+// answered 2xx by a retry with the same key, nothing acknowledged is lost,
+// and the copies end equal.
+TEST(ReplicationTest,
+     ARollingRestartWithDrainUnderKeyedLoadFailsNoKeyedRequest) {
+  cluster_harness cluster(replicated(3, 4));
+  ASSERT_TRUE(cluster.wait_for_routing());
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
+  request_log log;
+  constexpr int threads = 3;
+  keyed_load load(cluster, log, threads);
+  for (int node = 0; node < cluster.size(); ++node) {
+    SCOPED_TRACE("node " + std::to_string(node));
+    const int via = (node + 1) % cluster.size();
+    std::string output;
+    ASSERT_EQ(
+        move_cli(cluster, {"drain", cluster_harness::node_id(node)}, output), 0)
+        << output;
+    EXPECT_TRUE(
+        eventually([&] { return owners(cluster, via).count(node) == 0; }, 5s));
+    load.set_up(node, false);
+    cluster.stop(node);
+    cluster.start(node);
+    load.set_up(node, true);
+    ASSERT_TRUE(cluster.wait_for_routing());
+    ASSERT_TRUE(wait_for_copies_in_step(cluster, via));
+  }
+  std::this_thread::sleep_for(500ms);
+  load.stop();
+  // A key the load was still retrying when it stopped has no answer yet.
+  EXPECT_LE(log.never_acknowledged().size(), std::size_t{threads});
+  expect_every_acknowledged_start_present(cluster, log);
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
+  expect_copies_equal(cluster);
+}
+
 }  // namespace
 }  // namespace durin::testing

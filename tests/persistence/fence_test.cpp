@@ -9,6 +9,7 @@
 
 #include <algorithm>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <memory>
@@ -131,6 +132,30 @@ TEST_F(FenceTest, PassedDeadlineRefusesTheNextGroupWrite) {
   ASSERT_TRUE(before.ok() && after.ok());
   EXPECT_TRUE(before->has_value());
   EXPECT_FALSE(after->has_value());
+}
+
+// A shard handed over and taken back while nothing read its store: the
+// close must still make the store not ready, or the later grant finds it
+// ready, reopens nothing, and the runtime never recovers its runs (which
+// it does on each change to ready).
+TEST_F(FenceTest, ACloseMakesTheStoreNotReadyAtOnceSoTheNextGrantRecoversIt) {
+  auto target = open_fenced();
+  std::atomic<int> became_ready{0};
+  target->set_health_listener([&](const storage_health& health) {
+    if (health.ready) {
+      became_ready.fetch_add(1);
+    }
+  });
+  fence_->grant(1, std::chrono::steady_clock::now() + 10s);
+  ASSERT_TRUE(eventually_ready(*target));
+  ASSERT_TRUE(
+      durin::testing::eventually([&] { return became_ready.load() == 1; }));
+  fence_->close();
+  EXPECT_FALSE(target->ready());  // no read or write needed to notice
+  fence_->grant(2, std::chrono::steady_clock::now() + 10s);
+  ASSERT_TRUE(eventually_ready(*target));
+  EXPECT_TRUE(
+      durin::testing::eventually([&] { return became_ready.load() == 2; }));
 }
 
 TEST_F(FenceTest, ExtendKeepsTheCurrentEpochOnlyOpen) {

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -110,6 +111,42 @@ class request_log {
       }
     }
     return first;
+  }
+  // The longest time without any 2xx answer between `from` and `to`:
+  // how long the cluster stopped answering writes meanwhile.
+  std::chrono::milliseconds longest_silence(clock_type::time_point from,
+                                            clock_type::time_point to) const {
+    std::vector<clock_type::time_point> answers{from, to};
+    {
+      std::lock_guard lock(mutex_);
+      for (const auto& entry : entries_) {
+        if (entry.status / 100 == 2 && entry.answered > from &&
+            entry.answered < to) {
+          answers.push_back(entry.answered);
+        }
+      }
+    }
+    std::sort(answers.begin(), answers.end());
+    clock_type::duration longest{0};
+    for (std::size_t i = 1; i < answers.size(); ++i) {
+      longest = std::max(longest, answers[i] - answers[i - 1]);
+    }
+    return std::chrono::duration_cast<std::chrono::milliseconds>(longest);
+  }
+  // Keys sent and never answered 2xx (a load stopped while retrying one
+  // leaves it here).
+  std::set<std::string> never_acknowledged() const {
+    std::lock_guard lock(mutex_);
+    std::set<std::string> keys;
+    for (const auto& entry : entries_) {
+      keys.insert(entry.key);
+    }
+    for (const auto& entry : entries_) {
+      if (entry.status / 100 == 2) {
+        keys.erase(entry.key);
+      }
+    }
+    return keys;
   }
 
  private:
