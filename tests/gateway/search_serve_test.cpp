@@ -126,8 +126,12 @@ TEST_F(SearchServeTest, TheFlowsMemoAndUpsertsShowInTheRunAndItsQueries) {
                              {{"memo", {{"stage", "new"}}},
                               {"searchAttributes", {{"stage", "new"}}}}}});
   auto id = run["id"].get<std::string>();
+  // The memo and the upsert are two writes: both are seen once the second
+  // is durable.
   ASSERT_TRUE(eventually([&] {
-    return client.get("/v1/runs/" + id).value["memo"] == json{{"stage", "new"}};
+    auto run = client.get("/v1/runs/" + id).value;
+    return run["memo"] == json{{"stage", "new"}} &&
+           run["searchAttributes"].contains("stage");
   }));
   EXPECT_EQ(found(client, "stage = 'new'"), (std::set<std::string>{id}));
   auto tag = client.post("/v1/runs/" + id + "/messages/tag",
