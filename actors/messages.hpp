@@ -337,7 +337,7 @@ typename Inspector::result_type inspect(Inspector& f, run_record& x) {
            x.status, x.input, x.output, x.error_code, x.error_message,
            x.created_at_ms, x.started_at_ms, x.completed_at_ms, x.spec_version,
            x.tenant, x.start_token, x.parent_run_id, x.parent_close,
-           x.continued_from);
+           x.continued_from, x.memo, x.search);
 }
 
 template <class Inspector>

@@ -724,7 +724,10 @@ void activate(self_pointer self, std::optional<persistence::run_record> fresh,
         start.options.command_id = command_id;
         return services::draw_run_id(*services, start);
       },
-      [state] { return state->services->new_run_id(state->home->index); }};
+      [state] { return state->services->new_run_id(state->home->index); },
+      [services, tenant](const search_attributes& attributes) {
+        return services->search.claim(*tenant, attributes);
+      }};
   auto parent_run_id = record.parent_run_id;
   auto parent_close = record.parent_close;
   st.engine = std::make_unique<run_engine>(std::move(env), std::move(record),

@@ -203,6 +203,10 @@ struct engine_environment {
                             const std::string& command_id)>
       draw_child_run_id;
   std::function<std::string()> draw_run_id_here;
+  // Fixes the types of attributes the flow upserts for the run's tenant
+  // (services/search_types.hpp): "" when they agree, else why not. Null:
+  // no types are kept.
+  std::function<std::string(const search_attributes&)> claim_search_types;
 };
 
 // What one event counts towards history_bytes_max: its names, payload and
@@ -323,6 +327,8 @@ class run_engine final : public detail::driver {
                    detail::call_outcome* out) override;
   int version(std::string_view change_id, int min_supported,
               int max_supported) override;
+  void set_memo(json memo) override;
+  void upsert_search_attributes(search_attributes attributes) override;
   // A child's start was decided; indefinite ones are asked again
   // (output child_retries, then retry_child).
   void on_child_started(const child_started& started);
@@ -345,6 +351,8 @@ class run_engine final : public detail::driver {
     watch,
     message_read,
     child,
+    memo,    // ctx.set_memo
+    search,  // ctx.upsert_search_attributes
   };
 
   struct hook_entry {

@@ -217,6 +217,10 @@ void run_engine::continue_as_new() {
   next.parent_run_id = record_.parent_run_id;
   next.parent_close = record_.parent_close;
   next.continued_from = record_.id;
+  // The same business process goes on: it keeps being found by its memo
+  // and search attributes.
+  next.memo = record_.memo;
+  next.search = record_.search;
   std::optional<persistence::token_record> successor_token;
   if (handed_over_ && handed_over_->ok) {
     auto token = handed_over_->record;

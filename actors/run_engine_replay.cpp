@@ -43,6 +43,10 @@ std::string recorded_call_text(const event_record& event) {
       return describe_call("hook disposal", event.name);
     case event_kind::message_read:
       return describe_call("message read", event.name);
+    case event_kind::memo_set:
+      return "set_memo";
+    case event_kind::search_attributes_upserted:
+      return "upsert_search_attributes";
     default:
       return event_kind_name(event.kind);
   }
@@ -82,6 +86,12 @@ bool run_engine::check_replay(std::uint64_t call, call_kind kind,
     case call_kind::message_read:
       now_asked = describe_call("message read", name);
       break;
+    case call_kind::memo:
+      now_asked = "set_memo";
+      break;
+    case call_kind::search:
+      now_asked = "upsert_search_attributes";
+      break;
     default:
       now_asked = describe_call("value", name);
       break;
@@ -118,6 +128,12 @@ bool run_engine::check_replay(std::uint64_t call, call_kind kind,
       break;
     case call_kind::message_read:
       same_kind = first.kind == event_kind::message_read;
+      break;
+    case call_kind::memo:
+      same_kind = first.kind == event_kind::memo_set;
+      break;
+    case call_kind::search:
+      same_kind = first.kind == event_kind::search_attributes_upserted;
       break;
     default:
       same_kind = first.kind == event_kind::value_recorded;

@@ -46,6 +46,10 @@ const char* event_kind_name(event_kind kind) {
       return "message-read";
     case event_kind::update_completed:
       return "update-completed";
+    case event_kind::memo_set:
+      return "memo-set";
+    case event_kind::search_attributes_upserted:
+      return "search-attributes-upserted";
   }
   return "unknown";
 }
@@ -96,6 +100,12 @@ run_info describe_run(const persistence::run_record& record) {
   out.completed_at_ms = record.completed_at_ms;
   out.schedule_id = record.schedule_id;
   out.occurrence_ms = record.occurrence_ms;
+  try {
+    out.memo = decode_payload(record.memo);
+  } catch (const json::exception&) {
+    out.memo = nullptr;  // as for the input: the record itself decoded
+  }
+  out.search_attributes = record.search;
   return out;
 }
 

@@ -11,45 +11,6 @@
 
 namespace durin {
 
-std::string_view to_string(run_status status) noexcept {
-  switch (status) {
-    case run_status::pending:
-      return "pending";
-    case run_status::running:
-      return "running";
-    case run_status::waiting:
-      return "waiting";
-    case run_status::completed:
-      return "completed";
-    case run_status::failed:
-      return "failed";
-    case run_status::cancelled:
-      return "cancelled";
-    case run_status::blocked:
-      return "blocked";
-    case run_status::terminated:
-      return "terminated";
-  }
-  return "unknown";
-}
-
-std::optional<run_status> parse_run_status(std::string_view text) noexcept {
-  for (auto status :
-       {run_status::pending, run_status::running, run_status::waiting,
-        run_status::completed, run_status::failed, run_status::cancelled,
-        run_status::blocked, run_status::terminated}) {
-    if (to_string(status) == text) {
-      return status;
-    }
-  }
-  return std::nullopt;
-}
-
-bool is_terminal(run_status status) noexcept {
-  return status == run_status::completed || status == run_status::failed ||
-         status == run_status::cancelled || status == run_status::terminated;
-}
-
 namespace {
 
 // RFC 3339 in UTC with milliseconds; null before the epoch's first ms.
@@ -92,6 +53,8 @@ json run_info::to_json() const {
     out["scheduleId"] = schedule_id;
     out["occurrence"] = timestamp(occurrence_ms);
   }
+  out["memo"] = memo;
+  out["searchAttributes"] = durin::to_json(search_attributes);
   return out;
 }
 

@@ -113,6 +113,41 @@ flow<json> inbox(context& ctx, json) {
   co_return json{{"notes", std::move(notes)}};
 }
 
+// Applies a {"memo"?, "searchAttributes"?} to the run: a bad attribute
+// throws invalid_argument_error, which fails the run.
+void apply_tags(context& ctx, const json& tags) {
+  if (!tags.is_object()) {
+    return;
+  }
+  if (tags.contains("memo")) {
+    ctx.set_memo(tags["memo"]);
+  }
+  if (tags.contains("searchAttributes")) {
+    auto attributes = search_attributes_from_json(tags["searchAttributes"]);
+    if (!attributes) {
+      throw invalid_argument_error(attributes.error().message);
+    }
+    ctx.upsert_search_attributes(std::move(*attributes));
+  }
+}
+
+// Tags itself from its input, then from each message "tag", until one has
+// "done": true.
+flow<json> tagged(context& ctx, json input) {
+  apply_tags(ctx, input);
+  auto stream = ctx.messages<json>("tag");
+  std::int64_t tags = 0;
+  for (;;) {
+    json tag = co_await stream.next();
+    apply_tags(ctx, tag);
+    ++tags;
+    if (tag.is_object() && tag.value("done", false)) {
+      break;
+    }
+  }
+  co_return json{{"tags", tags}};
+}
+
 // Why an "add" update's args are refused ("" when they are not).
 std::string add_problem(const json& args) {
   if (!args.is_object() || !args.contains("by") ||
@@ -210,6 +245,7 @@ void register_examples(registry& flows) {
   flows.flow("acme.sleep", sleep_flow);
   flows.flow("acme.flaky", flaky);
   flows.flow("acme.await-webhook", await_webhook);
+  flows.flow("acme.tagged", tagged);
 }
 
 }  // namespace durin::examples

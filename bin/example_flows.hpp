@@ -12,6 +12,8 @@
 // |                    |   message "stop")    | {"value"}                 |
 // | acme.parent        | {"orders"}     | {"results"}: each child's output |
 // | acme.rolling       | {"limit","every"} | {"count","runs"}             |
+// | acme.tagged        | {"memo"?,"searchAttributes"?} (messages "tag" of |
+// |                    |   the same, until one has "done") | {"tags"}   |
 #pragma once
 
 #include "durin/registry.hpp"

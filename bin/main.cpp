@@ -664,6 +664,9 @@ struct cli {
   std::size_t concurrency = 4;
   std::string worker_id;
   std::string schedule_filter;
+  std::string run_query;          // runs list --query
+  std::string memo;               // runs start --memo, JSON
+  std::string search_attributes;  // runs start --search-attributes, JSON
   schedule_flags schedule;
   // runs message|update|query
   std::string message_key;
@@ -856,6 +859,22 @@ std::optional<durin::json> start_body(cli& c) {
   if (!c.command_id.empty()) {
     body["commandId"] = c.command_id;
   }
+  auto add_json = [&body](const char* option, const std::string& text,
+                          const char* field) {
+    if (text.empty()) {
+      return true;
+    }
+    auto value = parse_json_option(option, text);
+    if (value) {
+      body[field] = std::move(*value);
+    }
+    return value.has_value();
+  };
+  if (!add_json("--memo", c.memo, "memo") ||
+      !add_json("--search-attributes", c.search_attributes,
+                "searchAttributes")) {
+    return std::nullopt;
+  }
   return body;
 }
 
@@ -869,6 +888,7 @@ std::string list_target(const cli& c) {
   add("status", c.status_filter);
   add("flow", c.flow_filter);
   add("scheduleId", c.schedule_filter);
+  add("query", c.run_query);
   add("limit", c.limit > 0 ? std::to_string(c.limit) : "");
   add("cursor", c.cursor);
   return "/v1/runs" + query;
@@ -985,6 +1005,9 @@ void add_run_commands(CLI::App& app, cli& c) {
                     "reject-duplicate (default) or return-existing-active");
   start->add_option("--command-id", c.command_id,
                     "a repeat gets the run the first start admitted");
+  start->add_option("--memo", c.memo, "the run's memo, as JSON");
+  start->add_option("--search-attributes", c.search_attributes,
+                    "the run's search attributes, a JSON object");
   add_client_options(start, c.client, true);
   request_command(start, c, "POST", fixed("/v1/runs"), start_body);
 
@@ -1003,6 +1026,9 @@ void add_run_commands(CLI::App& app, cli& c) {
   list->add_option("--flow", c.flow_filter, "only this flow");
   list->add_option("--schedule-id", c.schedule_filter,
                    "only runs this schedule started");
+  list->add_option("--query", c.run_query,
+                   "only runs it matches, e.g. \"priority > 3 AND status = "
+                   "'running'\"");
   list->add_option("--limit", c.limit, "page size, 1 to 1000");
   list->add_option("--cursor", c.cursor, "from a previous nextCursor");
   add_client_options(list, c.client, false);

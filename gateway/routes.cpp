@@ -157,10 +157,12 @@ http_response api::list_runs(request& ctx) {
       filter.limit = limit;
     } else if (name == "cursor") {
       filter.cursor = value;
+    } else if (name == "query") {
+      filter.query = value;
     } else {
       return bad_request("unknown query parameter '" + name +
-                         "'; allowed: status, flow, scheduleId, limit, "
-                         "cursor");
+                         "'; allowed: status, flow, scheduleId, query, "
+                         "limit, cursor");
     }
   }
   auto page = node_.list(filter);

@@ -44,9 +44,9 @@ struct api::async_start : std::enable_shared_from_this<async_start> {
 std::optional<http_response> api::read_start(const json& body,
                                              const std::string& tenant,
                                              start_request& out) {
-  if (auto problem =
-          only_fields(body, {"flow", "input", "wait", "hook", "instanceId",
-                             "onDuplicate", "commandId"})) {
+  if (auto problem = only_fields(
+          body, {"flow", "input", "wait", "hook", "instanceId", "onDuplicate",
+                 "commandId", "memo", "searchAttributes"})) {
     return *problem;
   }
   if (!body.contains("flow")) {
@@ -106,6 +106,16 @@ std::optional<http_response> api::read_start(const json& body,
           "field 'onDuplicate' must be \"reject-duplicate\" or "
           "\"return-existing-active\"");
     }
+  }
+  options.memo = body.value("memo", json());
+  if (body.contains("searchAttributes") &&
+      !body["searchAttributes"].is_null()) {
+    auto attributes = search_attributes_from_json(body["searchAttributes"]);
+    if (!attributes) {
+      return bad_request("field 'searchAttributes': " +
+                         attributes.error().message);
+    }
+    options.search = std::move(*attributes);
   }
   return std::nullopt;
 }

@@ -2,8 +2,10 @@
 #include "persistence/codec.hpp"
 
 #include <array>
+#include <bit>
 #include <cstring>
 
+#include "durin/limits.hpp"
 #include "persistence/keys.hpp"
 
 namespace durin::persistence::codec {
@@ -200,6 +202,79 @@ status check_field(std::string_view field, const std::string& value) {
   return {};
 }
 
+void put_search(std::string& out, const search_attributes& attributes) {
+  keys::put_u32(out, static_cast<std::uint32_t>(attributes.size()));
+  for (const auto& [name, value] : attributes) {
+    put_string(out, name);
+    out.push_back(static_cast<char>(value.type));
+    switch (value.type) {
+      case search_attribute_type::keyword:
+        put_string(out, value.text);
+        break;
+      case search_attribute_type::integer:
+      case search_attribute_type::time:
+        put_i64(out, value.integer);
+        break;
+      case search_attribute_type::number:
+        keys::put_u64(out, std::bit_cast<std::uint64_t>(value.number));
+        break;
+      case search_attribute_type::boolean:
+        out.push_back(value.boolean ? 1 : 0);
+        break;
+    }
+  }
+}
+
+search_attributes read_search(reader& in) {
+  search_attributes out;
+  const std::uint32_t count = in.u32("search_count");
+  // Checked before reading on: a flipped count must not loop 4 billion
+  // times.
+  if (count > limits::search_attributes_max) {
+    in.fail("search_count " + std::to_string(count) +
+            " is above the limit of " +
+            std::to_string(limits::search_attributes_max));
+    return out;
+  }
+  for (std::uint32_t i = 0; i < count; ++i) {
+    auto name = in.string("search_name");
+    const std::uint8_t type = in.u8("search_type");
+    search_value value;
+    value.type = static_cast<search_attribute_type>(type);
+    switch (value.type) {
+      case search_attribute_type::keyword:
+        value.text = in.string("search_keyword");
+        break;
+      case search_attribute_type::integer:
+      case search_attribute_type::time:
+        value.integer = in.i64("search_int");
+        break;
+      case search_attribute_type::number:
+        value.number = std::bit_cast<double>(in.u64("search_double"));
+        break;
+      case search_attribute_type::boolean:
+        value.boolean = in.u8("search_bool") != 0;
+        break;
+      default:
+        in.fail("invalid search attribute type " + std::to_string(type));
+        return out;
+    }
+    if (!out.emplace(std::move(name), std::move(value)).second) {
+      in.fail("a search attribute is named twice");
+      return out;
+    }
+  }
+  return out;
+}
+
+std::size_t search_bytes(const search_attributes& attributes) {
+  std::size_t bytes = 4;
+  for (const auto& [name, value] : attributes) {
+    bytes += 4 + name.size() + 1 + 4 + value.text.size() + 8;
+  }
+  return bytes;
+}
+
 }  // namespace
 
 // ---- run_record -----------------------------------------------------------
@@ -216,11 +291,17 @@ status validate(const run_record& record) {
       {"start_token", &record.start_token},
       {"schedule_id", &record.schedule_id},
       {"parent_run_id", &record.parent_run_id},
-      {"continued_from", &record.continued_from}};
+      {"continued_from", &record.continued_from},
+      {"memo", &record.memo}};
   for (const auto& [name, value] : fields) {
     if (auto checked = check_field(name, *value); !checked) {
       return checked;
     }
+  }
+  if (auto problem =
+          search_attributes_problem("search attributes", record.search);
+      !problem.empty()) {
+    return make_error(errc::invalid_argument, problem);
   }
   if (!valid_run_status(static_cast<std::uint8_t>(record.status))) {
     return make_error(errc::invalid_argument,
@@ -232,13 +313,13 @@ status validate(const run_record& record) {
 }
 
 std::string encode(const run_record& record) {
-  std::string out =
-      begin_frame(record.id.size() + record.flow.size() + record.input.size() +
-                  record.output.size() + record.error_code.size() +
-                  record.error_message.size() + record.tenant.size() +
-                  record.start_token.size() + record.schedule_id.size() +
-                  record.parent_run_id.size() + record.continued_from.size() +
-                  8 * 5 + 1 + 4 * 8 + 4);
+  std::string out = begin_frame(
+      record.id.size() + record.flow.size() + record.input.size() +
+      record.output.size() + record.error_code.size() +
+      record.error_message.size() + record.tenant.size() +
+      record.start_token.size() + record.schedule_id.size() +
+      record.parent_run_id.size() + record.continued_from.size() +
+      record.memo.size() + search_bytes(record.search) + 8 * 5 + 1 + 4 * 9 + 4);
   put_string(out, record.id);
   put_string(out, record.flow);
   out.push_back(static_cast<char>(record.status));
@@ -255,10 +336,12 @@ std::string encode(const run_record& record) {
   // Optional trailing groups, so that a record without them keeps its
   // earlier layout byte for byte and older records still decode: the
   // schedule's (schedule_id, occurrence), then the lineage's (parent,
-  // parent_close, predecessor). The lineage group needs the schedule group
-  // before it, written empty for a run no schedule started.
+  // parent_close, predecessor), then the search group's (memo, search
+  // attributes). Each group needs the groups before it, written empty for a
+  // run that has none of theirs.
+  const bool search = !record.memo.empty() || !record.search.empty();
   const bool lineage =
-      !record.parent_run_id.empty() || !record.continued_from.empty();
+      !record.parent_run_id.empty() || !record.continued_from.empty() || search;
   if (!record.schedule_id.empty() || lineage) {
     put_string(out, record.schedule_id);
     put_i64(out, record.occurrence_ms);
@@ -267,6 +350,10 @@ std::string encode(const run_record& record) {
     put_string(out, record.parent_run_id);
     out.push_back(static_cast<char>(record.parent_close));
     put_string(out, record.continued_from);
+  }
+  if (search) {
+    put_string(out, record.memo);
+    put_search(out, record.search);
   }
   return end_frame(std::move(out));
 }
@@ -302,6 +389,11 @@ result<run_record> decode_run(std::string_view bytes) {
     record.parent_close = in.u8("parent_close");
     record.continued_from = in.string("continued_from");
   }
+  const bool search = lineage && !in.at_end();
+  if (search) {
+    record.memo = in.string("memo");
+    record.search = read_search(in);
+  }
   if (auto problem = in.problem()) {
     return corrupt("run record", *problem);
   }
@@ -309,9 +401,13 @@ result<run_record> decode_run(std::string_view bytes) {
     // The encoder writes the schedule group alone only for a schedule's run.
     return corrupt("run record", "schedule_id present but empty");
   }
-  if (lineage && record.parent_run_id.empty() &&
+  if (lineage && !search && record.parent_run_id.empty() &&
       record.continued_from.empty()) {
     return corrupt("run record", "lineage present but empty");
+  }
+  if (search && record.memo.empty() && record.search.empty()) {
+    return corrupt("run record",
+                   "memo and search attributes present but empty");
   }
   if (record.parent_close > 3) {
     return corrupt("run record", "invalid parent_close " +

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "durin/run.hpp"
+#include "durin/search.hpp"
 
 namespace durin::persistence {
 
@@ -44,6 +45,11 @@ struct run_record {
   std::uint8_t parent_close = 0;
   // A run started by ctx.continue_as_new: the run it continues.
   std::string continued_from;
+  // The memo (MessagePack; empty: none) and the search attributes, as the
+  // start set them and the flow's last set_memo / upsert_search_attributes
+  // changed them (written with the event that records the change).
+  std::string memo;
+  search_attributes search;
 
   bool operator==(const run_record&) const = default;
 };
@@ -74,8 +80,13 @@ enum class event_kind : std::uint8_t {
   // its sequence), name = the update's id, data =
   // {"sequence": the update's message_received event, "result"}.
   update_completed = 17,
+  // The flow set its memo (ctx.set_memo): call, data = the whole memo.
+  memo_set = 18,
+  // The flow upserted search attributes (ctx.upsert_search_attributes):
+  // call, data = the attributes it named, {"name": {"type", "value"}}.
+  search_attributes_upserted = 19,
 };
-inline constexpr std::uint8_t event_kind_max = 17;
+inline constexpr std::uint8_t event_kind_max = 19;
 
 // Column family `history`, key: (run id, sequence). One fact of a run.
 struct event_record {

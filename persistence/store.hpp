@@ -40,6 +40,7 @@
 #include "durin/error.hpp"
 #include "persistence/fence.hpp"
 #include "persistence/records.hpp"
+#include "persistence/run_query.hpp"
 
 namespace rocksdb {
 class Cache;
@@ -180,7 +181,8 @@ class store {
   // result whose stored records bring the results' bytes to `bytes_max` or
   // more (at least one result), so a page of huge inputs stays bounded.
   // max == 0 or scan_max == 0 is invalid-argument. With `schedule_id`, only
-  // the runs that schedule started.
+  // the runs that schedule started; with `query`, only the runs it matches
+  // (persistence/run_query.hpp), evaluated only on runs of `tenant`.
   struct run_scan {
     std::vector<run_record> runs;
     // The stored size of each of `runs`: what `bytes_max` counts, for a
@@ -194,7 +196,19 @@ class store {
                              std::size_t scan_max = 100'000,
                              std::optional<std::string> tenant = {},
                              std::size_t bytes_max = SIZE_MAX,
-                             std::optional<std::string> schedule_id = {}) const;
+                             std::optional<std::string> schedule_id = {},
+                             const run_query* query = nullptr) const;
+
+  // Every (tenant, attribute name) the stored runs carry, once, with the
+  // type of its first run in key order: what the node's search attribute types
+  // are seeded with at open (services/search_types.hpp). One scan of `runs`; an
+  // unreadable record is skipped, as in scan_runs.
+  struct search_type_entry {
+    std::string tenant;
+    std::string name;
+    search_attribute_type type = search_attribute_type::keyword;
+  };
+  result<std::vector<search_type_entry>> search_attribute_types() const;
 
   // Writes `batch` with sync=true, on the calling thread. The committer uses
   // this; others go through the committer. A batch with a refused put

@@ -7,6 +7,7 @@
 #include <rocksdb/iterator.h>
 
 #include <memory>
+#include <set>
 
 #include "persistence/codec.hpp"
 #include "persistence/keys.hpp"
@@ -182,7 +183,7 @@ result<store::run_scan> store::scan_runs(
     std::string_view before_id, std::optional<run_status> status,
     std::optional<std::string> flow, std::size_t max, std::size_t scan_max,
     std::optional<std::string> tenant, std::size_t bytes_max,
-    std::optional<std::string> schedule_id) const {
+    std::optional<std::string> schedule_id, const run_query* query) const {
   return guarded("scan runs", [&]() -> result<run_scan> {
     auto pinned = hold();
     if (!pinned) {
@@ -227,7 +228,8 @@ result<store::run_scan> store::scan_runs(
       if (readable && (!status || decoded->status == *status) &&
           (!flow || decoded->flow == *flow) &&
           (!tenant || decoded->tenant == *tenant) &&
-          (!schedule_id || decoded->schedule_id == *schedule_id)) {
+          (!schedule_id || decoded->schedule_id == *schedule_id) &&
+          (query == nullptr || matches(*query, *decoded))) {
         scan.runs.push_back(std::move(*decoded));
         scan.run_bytes.push_back(it->value().size());
         bytes += it->value().size();
@@ -247,6 +249,36 @@ result<store::run_scan> store::scan_runs(
       scan.next_before_id = last_examined;
     }
     return scan;
+  });
+}
+
+result<std::vector<store::search_type_entry>> store::search_attribute_types()
+    const {
+  using answer = result<std::vector<search_type_entry>>;
+  return guarded("search attribute types", [&]() -> answer {
+    auto pinned = hold();
+    if (!pinned) {
+      return unavailable();
+    }
+    std::vector<search_type_entry> out;
+    std::set<std::pair<std::string, std::string>> seen;
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(rocksdb::ReadOptions(), handle(family::runs)));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      auto decoded = codec::decode_run(view(it->value()));
+      if (!decoded) {
+        continue;  // get_run reports it
+      }
+      for (const auto& [name, value] : decoded->search) {
+        if (seen.emplace(decoded->tenant, name).second) {
+          out.push_back({decoded->tenant, name, value.type});
+        }
+      }
+    }
+    if (!it->status().ok()) {
+      return storage_failure("runs: scan", it->status());
+    }
+    return out;
   });
 }
 

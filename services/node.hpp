@@ -26,6 +26,7 @@
 #include "services/reply_relay.hpp"
 #include "services/run_events.hpp"
 #include "services/schedule_service.hpp"
+#include "services/search_types.hpp"
 #include "services/shard_map.hpp"
 #include "services/step_executor.hpp"
 #include "services/task_service.hpp"
@@ -67,6 +68,9 @@ struct node {
   run_events events;  // runs settling and ending, after durability
   std::atomic<bool> closing{false};  // set first when the runtime closes
   held_tokens held;  // written by token actors, read by starts (all shards)
+  // Each tenant's search attribute types (all shards): claimed by starts
+  // and upserts, read by list queries.
+  search_types search;
   std::unique_ptr<linger_list> lingering;  // idle token actors
   // The schedules of the shards this node serves (made last, stopped first).
   std::unique_ptr<schedule_service> schedules;

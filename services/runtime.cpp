@@ -27,6 +27,7 @@
 #include "actors/type_ids.hpp"
 #include "durin/caf.hpp"
 #include "persistence/keys.hpp"
+#include "persistence/run_query.hpp"
 #include "services/node.hpp"
 #include "services/runtime_access.hpp"
 #include "services/runtime_impl.hpp"
@@ -254,6 +255,15 @@ result<run_page> runtime::list(const run_filter& filter) const {
                       "page_bytes_max must be 1 KiB to 1 GiB; got " +
                           std::to_string(filter.page_bytes_max));
   }
+  // Parsed once, typed by this node's view of the tenant's attributes, and
+  // evaluated inside every shard's scan.
+  auto query = persistence::parse_run_query(
+      filter.query,
+      [&node = impl_->services, &tenant = filter.tenant](
+          std::string_view name) { return node.search.type_of(tenant, name); });
+  if (!query) {
+    return query.error();
+  }
   std::optional<run_status> stored_status = filter.status;
   if (stored_status == run_status::blocked) {
     stored_status.reset();  // not stored: filtered below
@@ -276,7 +286,7 @@ result<run_page> runtime::list(const run_filter& filter) const {
     }
     auto scan = shard->store->scan_runs(
         filter.cursor, stored_status, filter.flow, filter.limit, list_scan_max,
-        filter.tenant, filter.page_bytes_max, filter.schedule_id);
+        filter.tenant, filter.page_bytes_max, filter.schedule_id, &*query);
     if (!scan) {
       return scan.error();
     }

@@ -92,6 +92,15 @@ class runtime_impl {
     if (!active) {
       return active.error();
     }
+    // Before any run of the shard acts again: an upsert or a start must
+    // meet the types its stored runs fixed.
+    auto types = shard.store->search_attribute_types();
+    if (!types) {
+      return types.error();
+    }
+    for (const auto& entry : *types) {
+      services.search.learn(entry.tenant, entry.name, entry.type);
+    }
     for (auto& run_id : *active) {
       auto record = shard.store->get_run(run_id);
       // A run waiting on a timer is activated by the timer; the others

@@ -74,9 +74,16 @@ typename Inspector::result_type inspect(Inspector& f, status& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, search_value& x) {
+  return f(caf::meta::type_name("durin::search_value"), x.type, x.text,
+           x.integer, x.number, x.boolean);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, run_info& x) {
   auto input = x.input.dump();
   auto output = x.output.dump();
+  auto memo = x.memo.dump();
   bool has_error = x.error.has_value();
   run_error cause = has_error ? *x.error : run_error{};
   auto load = caf::meta::load_callback([&]() -> caf::error {
@@ -86,6 +93,9 @@ typename Inspector::result_type inspect(Inspector& f, run_info& x) {
     if (auto bad = detail::parse_json_into(x.output, output)) {
       return bad;
     }
+    if (auto bad = detail::parse_json_into(x.memo, memo)) {
+      return bad;
+    }
     x.error =
         has_error ? std::optional<run_error>(std::move(cause)) : std::nullopt;
     return caf::none;
@@ -93,7 +103,7 @@ typename Inspector::result_type inspect(Inspector& f, run_info& x) {
   return f(caf::meta::type_name("durin::run_info"), x.id, x.instance_id, x.flow,
            x.status, input, output, has_error, cause, x.created_at_ms,
            x.started_at_ms, x.completed_at_ms, x.blocked_reason, x.start_token,
-           x.parent_run_id, x.continued_from, load);
+           x.parent_run_id, x.continued_from, memo, x.search_attributes, load);
 }
 
 }  // namespace durin

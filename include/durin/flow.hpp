@@ -374,6 +374,27 @@ class context {
     return driver_->version(change_id, min_supported, max_supported);
   }
 
+  // Replaces the run's memo (shown with the run: GET /v1/runs/{id},
+  // run_info::memo). Recorded in the history and written with the run's
+  // record at once; the flow goes on without waiting. A replay records
+  // nothing again (the record holds the last memo). Throws
+  // invalid_argument_error beyond limits::memo_bytes_max (64 KiB encoded),
+  // recording nothing.
+  void set_memo(json memo) { driver_->set_memo(std::move(memo)); }
+
+  // Adds `attributes` to the run's search attributes, replacing those of
+  // the same names, as set_memo records the memo. Throws
+  // invalid_argument_error for a bad name or value, beyond the limits, or
+  // for a type other than the one the tenant's attribute has, recording
+  // nothing.
+  //
+  //   ctx.upsert_search_attributes(
+  //       {{"stage", durin::search_value::keyword("shipped")},
+  //        {"items", durin::search_value::of_int(3)}});
+  void upsert_search_attributes(search_attributes attributes) {
+    driver_->upsert_search_attributes(std::move(attributes));
+  }
+
   // 64 random bits, recorded.
   std::uint64_t random() {
     return driver_->record_value(detail::value_kind::random, "random", nullptr)

@@ -36,6 +36,21 @@ inline constexpr std::size_t payload_bytes_max = 1 << 20;
 // A hook's metadata, as encoded.
 inline constexpr std::size_t metadata_bytes_max = 64 << 10;
 
+// A run's memo, as encoded (MessagePack).
+inline constexpr std::size_t memo_bytes_max = 64 << 10;
+// A run's search attributes (durin/search.hpp): how many, a name, a
+// keyword's value; and the names one tenant may use on a node.
+inline constexpr std::size_t search_attributes_max = 64;
+inline constexpr std::size_t search_attribute_name_bytes_max = 128;
+inline constexpr std::size_t search_keyword_bytes_max = 1024;
+inline constexpr std::size_t search_attribute_names_per_tenant_max = 1024;
+// A list's query (GET /v1/runs?query=): its text, its comparisons, the
+// values of one IN, and how deep parentheses nest.
+inline constexpr std::size_t query_bytes_max = 4096;
+inline constexpr std::size_t query_comparisons_max = 64;
+inline constexpr std::size_t query_in_values_max = 100;
+inline constexpr std::size_t query_depth_max = 16;
+
 // HTTP: one path segment (an id in a route), the body, an Idempotency-Key.
 inline constexpr std::size_t path_segment_bytes_max = 256;
 inline constexpr std::size_t request_body_bytes_max = 1 << 20;

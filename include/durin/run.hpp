@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "durin/json.hpp"
+#include "durin/search.hpp"
 
 namespace durin {
 
@@ -61,6 +62,10 @@ struct run_info {
   std::string parent_run_id;
   // A run started by ctx.continue_as_new: the run it continues; empty else.
   std::string continued_from;
+  // Set at start and by the flow (ctx.set_memo); null when none.
+  json memo;
+  // Set at start and by the flow (ctx.upsert_search_attributes).
+  durin::search_attributes search_attributes;
 
   json to_json() const;  // {"id","flow","status","input","output",...}
 };
@@ -81,8 +86,14 @@ struct run_filter {
   std::optional<run_status> status;
   std::optional<std::string> flow;
   std::optional<std::string> schedule_id;  // runs this schedule started
-  std::size_t limit = 100;                 // 1..1000
-  std::string cursor;                      // from a previous page's next_cursor
+  // A query in the language of persistence/run_query.hpp, e.g.
+  // "priority > 3 AND status IN ('running', 'waiting')"; empty: every run.
+  // Evaluated in each store's scan, on this tenant's runs only. A query
+  // that does not parse, or compares an attribute with a value of another
+  // type, is invalid-argument naming the position.
+  std::string query;
+  std::size_t limit = 100;  // 1..1000
+  std::string cursor;       // from a previous page's next_cursor
   // A page ends early, with a next_cursor, after the run that brings its
   // runs' stored records (input, output, error) to this many bytes; it
   // holds at least one run. 1 KiB..1 GiB.

@@ -105,6 +105,13 @@ struct start_options {
   // first one admitted and starts nothing. Kept for command_retention after
   // a plain start; with a hook or instance id, as long as that token is held.
   std::string command_id;
+  // The run's memo (null: none), returned with the run; the flow replaces
+  // it with ctx.set_memo. At most limits::memo_bytes_max encoded.
+  json memo;
+  // The run's search attributes (durin/search.hpp); the flow adds to them
+  // with ctx.upsert_search_attributes. A type other than the one the
+  // tenant's attribute has is invalid-argument naming it.
+  search_attributes search;
 };
 
 struct resume_options {

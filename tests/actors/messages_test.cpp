@@ -76,6 +76,9 @@ persistence::run_record a_run() {
   run.spec_version = 2;
   run.tenant = "acme";
   run.start_token = "order:1";
+  run.memo = "m";
+  run.search = {{"priority", search_value::of_int(3)},
+                {"ratio", search_value::of_double(0.5)}};
   return run;
 }
 
@@ -113,6 +116,9 @@ run_info an_info() {
   info.completed_at_ms = 3;
   info.blocked_reason = "b";
   info.start_token = "order:1";
+  info.memo = json{{"note", "rush"}};
+  info.search_attributes = {{"vip", search_value::of_bool(true)},
+                            {"customer", search_value::keyword("acme")}};
   return info;
 }
 
@@ -120,6 +126,8 @@ TEST_F(MessageTypes, PublicTypesRoundTrip) {
   auto info = round_trip(an_info());
   EXPECT_EQ(info.input, an_info().input);
   EXPECT_EQ(info.output, an_info().output);
+  EXPECT_EQ(info.memo, an_info().memo);
+  EXPECT_EQ(info.search_attributes, an_info().search_attributes);
   ASSERT_TRUE(info.error.has_value());
   EXPECT_EQ(info.error->message, "it broke");
   EXPECT_FALSE(round_trip(run_info{}).error.has_value());

@@ -264,9 +264,9 @@ TEST(CodecTest, EnumsOutsideTheirRangeAreCorruptEvenWithAValidChecksum) {
 }
 
 TEST(CodecTest, TrailingBytesAreCorruptRecord) {
-  // After start_token come the optional groups (a schedule's, then a
-  // lineage's): a stray byte where one begins is a field cut short, and
-  // bytes after the last group are trailing.
+  // After start_token come the optional groups (a schedule's, a lineage's,
+  // then memo and search attributes): a stray byte where one begins is a
+  // field cut short, and bytes after the last group are trailing.
   auto scheduled = sample_run();
   scheduled.schedule_id = "s";
   scheduled.occurrence_ms = 1;
@@ -275,6 +275,7 @@ TEST(CodecTest, TrailingBytesAreCorruptRecord) {
   EXPECT_EQ(cut.error().code, errc::corrupt_record);
   auto linked = sample_run();
   linked.parent_run_id = "run_p";
+  linked.search = {{"a", search_value::of_bool(true)}};
   const std::string linked_body = body_of(codec::encode(linked));
   auto run = codec::decode_run(frame(linked_body + "x"));
   ASSERT_FALSE(run.ok());
@@ -583,6 +584,71 @@ TEST(CodecTest, RunRecordWithScheduleAndLineageRoundTrips) {
   auto empty = codec::decode_run(frame(empty_lineage));
   ASSERT_FALSE(empty.ok());
   EXPECT_EQ(empty.error().code, errc::corrupt_record);
+}
+
+// Memo and search attributes are a fourth optional group: a record without
+// them keeps the layout it had, so every record written before decodes; a
+// record with them writes the schedule and lineage groups empty before.
+TEST(CodecTest, RunRecordMemoAndSearchAttributesAreOptionalAndRoundTrip) {
+  run_record record = sample_run();
+  const auto plain = codec::encode(record);
+  record.memo = "\x81\xa1k\x01"s;
+  record.search = {{"customer", search_value::keyword("acme")},
+                   {"priority", search_value::of_int(-3)},
+                   {"score", search_value::of_double(0.5)},
+                   {"vip", search_value::of_bool(true)},
+                   {"dueAt", search_value::time_ms(1'800'000'000'000)}};
+  const auto tagged = codec::encode(record);
+  EXPECT_EQ(tagged.substr(0, plain.size() - 4),
+            plain.substr(0, plain.size() - 4));
+  auto decoded = codec::decode_run(tagged);
+  ASSERT_TRUE(decoded.ok()) << decoded.error().to_string();
+  EXPECT_EQ(*decoded, record);
+  // With a lineage too.
+  record.parent_run_id = "run_parent";
+  auto linked = codec::decode_run(codec::encode(record));
+  ASSERT_TRUE(linked.ok());
+  EXPECT_EQ(*linked, record);
+  // An old record (no group) still decodes, with neither.
+  auto old = codec::decode_run(plain);
+  ASSERT_TRUE(old.ok());
+  EXPECT_TRUE(old->memo.empty());
+  EXPECT_TRUE(old->search.empty());
+}
+
+TEST(CodecTest, ASearchGroupThatIsEmptyOrBadIsCorruptRecord) {
+  auto group = [](std::uint32_t count, std::string rest) {
+    std::string body = body_of(codec::encode(sample_run()));
+    keys::put_u32(body, 0);  // schedule group, empty
+    keys::put_u64(body, 0);
+    keys::put_u32(body, 0);  // lineage group, empty
+    body.push_back('\x00');
+    keys::put_u32(body, 0);
+    keys::put_u32(body, 0);  // memo, empty
+    keys::put_u32(body, count);
+    return frame(body + rest);
+  };
+  std::string unknown_type = u32_string("a") + "\x09";
+  std::string twice =
+      u32_string("a") + "\x04\x01" + u32_string("a") + "\x04\x00";
+  for (const auto& bytes : {group(0, ""), group(1, unknown_type),
+                            group(2, twice), group(1'000'000, "")}) {
+    auto decoded = codec::decode_run(bytes);
+    ASSERT_FALSE(decoded.ok());
+    EXPECT_EQ(decoded.error().code, errc::corrupt_record);
+  }
+  auto fine = codec::decode_run(group(1, u32_string("a") + "\x04\x01"));
+  ASSERT_TRUE(fine.ok()) << fine.error().to_string();
+  EXPECT_EQ(fine->search.at("a"), search_value::of_bool(true));
+}
+
+TEST(CodecTest, ValidateRefusesSearchAttributesThatBreakTheRules) {
+  run_record record = sample_run();
+  record.search = {{"9lives", search_value::of_int(1)}};
+  auto refused = codec::validate(record);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, errc::invalid_argument);
+  EXPECT_NE(refused.error().message.find("'9lives'"), std::string::npos);
 }
 
 }  // namespace

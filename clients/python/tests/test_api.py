@@ -77,6 +77,23 @@ class RunsTest(ServerTest):
         self.assertEqual(len(everything.runs), 5)
         self.assertIsNone(everything.next_cursor)
 
+    def test_a_starts_memo_and_search_attributes_come_back_and_a_query_finds_them(self):
+        run = self.durin.runs.start(
+            flow="acme.tagged", wait=False, memo={"note": "py"},
+            search_attributes={"pyTeam": "blue", "pySize": 3})
+        got = self.durin.runs.get(run.id)
+        self.assertEqual(got.memo, {"note": "py"})
+        self.assertEqual(got.search_attributes["pySize"], {"type": "int", "value": 3})
+        self.durin.runs.start(flow="acme.tagged", wait=False,
+                              search_attributes={"pyTeam": "red"})
+        found = [r.id for r in self.durin.runs.list_all(
+            query="pyTeam = 'blue' AND pySize > 2", limit=1)]
+        self.assertEqual(found, [run.id])
+        with self.assertRaises(DurinApiError) as caught:
+            self.durin.runs.list(query="pySize = 'big'")
+        self.assertEqual((caught.exception.status, caught.exception.code),
+                         (400, "invalid-argument"))
+
     def test_cancel_answers_the_run_a_repeated_command_id_again_a_plain_repeat_run_finished(self):
         run = self.durin.runs.start(flow="acme.sleep", input={"ms": 60000}, wait=False)
         cancelled = self.durin.runs.cancel(run.id, reason="test", command_id="cancel-1")

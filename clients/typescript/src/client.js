@@ -98,7 +98,7 @@ class Runs {
     if (typeof params?.flow !== "string" || params.flow === "") {
       throw new TypeError("runs.start: flow must be a non-empty string");
     }
-    const body = pick(params, ["flow", "input", "wait", "hook", "instanceId", "onDuplicate", "commandId"]);
+    const body = pick(params, ["flow", "input", "wait", "hook", "instanceId", "onDuplicate", "commandId", "memo", "searchAttributes"]);
     return this.transport.request("POST", "/v1/runs", { ...requestOptions(params), body });
   }
 
@@ -107,8 +107,8 @@ class Runs {
   }
 
   list(params = {}) {
-    const { status, flow, scheduleId, limit } = params;
-    return new PagedList(this.transport, "/v1/runs", "runs", { status, flow, scheduleId, limit }, params);
+    const { status, flow, scheduleId, query, limit } = params;
+    return new PagedList(this.transport, "/v1/runs", "runs", { status, flow, scheduleId, query, limit }, params);
   }
 
   history(id, options = {}) {

@@ -88,6 +88,10 @@ export interface Run {
   /** The schedule that started it, and the occurrence (RFC 3339) it was started for. */
   scheduleId?: string;
   occurrence?: string;
+  /** Set at start and by the flow (ctx.set_memo); null when none. */
+  memo?: Json;
+  /** By name: {"type": "keyword" | "int" | "double" | "bool" | "time", "value"}. */
+  searchAttributes?: Record<string, { type: string; value: Json }>;
 }
 
 export interface RunPage {
@@ -124,6 +128,9 @@ export interface StartParams extends MutationOptions {
   instanceId?: string;
   onDuplicate?: "reject-duplicate" | "return-existing-active";
   commandId?: string;
+  memo?: Json;
+  /** A plain value (string, number, boolean) or {"type", "value"}; a name's type is fixed per tenant. */
+  searchAttributes?: Record<string, Json>;
 }
 
 export interface ListParams extends RequestOptions {
@@ -131,6 +138,8 @@ export interface ListParams extends RequestOptions {
   flow?: string;
   /** Only the runs this schedule started. */
   scheduleId?: string;
+  /** Only the runs it matches, e.g. "priority > 3 AND status = 'running'" (README: the query language). */
+  query?: string;
   /** 1..1000, default 100. */
   limit?: number;
   cursor?: string;

@@ -98,6 +98,25 @@ describe("runs", () => {
     assert.equal(completed.nextCursor, null);
   });
 
+  test("a start's memo and search attributes come back; a query finds them, a bad one is refused", async () => {
+    const run = await durin.runs.start({
+      flow: "acme.tagged", wait: false, memo: { note: "ts" },
+      searchAttributes: { tsTeam: "blue", tsSize: 3 },
+    });
+    const got = await durin.runs.get(run.id);
+    assert.deepEqual(got.memo, { note: "ts" });
+    assert.deepEqual(got.searchAttributes.tsSize, { type: "int", value: 3 });
+    await durin.runs.start({ flow: "acme.tagged", wait: false, searchAttributes: { tsTeam: "red" } });
+    const seen = [];
+    for await (const found of durin.runs.list({ query: "tsTeam = 'blue' AND tsSize > 2", limit: 1 })) {
+      seen.push(found.id);
+    }
+    assert.deepEqual(seen, [run.id]);
+    const refused = await refusal(durin.runs.list({ query: "tsSize = 'big'" }));
+    assert.equal(refused.status, 400);
+    assert.equal(refused.code, "invalid-argument");
+  });
+
   test("cancel answers the cancelled run; a repeated commandId answers it again, a plain repeat is run-finished", async () => {
     const run = await durin.runs.start({ flow: "acme.sleep", input: { ms: 60_000 }, wait: false });
     const cancelled = await durin.runs.cancel(run.id, { reason: "test", commandId: "cancel-1" });

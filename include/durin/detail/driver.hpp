@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "durin/json.hpp"
+#include "durin/search.hpp"
 #include "durin/step.hpp"
 
 namespace durin::detail {
@@ -146,6 +147,15 @@ class driver {
   // (see durin::context::version).
   virtual int version(std::string_view change_id, int min_supported,
                       int max_supported) = 0;
+
+  // Replaces the run's memo, recorded (a durable call the flow does not
+  // wait for: it is written at once, with the run's record). Throws
+  // invalid_argument_error beyond limits::memo_bytes_max.
+  virtual void set_memo(json memo) = 0;
+  // Adds or replaces search attributes, recorded as set_memo is. Throws
+  // invalid_argument_error for a bad name or value, or a type other than
+  // the one the tenant's attribute has.
+  virtual void upsert_search_attributes(search_attributes attributes) = 0;
 
   virtual const std::string& run_id() const = 0;
 };

@@ -109,6 +109,8 @@ class Runs:
               instance_id: Optional[str] = None,
               on_duplicate: Optional[str] = None,
               command_id: Optional[str] = None,
+              memo: Json = None,
+              search_attributes: Optional[Mapping[str, Any]] = None,
               timeout: Optional[float] = None,
               retry: RetryLike = None) -> Run:
         """Starts a run of ``flow``. By default (``wait`` None or True) it
@@ -127,7 +129,9 @@ class Runs:
             hook_body = None
         body = _fields(flow=flow, input=input, wait=wait, hook=hook_body,
                        instanceId=instance_id, onDuplicate=on_duplicate,
-                       commandId=command_id)
+                       commandId=command_id, memo=memo,
+                       searchAttributes=(None if search_attributes is None
+                                         else dict(search_attributes)))
         return Run.from_json(self._transport.request(
             "POST", "/v1/runs", body=body, idempotency_key=idempotency_key,
             timeout=timeout, retry=retry))
@@ -139,20 +143,23 @@ class Runs:
 
     def list(self, *, status: Optional[str] = None, flow: Optional[str] = None,
              schedule_id: Optional[str] = None,
+             query: Optional[str] = None,
              limit: Optional[int] = None, cursor: Optional[str] = None,
              timeout: Optional[float] = None,
              retry: RetryLike = None) -> RunPage:
         """One page, newest first (``limit`` 1..1000, default 100);
-        ``schedule_id``: only the runs that schedule started."""
+        ``schedule_id``: only the runs that schedule started; ``query``:
+        only the runs it matches (README: the query language)."""
         return RunPage.from_json(self._transport.request(
             "GET", "/v1/runs",
             query={"status": status, "flow": flow, "scheduleId": schedule_id,
-                   "limit": limit, "cursor": cursor},
+                   "query": query, "limit": limit, "cursor": cursor},
             timeout=timeout, retry=retry))
 
     def list_all(self, *, status: Optional[str] = None,
                  flow: Optional[str] = None,
                  schedule_id: Optional[str] = None,
+                 query: Optional[str] = None,
                  limit: Optional[int] = None,
                  cursor: Optional[str] = None,
                  timeout: Optional[float] = None,
@@ -161,8 +168,8 @@ class Runs:
         page size. Pages are fetched as the iteration reaches them."""
         while True:
             page = self.list(status=status, flow=flow, schedule_id=schedule_id,
-                             limit=limit, cursor=cursor, timeout=timeout,
-                             retry=retry)
+                             query=query, limit=limit, cursor=cursor,
+                             timeout=timeout, retry=retry)
             for run in page.runs:
                 yield run
             if not page.next_cursor:

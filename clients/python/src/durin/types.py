@@ -44,6 +44,11 @@ class Run:
     start_token: Optional[str] = None
     schedule_id: Optional[str] = None
     occurrence: Optional[str] = None
+    # Set at start and by the flow; None when none.
+    memo: Json = None
+    # By name: {"type": "keyword" | "int" | "double" | "bool" | "time",
+    # "value": ...}.
+    search_attributes: Dict[str, Any] = field(default_factory=dict)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -70,6 +75,8 @@ class Run:
             start_token=_text(body.get("startToken")),
             schedule_id=_text(body.get("scheduleId")),
             occurrence=_text(body.get("occurrence")),
+            memo=body.get("memo"),
+            search_attributes=dict(body.get("searchAttributes") or {}),
             raw=body,
         )
 

@@ -1,0 +1,85 @@
+// Memos and search attributes in the run engine (ctx.set_memo,
+// ctx.upsert_search_attributes): each call is a durable call recorded by
+// one event, and the run's record carries the result in the same write, so
+// a list or a get sees exactly what the history says. Replay records
+// nothing again: the record already holds the last value.
+#include "actors/event_names.hpp"
+#include "actors/run_engine.hpp"
+
+namespace durin::actors {
+
+using persistence::event_kind;
+
+void run_engine::set_memo(json memo) {
+  refuse_in_query("ctx.set_memo");
+  // Checked before the call is numbered: a refused call takes no place in
+  // the history, on every replay alike.
+  auto encoded = memo.is_null() ? std::string() : encode_payload(memo);
+  if (encoded.size() > limits::memo_bytes_max) {
+    throw invalid_argument_error("ctx.set_memo: the memo is " +
+                                 std::to_string(encoded.size()) +
+                                 " bytes encoded; the limit is " +
+                                 std::to_string(limits::memo_bytes_max));
+  }
+  auto number = next_call_++;
+  if (stopped() || !check_replay(number, call_kind::memo, "memo") ||
+      recorded(number) != nullptr) {
+    return;
+  }
+  record_.memo = encoded;
+  run_dirty_ = true;
+  stage({.kind = event_kind::memo_set,
+         .call = number,
+         .at_ms = now(),
+         .name = "memo",
+         .data = encode_payload(memo)});
+  ++staged_values_;  // a step after it waits for it, as for values
+  flush_then([] {});
+}
+
+void run_engine::upsert_search_attributes(search_attributes attributes) {
+  refuse_in_query("ctx.upsert_search_attributes");
+  const char* what = "ctx.upsert_search_attributes";
+  if (auto problem = search_attributes_problem(what, attributes);
+      !problem.empty()) {
+    throw invalid_argument_error(problem);
+  }
+  auto merged = record_.search;
+  for (const auto& [name, value] : attributes) {
+    merged[name] = value;
+  }
+  if (merged.size() > limits::search_attributes_max) {
+    throw invalid_argument_error(std::string(what) + ": a run has at most " +
+                                 std::to_string(limits::search_attributes_max) +
+                                 " search attributes; this would make " +
+                                 std::to_string(merged.size()));
+  }
+  auto number = next_call_;
+  if (stopped()) {
+    return;
+  }
+  if (!check_replay(number, call_kind::search, "search-attributes") ||
+      recorded(number) != nullptr) {
+    ++next_call_;
+    return;
+  }
+  // Live only: a replay's types were fixed when it was recorded. A refusal
+  // numbers nothing, so the flow may catch it and go on.
+  if (env_.claim_search_types) {
+    if (auto problem = env_.claim_search_types(attributes); !problem.empty()) {
+      throw invalid_argument_error(std::string(what) + ": " + problem);
+    }
+  }
+  ++next_call_;
+  record_.search = std::move(merged);
+  run_dirty_ = true;
+  stage({.kind = event_kind::search_attributes_upserted,
+         .call = number,
+         .at_ms = now(),
+         .name = "search-attributes",
+         .data = encode_payload(durin::to_json(attributes))});
+  ++staged_values_;
+  flush_then([] {});
+}
+
+}  // namespace durin::actors
