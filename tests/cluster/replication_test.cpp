@@ -338,6 +338,39 @@ TEST(ReplicationTest, ABackupFurtherBehindThanTheLogReCopiesACheckpoint) {
   expect_copies_equal(cluster);
 }
 
+// `cluster move`/`drain` through the CLI; its output on failure.
+int move_cli(cluster_harness& cluster, std::vector<std::string> args,
+             std::string& output) {
+  args.insert(args.end(), {"--etcd", cluster.etcd().endpoint(), "--cluster",
+                           cluster.name(), "--timeout-s", "30"});
+  args.insert(args.begin(), "cluster");
+  return cluster_harness::run_cli(args, &output);
+}
+
+// Restarts the primary of shard 0 (of two nodes) with `env` and moves the
+// shard back to it, the other node its backup in step: a primary armed
+// with a kill or fault point. `armed` gets its index.
+void restart_as_armed_primary(cluster_harness& cluster, const std::string& env,
+                              int& armed) {
+  armed = *owners(cluster, 0).begin();
+  const int other = 1 - armed;
+  // Its backup takes the shard at the stop; it comes back as that one's
+  // backup, and takes it back by a move.
+  cluster.stop(armed);
+  ASSERT_TRUE(cluster.wait_for_routing());
+  cluster.start(armed, {env});
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, other));
+  std::string output;
+  ASSERT_EQ(
+      move_cli(cluster, {"move", "0", "--to", cluster_harness::node_id(armed)},
+               output),
+      0)
+      << output;
+  ASSERT_TRUE(cluster.wait_for_routing());
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, other));
+  ASSERT_EQ(*owners(cluster, other).begin(), armed);
+}
+
 // Rule 4, the divergent case: a primary killed after its own write landed
 // and before it was shipped holds a tail no backup has; its in-sync backup
 // takes over, and the old primary, restarted, re-copies instead of
@@ -346,26 +379,11 @@ TEST(ReplicationTest, ARestartedPrimaryWithADivergedTailReCopies) {
   cluster_harness cluster(replicated(2, 1));
   ASSERT_TRUE(cluster.wait_for_routing());
   ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
-  const int armed = *owners(cluster, 0).begin();
+  int armed = 0;
+  restart_as_armed_primary(cluster, "DURIN_KILL_AT=replication.before_ship:1",
+                           armed);
+  ASSERT_FALSE(HasFatalFailure());
   const int other = 1 - armed;
-  // Restarted armed to die at its first shipped write: its backup takes
-  // the shard at the stop, and it comes back as that one's backup.
-  cluster.stop(armed);
-  ASSERT_TRUE(cluster.wait_for_routing());
-  cluster.start(armed, {"DURIN_KILL_AT=replication.before_ship:1"});
-  ASSERT_TRUE(wait_for_copies_in_step(cluster, other));
-  // The shard moves back to it, and the other node follows it.
-  std::string output;
-  ASSERT_EQ(
-      cluster_harness::run_cli(
-          {"cluster", "move", "0", "--to", cluster_harness::node_id(armed),
-           "--etcd", cluster.etcd().endpoint(), "--cluster", cluster.name()},
-          &output),
-      0)
-      << output;
-  ASSERT_TRUE(cluster.wait_for_routing());
-  ASSERT_TRUE(wait_for_copies_in_step(cluster, other));
-  ASSERT_EQ(*owners(cluster, other).begin(), armed);
   // Its next write lands on its own disk only.
   (void)cluster.client(other).post("/v1/runs", review("diverge"), "diverge");
   ASSERT_TRUE(cluster.wait_killed(armed));
@@ -392,24 +410,10 @@ TEST(ReplicationTest, APrimaryWhoseFsyncFailsAfterShippingGivesTheShardUp) {
   cluster_harness cluster(replicated(2, 1));
   ASSERT_TRUE(cluster.wait_for_routing());
   ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
-  const int armed = *owners(cluster, 0).begin();
+  int armed = 0;
+  restart_as_armed_primary(cluster, "DURIN_FAIL_AT=committer.sync:5", armed);
+  ASSERT_FALSE(HasFatalFailure());
   const int other = 1 - armed;
-  // Restarted to fail its 5th sync as a primary; the shard moves back to it.
-  cluster.stop(armed);
-  ASSERT_TRUE(cluster.wait_for_routing());
-  cluster.start(armed, {"DURIN_FAIL_AT=committer.sync:5"});
-  ASSERT_TRUE(wait_for_copies_in_step(cluster, other));
-  std::string output;
-  ASSERT_EQ(
-      cluster_harness::run_cli(
-          {"cluster", "move", "0", "--to", cluster_harness::node_id(armed),
-           "--etcd", cluster.etcd().endpoint(), "--cluster", cluster.name()},
-          &output),
-      0)
-      << output;
-  ASSERT_TRUE(cluster.wait_for_routing());
-  ASSERT_TRUE(wait_for_copies_in_step(cluster, other));
-  ASSERT_EQ(*owners(cluster, other).begin(), armed);
   const auto epoch = cluster.status(other)["shards"][0]["epoch"].get<int>();
   request_log log;
   {
@@ -422,15 +426,6 @@ TEST(ReplicationTest, APrimaryWhoseFsyncFailsAfterShippingGivesTheShardUp) {
   expect_every_acknowledged_start_present(cluster, log);
   ASSERT_TRUE(wait_for_copies_in_step(cluster, other));
   expect_copies_equal(cluster);
-}
-
-// `cluster move`/`drain` through the CLI; its output on failure.
-int move_cli(cluster_harness& cluster, std::vector<std::string> args,
-             std::string& output) {
-  args.insert(args.end(), {"--etcd", cluster.etcd().endpoint(), "--cluster",
-                           cluster.name(), "--timeout-s", "30"});
-  args.insert(args.begin(), "cluster");
-  return cluster_harness::run_cli(args, &output);
 }
 
 // With replication a move is online: the target, a copy in step, takes
