@@ -14,6 +14,7 @@
 #include "persistence/assert.hpp"
 #include "persistence/keys.hpp"
 #include "services/node.hpp"
+#include "services/start.hpp"
 
 namespace durin::actors {
 
@@ -455,19 +456,28 @@ void handle_start(self_pointer self, start_claim& claim,
                      {1, claim.run.id});
   }
   grant(self, claim.token);
-  write(self, std::move(batch), [self, reply, info](bool ok) {
-    if (ok) {
-      publish_and_offer(self);
-      reply(info);
-      return;
-    }
-    error unknown = make_error(
-        errc::start_outcome_unknown,
-        "the start of run " + info.id +
-            " may or may not be admitted; retry with the same token");
-    unknown.run_id = info.id;
-    reply(std::move(unknown));
-  });
+  // The run starts from here once its admission is durable: its record is
+  // the claim's, so the caller's answer carries no copy of it.
+  fresh_run admitted{std::move(claim.run),
+                     std::move(claim.answer),
+                     {},
+                     std::move(claim.first_events)};
+  write(self, std::move(batch),
+        [self, reply, info, admitted = std::move(admitted)](bool ok) mutable {
+          if (ok) {
+            publish_and_offer(self);
+            services::activate_fresh(*self->state.services,
+                                     std::move(admitted));
+            reply(info);
+            return;
+          }
+          error unknown = make_error(
+              errc::start_outcome_unknown,
+              "the start of run " + info.id +
+                  " may or may not be admitted; retry with the same token");
+          unknown.run_id = info.id;
+          reply(std::move(unknown));
+        });
 }
 
 void handle_claim(self_pointer self, const hook_claim& claim) {

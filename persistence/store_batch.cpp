@@ -100,21 +100,23 @@ void write_batch::put_event(std::string_view run_id, std::uint64_t sequence,
            " bytes is too long for a key");
     return;
   }
-  const std::string subject =
-      "run " + printable(run_id) + " event " + std::to_string(sequence);
+  // Built only for a refusal: every event of every run passes here.
+  auto subject = [&] {
+    return "run " + printable(run_id) + " event " + std::to_string(sequence);
+  };
   if (sequence == 0) {
     // History starts at 1; a 0 would read back as a gap.
-    refuse(subject + ": sequences start at 1");
+    refuse(subject() + ": sequences start at 1");
     return;
   }
   if (auto valid = codec::validate(event); !valid) {
-    refuse(subject + ": " + valid.error().message);
+    refuse(subject() + ": " + valid.error().message);
     return;
   }
   const auto put = put_to(family::history, keys::history(run_id, sequence),
                           codec::encode(event));
   if (!put.ok()) {
-    refuse(subject + ": " + put.ToString());
+    refuse(subject() + ": " + put.ToString());
   }
 }
 

@@ -37,16 +37,16 @@ result<std::optional<run_record>> store::get_run(
     if (read.IsNotFound()) {
       return std::optional<run_record>();
     }
-    const std::string subject = "run " + printable(run_id);
+    auto subject = [&] { return "run " + printable(run_id); };
     if (!read.ok()) {
-      return storage_failure("runs: read " + subject, read);
+      return storage_failure("runs: read " + subject(), read);
     }
     auto decoded = codec::decode_run(view(value));
     if (!decoded) {
-      return corrupt(family::runs, subject, decoded.error().message);
+      return corrupt(family::runs, subject(), decoded.error().message);
     }
     if (decoded->id != run_id) {
-      return corrupt(family::runs, subject,
+      return corrupt(family::runs, subject(),
                      "value names run " + printable(decoded->id));
     }
     return std::optional<run_record>(std::move(*decoded));
@@ -65,7 +65,7 @@ result<std::vector<event_record>> store::load_history(
     if (!keys::fits(run_id)) {
       return events;
     }
-    const std::string subject = "run " + printable(run_id);
+    auto subject = [&] { return "run " + printable(run_id); };
     const std::string prefix = keys::history_prefix(run_id);
     const std::string upper = prefix_successor(prefix);
     const rocksdb::Slice upper_slice(upper);
@@ -79,11 +79,11 @@ result<std::vector<event_record>> store::load_history(
          it->Next()) {
       auto key = keys::decode_history(view(it->key()));
       if (!key || key->run_id != run_id) {
-        return corrupt(family::history, subject, "malformed key");
+        return corrupt(family::history, subject(), "malformed key");
       }
       const std::uint64_t expected = events.size() + 1;
       if (key->sequence != expected) {
-        return corrupt(family::history, subject,
+        return corrupt(family::history, subject(),
                        "sequence " + std::to_string(key->sequence) + " where " +
                            std::to_string(expected) +
                            " was expected (a gap in the history)");
@@ -91,13 +91,13 @@ result<std::vector<event_record>> store::load_history(
       auto event = codec::decode_event(view(it->value()));
       if (!event) {
         return corrupt(family::history,
-                       subject + " event " + std::to_string(expected),
+                       subject() + " event " + std::to_string(expected),
                        event.error().message);
       }
       events.push_back(std::move(*event));
     }
     if (!it->status().ok()) {
-      return storage_failure("history: read " + subject, it->status());
+      return storage_failure("history: read " + subject(), it->status());
     }
     return events;
   });

@@ -199,24 +199,22 @@ void start_with_token(node& node, persistence::run_record record,
   token.owner_command = start.options.command_id;
   auto* at = &node;
   auto address = persistence::keys::token(record.tenant, hook.token);
-  // Runs on the node's reply relay, once the token's actor decided.
-  auto admitted = [at, record, info = std::move(info), settle = start.answer,
-                   first_events = start.first_events,
+  // Runs on the node's reply relay, once the token's actor decided (and,
+  // when it admitted the run, started it).
+  auto admitted = [at, run_id = record.id, info = std::move(info),
                    done = std::move(done)](result<run_info> outcome) mutable {
-    if (outcome && outcome->id != record.id) {
+    if (outcome && outcome->id != run_id) {
       done(std::move(outcome));  // a repeated command's first run
       return;
     }
     if (outcome) {
-      activate_fresh(*at,
-                     {std::move(record), std::move(settle), {}, first_events});
       done(std::move(info));
       return;
     }
     // If the admission did land, the run must not wait for a restart:
     // activation finds out.
     if (outcome.error().code == errc::start_outcome_unknown) {
-      at->runs_of(record.id).activate(record.id);
+      at->runs_of(run_id).activate(run_id);
     }
     done(std::move(outcome));
   };
