@@ -457,7 +457,7 @@ void handle_start(self_pointer self, start_claim& claim,
   }
   grant(self, claim.token);
   // The run starts from here once its admission is durable: its record is
-  // the claim's, so the caller's answer carries no copy of it.
+  // the claim's, so the caller's callback keeps no copy of it.
   fresh_run admitted{std::move(claim.run),
                      std::move(claim.answer),
                      {},
