@@ -47,8 +47,11 @@ using owner_end_atom = caf::atom_constant<caf::atom("tkownerend")>;
 using claimed_atom = caf::atom_constant<caf::atom("hkclaimed")>;
 using payload_atom = caf::atom_constant<caf::atom("hkpayload")>;
 using lost_atom = caf::atom_constant<caf::atom("hklost")>;
-// To run actors: a run they watch ended; (run_info as recorded).
+// To run actors: a run they watch ended (run_info as recorded; or, read on
+// another node, its state now, or none); or a watch to ask again.
 using watched_atom = caf::atom_constant<caf::atom("watched")>;
+// To a child run: its parent, on another node, has ended.
+using orphan_atom = caf::atom_constant<caf::atom("orphan")>;
 // To run actors: a message or an update from outside; a query.
 using message_atom = caf::atom_constant<caf::atom("message")>;
 using query_atom = caf::atom_constant<caf::atom("query")>;

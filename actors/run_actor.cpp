@@ -69,12 +69,18 @@ struct run_actor_state {
   bool hand_over_in_write = false;
   // Backoff of a child's start whose outcome was not known.
   std::int64_t child_backoff_ms = 100;
+  // A remote watch's ask is out (remote_watch): its answer, whichever
+  // engine asked, is the only one awaited.
+  bool remote_watch_busy = false;
   static inline const char* name = "durin.run";
 };
 
 using self_pointer = run_actor::stateful_pointer<run_actor_state>;
 
 constexpr std::int64_t reload_backoff_ms_max = 5000;
+// Before asking another node again for a watched run whose last ask had no
+// answer for certain (its shard without an owner, a forward timed out).
+constexpr std::chrono::milliseconds remote_watch_pause{500};
 
 // Leaves the directory and stops when nothing more can happen without a
 // message from outside: the run ended, could not load, or sleeps long.
@@ -300,8 +306,13 @@ json run_state_of(const run_info& info) {
   return out;
 }
 
-json run_state(const node& services, const std::string& tenant,
-               const std::string& run_id) {
+// nullopt when another node serves the run's shard: its state is asked for
+// there (remote_watch).
+std::optional<json> run_state(const node& services, const std::string& tenant,
+                              const std::string& run_id) {
+  if (services.remote_for(run_id) != nullptr) {
+    return std::nullopt;
+  }
   auto record = services.shard_of_run(run_id).store->get_run(run_id);
   if (!record || !*record || (*record)->tenant != tenant) {
     return json{{"id", run_id}, {"status", "not-found"}};
@@ -309,22 +320,57 @@ json run_state(const node& services, const std::string& tenant,
   return run_state_of(describe_run(**record));
 }
 
-// Reports the end of `run_id` to this run, at once if it has ended (told
-// by the run-event hub: subscribed before the state is read).
-void watch_run(self_pointer self, const std::string& run_id) {
+// Asks the node that serves `watch.run_id` for its state (a long poll when
+// it is to end). A poll that came back with the run going on, or with no
+// answer for certain, is asked again (at once, or after a pause).
+void remote_watch(self_pointer self, const run_watch& watch) {
+  auto& st = self->state;
+  if (st.remote_watch_busy) {
+    return;  // one ask at a time (an earlier engine's answers this one)
+  }
+  st.remote_watch_busy = true;
+  auto* services = st.services;
+  auto* port = services->remote.load(std::memory_order_acquire);
+  auto me = st.run_id;
+  port->read(
+      st.tenant, watch.run_id, watch.until_end,
+      [services, me, watch](result<run_info> state) {
+        auto& runs = services->runs_of(me);
+        if (!state && state.error().code == errc::run_not_found) {
+          run_info none;
+          none.id = watch.run_id;
+          runs.deliver(me, watched_atom::value, std::move(none), true);
+        } else if (state && (!watch.until_end || is_terminal(state->status))) {
+          runs.deliver(me, watched_atom::value, std::move(*state), false);
+        } else {
+          runs.deliver(me, watched_atom::value, watch.run_id, !state.ok());
+        }
+      });
+}
+
+// Reports the end of `watch.run_id` to this run, at once if it has ended
+// (told by the run-event hub: subscribed before the state is read), or
+// its state now for one that another node serves.
+void watch_run(self_pointer self, const run_watch& watch) {
   auto& st = self->state;
   auto* services = st.services;
+  const auto& run_id = watch.run_id;
+  if (services->remote_for(run_id) != nullptr) {
+    remote_watch(self, watch);
+    return;
+  }
   auto me = st.run_id;
   auto subscription = services->events.subscribe(
       run_id, services::run_events::until::ended,
       [services, me](const services::run_event& event) {
-        services->runs_of(me).deliver(me, watched_atom::value, event.run);
+        services->runs_of(me).deliver(me, watched_atom::value, event.run,
+                                      false);
       });
   // The engine saw it unfinished; if it ended since, no event will come.
   auto record = services->shard_of_run(run_id).store->get_run(run_id);
   if (record && *record && is_terminal((*record)->status)) {
     services->events.unsubscribe(run_id, subscription);
-    self->send(self, watched_atom::value, describe_run(**record));
+    self->send(self, watched_atom::value, describe_run(**record), false);
   }
 }
 
@@ -442,25 +488,56 @@ void start_successor(self_pointer self, bool ok) {
   }
 }
 
+// What a child's start answered, as its parent's actor hears it.
+std::function<void(result<run_info>)> child_answer(node* services,
+                                                   std::string parent,
+                                                   std::uint64_t call) {
+  return
+      [services, parent = std::move(parent), call](result<run_info> outcome) {
+        child_started answer{call};
+        if (outcome) {
+          // Admitted durably; the parent has not recorded it yet.
+          DURIN_TEST_KILL_POINT("run.after_child_admitted");
+          answer.child_run_id = outcome->id;
+        } else {
+          const auto& why = outcome.error();
+          answer.code = std::string(to_code(why.code));
+          answer.message = why.message;
+          answer.indefinite = why.code == errc::storage_error ||
+                              why.code == errc::start_outcome_unknown ||
+                              why.code == errc::shutting_down;
+          if (why.code == errc::hook_conflict) {
+            answer.owner_run_id = why.run_id;
+          }
+        }
+        services->runs_of(parent).deliver(parent, child_atom::value,
+                                          std::move(answer));
+      };
+}
+
 // Starts a child run with the identity its parent recorded. A replay may
 // send a start whose run was admitted before a crash: then that run is the
-// answer (its start token refuses a second admission anyway).
+// answer (its start token refuses a second admission anyway). A child in a
+// shard another node serves is started there, with the same identity.
 void start_child(self_pointer self, const child_start& start) {
   auto& st = self->state;
   auto* services = st.services;
   auto parent = st.run_id;
   auto call = start.call;
-  auto existing =
-      services->shard_of_run(start.run_id).store->get_run(start.run_id);
-  if (existing && *existing) {
-    self->send(self, child_atom::value, child_started{call, start.run_id});
-    return;
-  }
-  if (!existing) {
-    child_started unknown{call};
-    unknown.indefinite = true;
-    self->send(self, child_atom::value, std::move(unknown));
-    return;
+  auto* port = services->remote_for(start.run_id);
+  if (port == nullptr) {
+    auto existing =
+        services->shard_of_run(start.run_id).store->get_run(start.run_id);
+    if (existing && *existing) {
+      self->send(self, child_atom::value, child_started{call, start.run_id});
+      return;
+    }
+    if (!existing) {
+      child_started unknown{call};
+      unknown.indefinite = true;
+      self->send(self, child_atom::value, std::move(unknown));
+      return;
+    }
   }
   // The child's identity is durable; its start is not sent yet.
   DURIN_TEST_KILL_POINT("run.before_child_start");
@@ -473,29 +550,12 @@ void start_child(self_pointer self, const child_start& start) {
   request.run_id = start.run_id;
   request.parent_run_id = parent;
   request.parent_close = start.parent_close;
-  services::start_run(*services, std::move(request),
-                      [services, parent, call](result<run_info> outcome) {
-                        child_started answer{call};
-                        if (outcome) {
-                          // Admitted durably; the parent has not recorded it
-                          // yet.
-                          DURIN_TEST_KILL_POINT("run.after_child_admitted");
-                          answer.child_run_id = outcome->id;
-                        } else {
-                          const auto& why = outcome.error();
-                          answer.code = std::string(to_code(why.code));
-                          answer.message = why.message;
-                          answer.indefinite =
-                              why.code == errc::storage_error ||
-                              why.code == errc::start_outcome_unknown ||
-                              why.code == errc::shutting_down;
-                          if (why.code == errc::hook_conflict) {
-                            answer.owner_run_id = why.run_id;
-                          }
-                        }
-                        services->runs_of(parent).deliver(
-                            parent, child_atom::value, std::move(answer));
-                      });
+  auto answer = child_answer(services, parent, call);
+  if (port != nullptr) {
+    port->start(request, std::move(answer));
+    return;
+  }
+  services::start_run(*services, std::move(request), std::move(answer));
 }
 
 // The run ended: its children whose parent_close says so end too
@@ -508,14 +568,35 @@ void close_children(self_pointer self, const std::vector<child_to_close>& all) {
     cancel_request request{"the parent run " + st.run_id + " ended",
                            "parent-close:" + st.run_id,
                            child.parent_close == 1};
+    if (auto* port = st.services->remote_for(child.run_id)) {
+      // Not answered for certain: the child asks after its parent as it
+      // activates (end_if_orphaned).
+      port->cancel(st.tenant, child.run_id, request, [](result<run_info>) {});
+      continue;
+    }
     st.services->runs_of(child.run_id)
         .deliver(child.run_id, cancel_atom::value, std::move(request));
   }
 }
 
+// The child's parent ended: the child ends too (parent_close 1 terminates
+// it, 2 cancels it).
+void close_as_orphan(self_pointer self, const std::string& parent_run_id,
+                     std::uint8_t parent_close) {
+  auto& st = self->state;
+  if (!st.engine || st.engine->finished()) {
+    return;
+  }
+  st.engine->cancel(
+      "the parent run " + parent_run_id + " ended",
+      "parent-close:" + parent_run_id, [](result<run_info>) {},
+      parent_close == 1);
+}
+
 // A child whose parent ended while no one could tell it (a crash between
 // the parent's end and its notice, or a start still in flight as the
-// parent ended) ends itself as it activates, unless abandoned.
+// parent ended) ends itself as it activates, unless abandoned. A parent
+// that another node serves is asked there; its answer comes as a message.
 void end_if_orphaned(self_pointer self, const std::string& parent_run_id,
                      std::uint8_t parent_close) {
   auto& st = self->state;
@@ -523,15 +604,27 @@ void end_if_orphaned(self_pointer self, const std::string& parent_run_id,
       st.engine->finished()) {
     return;
   }
+  if (auto* port = st.services->remote_for(parent_run_id)) {
+    auto* services = st.services;
+    auto me = st.run_id;
+    port->read(
+        st.tenant, parent_run_id, false,
+        [services, me, parent_run_id, parent_close](result<run_info> parent) {
+          bool ended = parent ? is_terminal(parent->status)
+                              : parent.error().code == errc::run_not_found;
+          if (ended) {
+            services->runs_of(me).deliver(me, orphan_atom::value, parent_run_id,
+                                          parent_close);
+          }
+        });
+    return;
+  }
   auto parent =
       st.services->shard_of_run(parent_run_id).store->get_run(parent_run_id);
   if (!parent || (*parent && !is_terminal((*parent)->status))) {
     return;
   }
-  st.engine->cancel(
-      "the parent run " + parent_run_id + " ended",
-      "parent-close:" + parent_run_id, [](result<run_info>) {},
-      parent_close == 1);
+  close_as_orphan(self, parent_run_id, parent_close);
 }
 
 // A write failed and may or may not have landed: drop the engine and
@@ -924,10 +1017,35 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, shard* home,
         }
         drain(self);
       },
-      [self](watched_atom, const run_info& run) {
+      [self](watched_atom, const run_info& run, bool not_found) {
+        self->state.remote_watch_busy = false;
         if (self->state.engine) {
-          self->state.engine->on_watched_run(run.id, run_state_of(run));
+          auto state = not_found ? json{{"id", run.id}, {"status", "not-found"}}
+                                 : run_state_of(run);
+          self->state.engine->on_watched_run(run.id, state);
         }
+        drain(self);
+      },
+      [self](watched_atom, const std::string& run_id, bool pause) {
+        // A remote watch to ask again: after a pause when the last ask had
+        // no answer for certain.
+        auto& st = self->state;
+        if (pause) {
+          self->delayed_send(self, remote_watch_pause, watched_atom::value,
+                             run_id, false);
+          return;
+        }
+        st.remote_watch_busy = false;
+        if (st.engine) {
+          if (auto watch = st.engine->pending_watch();
+              watch && watch->run_id == run_id) {
+            remote_watch(self, *watch);
+          }
+        }
+      },
+      [self](orphan_atom, const std::string& parent_run_id,
+             std::uint8_t parent_close) {
+        close_as_orphan(self, parent_run_id, parent_close);
         drain(self);
       },
       [self](child_atom, const child_started& started) {

@@ -56,8 +56,15 @@ using run_actor = caf::typed_actor<
     caf::reacts_to<claimed_atom, claim_outcome>,
     caf::reacts_to<payload_atom, hook_delivery>,
     caf::reacts_to<lost_atom, hook_loss>,
-    // A run this one watches ended.
-    caf::reacts_to<watched_atom, run_info>,
+    // A run this one watches ended (true: there is none), or, read on
+    // another node, its state now.
+    caf::reacts_to<watched_atom, run_info, bool>,
+    // Sent to itself: ask another node again for the state of a run this
+    // one watches (true: after a pause).
+    caf::reacts_to<watched_atom, std::string, bool>,
+    // The parent of this child, on another node, has ended (its id and
+    // parent_close).
+    caf::reacts_to<orphan_atom, std::string, std::uint8_t>,
     // A child run's start was decided (services/start.hpp answers it).
     caf::reacts_to<child_atom, child_started>,
     // Sent to itself: start the child of this call again (its last start's

@@ -158,13 +158,20 @@ class engine_random {
   std::array<result_type, 4> state_{};
 };
 
+// A run whose state to report (on_watched_run): once it ended, or, for a
+// run another node serves, its state now.
+struct run_watch {
+  std::string run_id;
+  bool until_end = true;
+};
+
 struct engine_output {
   std::optional<commit_plan> commit;              // submit; report on_committed
   std::vector<step_dispatch> dispatches;          // run; report on_step_outcome
   std::vector<persistence::timer_record> timers;  // durable: schedule them
   std::vector<std::function<void()>> replies;     // answers to send now
   std::vector<token_message> token_messages;      // send now
-  std::vector<std::string> watches;               // runs whose end to report
+  std::vector<run_watch> watches;                 // runs whose state to report
   // Tokens the run holds as it ends: marked ending (held_tokens) before the
   // commit that records the end is submitted.
   std::vector<std::string> ending_tokens;
@@ -183,8 +190,10 @@ struct engine_environment {
   durin::clock* clock = nullptr;
   std::chrono::milliseconds passivate_after{2000};
   std::int64_t retention_max_ms = 30LL * 24 * 3600 * 1000;
-  // Reads another run of the same tenant: {"id","status","output","error"}.
-  std::function<json(const std::string& run_id)> read_run;
+  // Reads another run of the same tenant: {"id","status","output","error"};
+  // nullopt when another node serves its shard (the state is then asked
+  // for there: a run_watch with until_end false).
+  std::function<std::optional<json>(const std::string& run_id)> read_run;
   std::uint32_t spec_version = persistence::spec_version;
   // The run's history limits (runtime_options): a write that would take
   // the history beyond either is replaced by the run's failure,
@@ -320,8 +329,11 @@ class run_engine final : public detail::driver {
   void update_complete(std::uint64_t sequence, json result) override;
   const std::string& run_id() const override { return record_.id; }
 
-  // A watched run ended (from the node's finish listeners).
+  // A watched run's state: it ended, or (read on another node) its state
+  // now when only that was asked for.
   void on_watched_run(const std::string& run_id, const json& state);
+  // The watch the run waits on, if it waits on one.
+  std::optional<run_watch> pending_watch() const;
 
   bool begin_child(detail::child_request request,
                    detail::call_outcome* out) override;
@@ -394,6 +406,7 @@ class run_engine final : public detail::driver {
     std::size_t hook = 0;
     // watch
     std::string watched;
+    bool watched_until_end = true;  // else its state now (another node's)
     // message_read
     std::vector<std::string> names;
     // child

@@ -421,21 +421,27 @@ bool run_engine::begin_watch(const std::string& run_id, bool until_end,
            .data = encode_payload(state)});
     ++staged_values_;
   };
-  auto state = env_.read_run ? env_.read_run(run_id) : json();
-  auto status = state.value("status", std::string("not-found"));
-  bool ended = status == "completed" || status == "failed" ||
-               status == "cancelled" || status == "not-found";
-  if (!until_end || ended) {
-    record_state(state);
-    out->value = std::move(state);
-    return true;
+  auto state =
+      env_.read_run ? env_.read_run(run_id) : std::optional<json>(json());
+  if (state) {
+    auto status = state->value("status", std::string("not-found"));
+    bool ended = status == "completed" || status == "failed" ||
+                 status == "cancelled" || status == "terminated" ||
+                 status == "not-found";
+    if (!until_end || ended) {
+      record_state(*state);
+      out->value = std::move(*state);
+      return true;
+    }
   }
+  // Reported when it ends, or, read on another node, as it is now.
   pending_ = pending_call{};
   pending_.kind = call_kind::watch;
   pending_.call = number;
   pending_.out = out;
   pending_.watched = run_id;
-  output_.watches.push_back(run_id);
+  pending_.watched_until_end = until_end;
+  output_.watches.push_back({run_id, until_end});
   return false;
 }
 
@@ -447,11 +453,19 @@ void run_engine::on_watched_run(const std::string& run_id, const json& state) {
   stage({.kind = event_kind::value_recorded,
          .call = pending_.call,
          .at_ms = now(),
-         .name = "run-result:" + run_id,
+         .name = (pending_.watched_until_end ? "run-result:" : "run-status:") +
+                 run_id,
          .data = encode_payload(state)});
   ++staged_values_;
   pending_.out->value = state;
   resume_parked();
+}
+
+std::optional<run_watch> run_engine::pending_watch() const {
+  if (stopped() || pending_.kind != call_kind::watch) {
+    return std::nullopt;
+  }
+  return run_watch{pending_.watched, pending_.watched_until_end};
 }
 
 void run_engine::subscribe(hook_entry& entry) {

@@ -212,6 +212,50 @@ flow<json> parent_flow(context& ctx, json input) {
   co_return json{{"results", results}};
 }
 
+// Starts "count" acme.sleep children of "ms" each, then awaits them:
+// {"slept": count}. "parentClose" ("terminate", the default, "cancel" or
+// "abandon") says what becomes of them when this run ends first.
+flow<json> nap_group(context& ctx, json input) {
+  auto count = input.value("count", std::int64_t{1});
+  if (count < 1 || count > 100) {
+    throw fatal_error("'count' must be from 1 to 100");
+  }
+  child_options options;
+  const auto close = input.value("parentClose", std::string("terminate"));
+  if (close == "cancel") {
+    options.parent_close = parent_close_policy::cancel;
+  } else if (close == "abandon") {
+    options.parent_close = parent_close_policy::abandon;
+  } else if (close != "terminate") {
+    throw fatal_error("'parentClose' must be terminate, cancel or abandon");
+  }
+  // Built before any co_await: GCC cannot keep a string literal's
+  // temporary across a suspension.
+  const json child_input = {{"ms", input.value("ms", std::int64_t{0})}};
+  std::vector<run_handle> children;
+  for (std::int64_t i = 0; i < count; ++i) {
+    children.push_back(
+        co_await ctx.start_child("acme.sleep", child_input, options));
+  }
+  for (const auto& child : children) {
+    co_await child.return_value<json>();
+  }
+  co_return json{{"slept", count}};
+}
+
+// Looks at the run "runId" (of the same tenant, anywhere in a cluster),
+// awaits its end and returns its status as first seen and its output:
+// {"seen", "output"}.
+flow<json> await_run(context& ctx, json input) {
+  if (!input.contains("runId") || !input["runId"].is_string()) {
+    throw fatal_error("input needs a string field 'runId'");
+  }
+  auto other = ctx.run(input["runId"].get<std::string>());
+  auto seen = co_await other.status();
+  auto output = co_await other.return_value<json>();
+  co_return json{{"seen", std::string(to_string(seen))}, {"output", output}};
+}
+
 // Counts to "limit" one step at a time, continuing as new every "every"
 // steps (so no history grows beyond "every" steps); "count" and "runs"
 // carry the state across runs.
@@ -239,6 +283,8 @@ void register_examples(registry& flows) {
   flows.flow("acme.inbox", inbox);
   flows.flow("acme.counter", counter);
   flows.flow("acme.parent", parent_flow);
+  flows.flow("acme.nap-group", nap_group);
+  flows.flow("acme.await-run", await_run);
   flows.flow("acme.rolling", rolling);
   flows.flow("acme.order-notes", order_notes);
   flows.flow("acme.review-order", review_order);

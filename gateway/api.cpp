@@ -108,7 +108,8 @@ const std::vector<api::route>& api::routes() {
       // they never hold an io thread up.
       {"GET", {"v1", "runs"}, m::list_runs, access::read, blocks,
        &api::list_runs},
-      {"GET", {"v1", "runs", "{}"}, m::get_run, access::read, 0,
+      // With ?waitMs=, a long poll for the run's end.
+      {"GET", {"v1", "runs", "{}"}, m::get_run, access::read, 0, nullptr,
        &api::get_run},
       {"GET", {"v1", "runs", "{}", "history"}, m::history, access::read,
        blocks, &api::run_history},
@@ -196,6 +197,12 @@ api::api(runtime& node, auth& keys, idempotency& requests, metrics& counters,
               std::chrono::milliseconds(500),
               [this](std::shared_ptr<async_start>& start) {
                 on_unsettled(std::move(start));
+              })),
+      run_waits_(
+          std::make_unique<services::due_list<std::shared_ptr<run_wait>>>(
+              std::chrono::milliseconds(250),
+              [this](std::shared_ptr<run_wait>& wait) {
+                on_run_wait_tick(wait);
               })) {}
 
 api::~api() {
@@ -203,7 +210,9 @@ api::~api() {
 }
 
 void api::close() {
+  clear_remote_port();
   unsettled_->stop();
+  run_waits_->stop();
 }
 
 http_response api::handle(const http_request& http) {

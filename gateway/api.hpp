@@ -112,6 +112,10 @@ class api {
   void dispatch_forwarded(http_request request, principal caller,
                           reply_fn reply, const offload_fn& offload);
 
+  // Long polls of a run's end (GET /v1/runs/{id}?waitMs=) answer now,
+  // with the run as it is, and new ones at once (the gateway drains).
+  void release_run_waits();
+
   // Hands no more waited starts over to an offload (call once the gateway
   // has stopped, before it is destroyed).
   void close();
@@ -213,7 +217,6 @@ class api {
   http_response readiness(request& r);  // gateway/readiness.hpp
   http_response prometheus(request& r);
   http_response cluster_view(request& r);  // gateway/placement.cpp
-  http_response get_run(request& r);
   http_response list_runs(request& r);
   http_response run_history(request& r);
   // GET /v1/run-counts?flow=: the caller's runs by status.
@@ -246,6 +249,9 @@ class api {
   http_response exchange_key_table(request& r);
   // Routes that answer later, from the thread that learns the outcome.
   void start_run(const request_ptr& r, reply_fn reply);  // start_route.cpp
+  // GET /v1/runs/{id}, with waitMs a long poll for its end
+  // (gateway/remote_runs.cpp).
+  void get_run(const request_ptr& r, reply_fn reply);
   void worker_route(const request_ptr& r, reply_fn reply);
 
   http_response run_response(unsigned status, const run_info& run);
@@ -295,6 +301,15 @@ class api {
                             http_response response);
   void resume_elsewhere(const std::shared_ptr<async_start>& start, bool wait);
 
+  // Runs across nodes (gateway/remote_runs.cpp): the long polls of
+  // GET /v1/runs/{id}?waitMs=, and the port through which this node's runs
+  // reach runs other nodes serve (services/remote_runs.hpp).
+  struct run_wait;
+  class remote_port;
+  void on_run_wait_tick(std::shared_ptr<run_wait>& wait);
+  void set_remote_port();    // with placement_
+  void clear_remote_port();  // at close()
+
   runtime& node_;
   placement* placement_ = nullptr;
   std::unique_ptr<worker_routing> worker_routing_;  // with placement_ only
@@ -308,6 +323,12 @@ class api {
   // Waited starts still unanswered one to two ticks after their admission,
   // handed over to an offload then.
   std::unique_ptr<services::due_list<std::shared_ptr<async_start>>> unsettled_;
+  // Long polls of a run's end, looked at every tick until their deadline.
+  std::unique_ptr<services::due_list<std::shared_ptr<run_wait>>> run_waits_;
+  std::atomic<bool> run_waits_released_{false};
+  // Set with placement_; kept until the api goes (after the runtime's
+  // actors, which may be using it).
+  std::shared_ptr<remote_port> remote_;  // shared: deleted where complete
 };
 
 // One request as the pipeline read it; shared by its handler and its reply.

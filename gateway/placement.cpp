@@ -150,6 +150,7 @@ void api::set_placement(placement* where) {
   worker_routing_ = where == nullptr
                         ? nullptr
                         : std::make_unique<worker_routing>(node_, *where);
+  set_remote_port();
 }
 
 http_response shard_unavailable(std::uint32_t shard,

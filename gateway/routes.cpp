@@ -71,15 +71,6 @@ http_response api::get_instance(request& ctx) {
   return run ? run_response(200, *run) : error_response(run.error());
 }
 
-http_response api::get_run(request& ctx) {
-  const std::string& id = ctx.params[0];
-  auto run = node_.get(id, ctx.caller.tenant);
-  if (!run) {
-    return error_response(run.error());
-  }
-  return run_response(200, *run);
-}
-
 namespace {
 
 // Pages of runs (newest first, each with its nextCursor) as one page.

@@ -307,8 +307,9 @@ int serve(serve_options options, registry flows, std::ostream& out,
   };
   // At SIGTERM long polls answer at once (empty), not at the end of their
   // wait: they would hold the drain.
-  options.http.on_drain = [&node] {
+  options.http.on_drain = [&node, &routes] {
     runtime_access::services(**node).tasks->release_polls();
+    routes.release_run_waits();
   };
   auto server = http_server::start(options.http);
   if (!server) {

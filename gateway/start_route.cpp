@@ -130,12 +130,20 @@ void api::start_run(const request_ptr& r, reply_fn reply) {
     return;
   }
   auto& node = runtime_access::services(node_);
+  std::string parent_run_id;
+  std::uint8_t parent_close = 0;
   if (r->forwarded) {
-    // A start whose key lives on the forwarding node (start_elsewhere):
-    // its run id, drawn there and named by the key's marker, in this
-    // node's shard.
+    // A start whose key lives on the forwarding node (start_elsewhere), or
+    // a child run whose parent lives there (gateway/remote_runs.cpp): its
+    // run id, drawn there and named by the key's marker or the parent's
+    // history, in this node's shard.
     if (auto id = r->http.header("x-durin-run-id"); !id.empty()) {
       start->run_id = std::string(id);
+    }
+    parent_run_id = std::string(r->http.header("x-durin-parent-run"));
+    auto close = r->http.header("x-durin-parent-close");
+    if (close.size() == 1 && close[0] >= '0' && close[0] <= '3') {
+      parent_close = static_cast<std::uint8_t>(close[0] - '0');
     }
   }
   if (!r->recorded_run_id.empty() && placement_ != nullptr &&
@@ -173,6 +181,8 @@ void api::start_run(const request_ptr& r, reply_fn reply) {
   request.flow = std::move(s->flow);
   request.input = std::move(s->input);
   request.options = std::move(s->options);
+  request.parent_run_id = std::move(parent_run_id);
+  request.parent_close = parent_close;
   request.answer.when_settled = s->wait;
   if (r->key) {
     request.answer.key = requests_.start_key_of(*r->key, r->fingerprint);

@@ -70,6 +70,12 @@ bool node::serves_no_more(const shard& one) {
   return fence && !fence->open();
 }
 
+remote_runs* node::remote_for(std::string_view run_id) const {
+  auto* port = remote.load(std::memory_order_acquire);
+  return port != nullptr && port->elsewhere(map.of_run(run_id)) ? port
+                                                                : nullptr;
+}
+
 std::string node::new_run_id(std::uint32_t shard) {
   static constexpr char digits[] = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
   auto ms = static_cast<std::uint64_t>(clock->now_ms());

@@ -23,6 +23,7 @@
 #include "services/directory.hpp"
 #include "services/held_tokens.hpp"
 #include "services/linger_list.hpp"
+#include "services/remote_runs.hpp"
 #include "services/reply_relay.hpp"
 #include "services/run_events.hpp"
 #include "services/schedule_service.hpp"
@@ -74,6 +75,10 @@ struct node {
   std::unique_ptr<linger_list> lingering;  // idle token actors
   // The schedules of the shards this node serves (made last, stopped first).
   std::unique_ptr<schedule_service> schedules;
+  // In a cluster, the runs of shards other nodes serve (set by the gateway
+  // before it serves; it outlives the shards' actors). Null: every shard is
+  // served here.
+  std::atomic<remote_runs*> remote{nullptr};
 
   shard& shard_of_run(std::string_view run_id) {
     return *shards[map.of_run(run_id)];
@@ -117,6 +122,9 @@ struct node {
   std::uint32_t any_shard();
   // In a cluster: this node does not hold the shard's lease now.
   static bool serves_no_more(const shard& one);
+  // The port to `run_id`'s node when another node serves its shard (or
+  // none does); null when it is served here.
+  remote_runs* remote_for(std::string_view run_id) const;
 
  private:
   std::mutex ids_mutex_;

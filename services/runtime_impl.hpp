@@ -77,10 +77,14 @@ class runtime_impl {
     own_system.reset();
   }
 
-  // A child run (not abandoned) whose parent has ended.
+  // A child run (not abandoned) whose parent has ended, or may have: one
+  // on another node is asked as the child activates (end_if_orphaned).
   bool orphaned(const persistence::run_record& record) const {
     if (record.parent_run_id.empty() || record.parent_close == 3) {
       return false;
+    }
+    if (services.remote_for(record.parent_run_id) != nullptr) {
+      return true;
     }
     auto parent = services.shard_of_run(record.parent_run_id)
                       .store->get_run(record.parent_run_id);

@@ -1,7 +1,9 @@
 // End-to-end tests of long polls against `durin serve` (issue 12, items 5
 // and 6): a poll that waits holds no thread, so another tenant's requests
 // never queue behind it; a tenant's open polls are limited; SIGTERM answers
-// every waiting poll at once.
+// every waiting poll at once. The same for the long poll of a run's end
+// (GET /v1/runs/{id}?waitMs=, what a run on another node of a cluster
+// awaits a child with).
 //
 // Method: each test starts its own `durin serve` (port 0) and opens its
 // polls over raw sockets (tests/support/raw_connection.hpp) that it leaves
@@ -199,6 +201,70 @@ TEST_F(LongPollTest, ShutdownEndsLongPollsAtOnce) {
   }
   EXPECT_EQ(server_->terminate(), 0);
   EXPECT_LT(clock_type::now() - began, 3s);
+}
+
+// GET /v1/runs/{id}?waitMs= answers once the run ended, or at waitMs with
+// the run as it is; a bad waitMs is refused, naming the range.
+TEST_F(LongPollTest, ARunWaitAnswersAtTheRunsEndOrAtItsDeadline) {
+  start();
+  auto client = admin();
+  const std::string id = start_run(client, "acme.sleep", {{"ms", 700}})["id"];
+  auto ended = client.get("/v1/runs/" + id + "?waitMs=20000");
+  ASSERT_EQ(ended.status, 200u) << ended.body;
+  EXPECT_EQ(ended.value["status"], "completed") << ended.body;
+  EXPECT_EQ(ended.value["output"], json({{"sleptMs", 700}}));
+
+  const std::string sleeper =
+      start_run(client, "acme.sleep", {{"ms", 600000}})["id"];
+  auto going_on = client.get("/v1/runs/" + sleeper + "?waitMs=300");
+  ASSERT_EQ(going_on.status, 200u) << going_on.body;
+  EXPECT_NE(going_on.value["status"], "completed") << going_on.body;
+  EXPECT_EQ(going_on.value["id"], sleeper);
+
+  auto missing = client.get("/v1/runs/run_nothing?waitMs=300");
+  EXPECT_EQ(missing.status, 404u) << missing.body;
+  for (const char* bad : {"abc", "-1", "25001", "1e3"}) {
+    auto refused = client.get("/v1/runs/" + sleeper + "?waitMs=" + bad);
+    EXPECT_EQ(refused.status, 400u) << bad << ": " << refused.body;
+    EXPECT_NE(refused.body.find("waitMs"), std::string::npos) << refused.body;
+  }
+  auto unknown = client.get("/v1/runs/" + sleeper + "?wait=1");
+  EXPECT_EQ(unknown.status, 400u) << unknown.body;
+}
+
+// Run waits hold no thread (64 of them do not delay a start) and SIGTERM
+// answers them at once, not at their deadline.
+TEST_F(LongPollTest, RunWaitsHoldNoThreadAndEndAtShutdown) {
+  start();
+  auto client = admin();
+  const std::string sleeper =
+      start_run(client, "acme.sleep", {{"ms", 600000}})["id"];
+  const std::string request = "GET /v1/runs/" + sleeper +
+                              "?waitMs=20000 HTTP/1.1\r\nHost: durin\r\n"
+                              "Authorization: Bearer " +
+                              server_->admin_key() + "\r\n\r\n";
+  std::vector<raw_connection> waits;
+  for (int i = 0; i < 64; ++i) {
+    waits.emplace_back(server_->port());
+    ASSERT_TRUE(waits.back().send(request));
+  }
+  std::this_thread::sleep_for(500ms);
+  auto began = clock_type::now();
+  auto other = client.post(
+      "/v1/runs",
+      {{"flow", "acme.sleep"}, {"input", {{"ms", 1}}}, {"wait", false}});
+  EXPECT_EQ(other.status, 202u) << other.body;
+  EXPECT_LT(clock_type::now() - began, 5s);
+  began = clock_type::now();
+  ASSERT_EQ(::kill(server_->pid(), SIGTERM), 0);
+  for (std::size_t i = 0; i < waits.size(); ++i) {
+    auto answer = waits[i].read_answer(5s);
+    EXPECT_EQ(answer.status, 200u) << i << ": " << answer.body;
+    EXPECT_NE(answer.body.find("\"status\":\"waiting\""), std::string::npos)
+        << answer.body;
+  }
+  EXPECT_EQ(server_->terminate(), 0);
+  EXPECT_LT(clock_type::now() - began, 4s);
 }
 
 }  // namespace
