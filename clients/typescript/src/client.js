@@ -157,25 +157,31 @@ class Runs {
     });
   }
 
-  // Polls the run until it completed, failed, was cancelled or terminated; TimeoutError
-  // after `timeoutMs` (default 60 s). The interval grows from 50 ms to 1 s.
+  // Waits until the run completed, failed, was cancelled or terminated, by long polls of
+  // the server (GET /v1/runs/{id}?waitMs=, at most 25 s each: it answers as the run ends);
+  // TimeoutError after `timeoutMs` (default 60 s).
   async wait(id, options = {}) {
     const timeoutMs = options.timeoutMs ?? 60_000;
     const deadline = Date.now() + timeoutMs;
-    let intervalMs = 50;
     for (;;) {
-      const left = deadline - Date.now();
-      const run = await this.get(id, { signal: options.signal, timeoutMs: Math.max(1, Math.min(left, 30_000)) });
+      const asked = Date.now();
+      const waitMs = Math.max(0, Math.min(deadline - asked, 25_000));
+      const run = await this.transport.request("GET", `/v1/runs/${seg(id)}`, {
+        signal: options.signal,
+        timeoutMs: waitMs + 10_000,
+        query: { waitMs: String(waitMs) },
+      });
       if (finished.has(run.status)) {
         return run;
       }
-      if (Date.now() + intervalMs > deadline) {
+      if (Date.now() >= deadline) {
         const error = new TimeoutError(`run ${id} did not finish within ${timeoutMs} ms (it is ${run.status})`);
         error.run = run;
         throw error;
       }
-      await new Promise((resolve) => setTimeout(resolve, intervalMs));
-      intervalMs = Math.min(1_000, intervalMs * 2);
+      if (Date.now() - asked < 50) {
+        await new Promise((resolve) => setTimeout(resolve, 50)); // a node answering at once (draining)
+      }
     }
   }
 }

@@ -247,22 +247,25 @@ class Runs:
             query=query, timeout=timeout, retry=retry))
 
     def wait(self, run_id: str, timeout: float = 60.0) -> Run:
-        """Polls the run until it completed, failed, was cancelled or
-        terminated. Raises
+        """Waits until the run completed, failed, was cancelled or
+        terminated, by long polls of the server (GET /v1/runs/{id}?waitMs=,
+        at most 25 s each: it answers as the run ends). Raises
         durin.TimeoutError (with ``run`` as last seen) after ``timeout``
-        seconds. The interval grows from 50 ms to 1 s."""
+        seconds."""
         deadline = time.monotonic() + timeout
-        interval = 0.05
         while True:
-            left = deadline - time.monotonic()
-            run = self.get(run_id, timeout=max(0.001, min(left, 30.0)))
+            asked = time.monotonic()
+            wait_ms = int(max(0.0, min(deadline - asked, 25.0)) * 1000)
+            run = Run.from_json(self._transport.request(
+                "GET", "/v1/runs/" + _segment(run_id),
+                query={"waitMs": str(wait_ms)}, timeout=wait_ms / 1000 + 10))
             if run.finished:
                 return run
-            if time.monotonic() + interval > deadline:
+            if time.monotonic() >= deadline:
                 raise TimeoutError("run %s did not finish within %g s (it is %s)"
                                    % (run_id, timeout, run.status), run=run)
-            time.sleep(interval)
-            interval = min(1.0, interval * 2)
+            if time.monotonic() - asked < 0.05:
+                time.sleep(0.05)  # a node that answers at once (draining)
 
 
 class Hooks:
