@@ -359,6 +359,20 @@ void watch_run(self_pointer self, const run_watch& watch) {
     remote_watch(self, watch);
     return;
   }
+  if (!watch.until_end) {
+    // Asked of another node, whose shard this one serves now: read here.
+    auto record = services->shard_of_run(run_id).store->get_run(run_id);
+    if (!record) {
+      self->send(self, watched_atom::value, run_id, true);  // ask again
+    } else if (!*record || (*record)->tenant != st.tenant) {
+      run_info none;
+      none.id = run_id;
+      self->send(self, watched_atom::value, std::move(none), true);
+    } else {
+      self->send(self, watched_atom::value, describe_run(**record), false);
+    }
+    return;
+  }
   auto me = st.run_id;
   auto subscription = services->events.subscribe(
       run_id, services::run_events::until::ended,
@@ -1039,7 +1053,7 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, shard* home,
         if (st.engine) {
           if (auto watch = st.engine->pending_watch();
               watch && watch->run_id == run_id) {
-            remote_watch(self, *watch);
+            watch_run(self, *watch);  // its shard may be served here now
           }
         }
       },
