@@ -47,6 +47,9 @@ using owner_end_atom = caf::atom_constant<caf::atom("tkownerend")>;
 using claimed_atom = caf::atom_constant<caf::atom("hkclaimed")>;
 using payload_atom = caf::atom_constant<caf::atom("hkpayload")>;
 using lost_atom = caf::atom_constant<caf::atom("hklost")>;
+// To a run waiting on a token another node serves: send again what that
+// node may have lost (run_engine::hook_requests_again).
+using hook_again_atom = caf::atom_constant<caf::atom("hkagain")>;
 // To run actors: a run they watch ended (run_info as recorded; or, read on
 // another node, its state now, or none); or a watch to ask again.
 using watched_atom = caf::atom_constant<caf::atom("watched")>;
@@ -173,10 +176,14 @@ struct owner_notice {
 };
 
 // A payload for a run's hook on `token`.
+// `scanned`: read from the inbox for a subscription, in order from its
+// first sequence, so the run may take it after what it consumed even across
+// a gap (a take-over's first payload, a push another node lost).
 struct hook_delivery {
   std::string token;
   std::uint64_t sequence = 0;
   std::string payload;  // MessagePack
+  bool scanned = false;
 };
 
 // The run lost `token` to `new_owner`; payloads up to `last_sequence` are
@@ -319,7 +326,7 @@ typename Inspector::result_type inspect(Inspector& f, owner_notice& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, hook_delivery& x) {
   return f(caf::meta::type_name("durin::actors::hook_delivery"), x.token,
-           x.sequence, x.payload);
+           x.sequence, x.payload, x.scanned);
 }
 
 template <class Inspector>

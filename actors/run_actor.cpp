@@ -10,6 +10,7 @@
 #include "actors/run_engine.hpp"
 #include "persistence/keys.hpp"
 #include "persistence/test_points.hpp"
+#include "services/hook_mail.hpp"
 #include "services/node.hpp"
 #include "services/start.hpp"
 #include "services/task_service.hpp"
@@ -72,6 +73,9 @@ struct run_actor_state {
   // A remote watch's ask is out (remote_watch): its answer, whichever
   // engine asked, is the only one awaited.
   bool remote_watch_busy = false;
+  // A hook_again message is on its way (the run waits on a token another
+  // node serves).
+  bool hook_again_armed = false;
   static inline const char* name = "durin.run";
 };
 
@@ -81,14 +85,37 @@ constexpr std::int64_t reload_backoff_ms_max = 5000;
 // Before asking another node again for a watched run whose last ask had no
 // answer for certain (its shard without an owner, a forward timed out).
 constexpr std::chrono::milliseconds remote_watch_pause{500};
+// Between sends again to a token of another node's shard: how late a
+// payload that node lost (a restart, a move) arrives at most.
+constexpr std::chrono::milliseconds hook_again_period{2000};
+
+// The engine's requests to send again (run_engine::hook_requests_again)
+// whose tokens another node serves.
+std::vector<token_message> remote_hook_requests(self_pointer self) {
+  auto& st = self->state;
+  std::vector<token_message> out;
+  if (!st.engine || st.services->remote.load() == nullptr) {
+    return out;
+  }
+  for (auto& message : st.engine->hook_requests_again()) {
+    auto address = persistence::keys::token(st.tenant, message.token);
+    if (st.services->remote_for_token(address) != nullptr) {
+      out.push_back(std::move(message));
+    }
+  }
+  return out;
+}
 
 // Leaves the directory and stops when nothing more can happen without a
 // message from outside: the run ended, could not load, or sleeps long.
 void maybe_leave(self_pointer self, bool lingered = false) {
   auto& st = self->state;
+  // A run waiting on a token of another node's shard stays, asking again
+  // (hook_again): nothing would wake it for a payload that node lost.
   bool idle = !st.reloading && (!st.engine || st.engine->finished() ||
                                 st.engine->can_passivate() ||
-                                (lingered && st.engine->idle_on_hook()));
+                                (lingered && st.engine->idle_on_hook() &&
+                                 remote_hook_requests(self).empty()));
   if (!idle) {
     if (!st.reloading && st.engine && st.engine->idle_on_hook() &&
         !st.linger_armed) {
@@ -268,9 +295,51 @@ void dispatch_step(self_pointer self, step_dispatch dispatch) {
   }
 }
 
+// A token another node serves gets the message as hook mail
+// (services/hook_mail.hpp), and the run asks again every few seconds while
+// it waits on it.
+void mail_to_token(self_pointer self, services::remote_runs& port,
+                   const token_message& message) {
+  auto& st = self->state;
+  using kind = services::hook_mail::kind;
+  switch (message.what) {
+    case token_message::kind::claim:
+      port.post(services::make_hook_mail(kind::claim, st.tenant, message.token,
+                                         message.claim));
+      break;
+    case token_message::kind::subscribe:
+      port.post(services::make_hook_mail(kind::subscribe, st.tenant,
+                                         message.token, message.subscribe));
+      break;
+    case token_message::kind::dispose:
+      port.post(services::make_hook_mail(kind::dispose, st.tenant,
+                                         message.token, message.notice));
+      break;
+    case token_message::kind::owner_end:
+      port.post(services::make_hook_mail(kind::owner_end, st.tenant,
+                                         message.token, message.notice));
+      break;
+  }
+  if (!st.hook_again_armed &&
+      (message.what == token_message::kind::claim ||
+       message.what == token_message::kind::subscribe)) {
+    st.hook_again_armed = true;
+    self->delayed_send(self, hook_again_period, hook_again_atom::value);
+  }
+}
+
 void send_to_token(self_pointer self, token_message message) {
   auto& st = self->state;
   auto address = persistence::keys::token(st.tenant, message.token);
+  if (message.what == token_message::kind::owner_end &&
+      std::find(st.released.begin(), st.released.end(), message.token) !=
+          st.released.end()) {
+    return;  // its end write deleted the token
+  }
+  if (auto* port = st.services->remote_for_token(address)) {
+    mail_to_token(self, *port, message);
+    return;
+  }
   auto& tokens = st.services->tokens_of(address);
   switch (message.what) {
     case token_message::kind::claim:
@@ -284,11 +353,7 @@ void send_to_token(self_pointer self, token_message message) {
       tokens.deliver(address, dispose_atom::value, std::move(message.notice));
       break;
     case token_message::kind::owner_end:
-      if (std::find(st.released.begin(), st.released.end(), message.token) ==
-          st.released.end()) {
-        tokens.deliver(address, owner_end_atom::value,
-                       std::move(message.notice));
-      }
+      tokens.deliver(address, owner_end_atom::value, std::move(message.notice));
       break;
   }
 }
@@ -1030,6 +1095,14 @@ run_actor::behavior_type run_actor_behavior(self_pointer self, shard* home,
           self->state.engine->on_hook_lost(loss);
         }
         drain(self);
+      },
+      [self](hook_again_atom) {
+        auto& st = self->state;
+        st.hook_again_armed = false;
+        for (auto& message : remote_hook_requests(self)) {
+          send_to_token(self, std::move(message));  // arms the next one
+        }
+        maybe_leave(self);
       },
       [self](watched_atom, const run_info& run, bool not_found) {
         self->state.remote_watch_busy = false;

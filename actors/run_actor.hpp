@@ -56,6 +56,9 @@ using run_actor = caf::typed_actor<
     caf::reacts_to<claimed_atom, claim_outcome>,
     caf::reacts_to<payload_atom, hook_delivery>,
     caf::reacts_to<lost_atom, hook_loss>,
+    // Time to send again what a token of another node's shard may have
+    // lost (a claim not answered, the subscription of the read waited on).
+    caf::reacts_to<hook_again_atom>,
     // A run this one watches ended (true: there is none), or, read on
     // another node, its state now.
     caf::reacts_to<watched_atom, run_info, bool>,

@@ -302,6 +302,10 @@ class run_engine final : public detail::driver {
   // (and a force-claim) reach the run through messages that re-activate it,
   // and replay subscribes again from the last payload recorded.
   bool idle_on_hook() const;
+  // What the run would send its tokens again: the claims not answered yet,
+  // and the subscription of the hook read it waits on. For tokens another
+  // node serves, whose node may have lost them (a restart, a move).
+  std::vector<token_message> hook_requests_again() const;
   // The durable timer the run waits on, if any.
   std::optional<persistence::timer_record> waiting_timer() const;
 
@@ -442,7 +446,8 @@ class run_engine final : public detail::driver {
   bool try_next_payload(hook_entry& entry, detail::call_outcome* out);
   void send(token_message message);
   // Asks the token's actor for the hook's payloads, once.
-  void subscribe(hook_entry& entry);
+  // `again`: also when subscribed already (a gap in what was pushed).
+  void subscribe(hook_entry& entry, bool again = false);
   void send_claim(const hook_entry& entry);
   void notify_tokens_of_end();
   // The tokens the run holds when it ends (its start token, unless disposed,
@@ -511,8 +516,13 @@ class run_engine final : public detail::driver {
   std::uint64_t history_bytes_ = 0;
   engine_random random_;
   std::vector<hook_entry> hooks_;
-  // Payloads delivered but not yet read, by token and sequence.
-  std::map<std::string, std::map<std::uint64_t, std::string>> arrived_;
+  // Payloads delivered but not yet read, by token and sequence: the payload
+  // and whether a subscription's scan read it (hook_delivery::scanned).
+  struct arrived_payload {
+    std::string bytes;
+    bool scanned = false;
+  };
+  std::map<std::string, std::map<std::uint64_t, arrived_payload>> arrived_;
 
   // Messages, updates and queries (run_engine_messages.cpp), made at their
   // first use: a run that has none carries one pointer (every live run's

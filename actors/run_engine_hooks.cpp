@@ -270,7 +270,9 @@ bool run_engine::hook_next(std::size_t hook, detail::call_outcome* out) {
     return true;
   }
   if (entry.state == hook_entry::claim::owned) {
-    subscribe(entry);
+    // Payloads left unread here lie beyond a gap: scan for what is before.
+    auto left = arrived_.find(entry.token);
+    subscribe(entry, left != arrived_.end() && !left->second.empty());
   }
   stage_status(run_status::waiting);
   // Writes what is staged (the payloads read so far, the status waiting)
@@ -311,8 +313,17 @@ bool run_engine::try_next_payload(hook_entry& entry,
     buffer.erase(buffer.begin());
   }
   bool lost = !entry.lost_to.empty();
-  if (!buffer.empty() && (!lost || buffer.begin()->first <= entry.lost_after)) {
-    auto [sequence, bytes] = *buffer.begin();
+  // The next payload is the one after the last consumed, or one a scan
+  // read: a scan from the last consumed on reads every payload of the run
+  // in order, so nothing it did not deliver lies between. A pushed payload
+  // beyond a gap waits for a scan (the pushes before it were lost, or it is
+  // a take-over's first, whose sequence does not start at 1).
+  bool next_known =
+      !buffer.empty() && (buffer.begin()->first == entry.consumed + 1 ||
+                          buffer.begin()->second.scanned);
+  if (next_known && (!lost || buffer.begin()->first <= entry.lost_after)) {
+    auto sequence = buffer.begin()->first;
+    auto bytes = std::move(buffer.begin()->second.bytes);
     buffer.erase(buffer.begin());
     json payload;
     try {
@@ -341,13 +352,23 @@ void run_engine::on_hook_payload(const hook_delivery& delivery) {
   if (stopped()) {
     return;
   }
-  arrived_[delivery.token].emplace(delivery.sequence, delivery.payload);
+  auto [at, fresh] = arrived_[delivery.token].try_emplace(
+      delivery.sequence, arrived_payload{delivery.payload, delivery.scanned});
+  if (!fresh && delivery.scanned) {
+    at->second.scanned = true;  // a push, then the same payload scanned
+  }
   if (pending_.kind == call_kind::hook_next) {
     auto& entry = hooks_.at(pending_.hook);
-    if (entry.token == delivery.token &&
-        entry.state != hook_entry::claim::pending &&
-        try_next_payload(entry, pending_.out)) {
+    if (entry.token != delivery.token ||
+        entry.state == hook_entry::claim::pending) {
+      return;
+    }
+    if (try_next_payload(entry, pending_.out)) {
       resume_parked();
+    } else if (!delivery.scanned && entry.state == hook_entry::claim::owned &&
+               entry.lost_to.empty() && !entry.disposed &&
+               delivery.sequence > entry.consumed + 1) {
+      subscribe(entry, true);  // a gap: read what lies before from the inbox
     }
   }
 }
@@ -468,8 +489,8 @@ std::optional<run_watch> run_engine::pending_watch() const {
   return run_watch{pending_.watched, pending_.watched_until_end};
 }
 
-void run_engine::subscribe(hook_entry& entry) {
-  if (entry.subscribed) {
+void run_engine::subscribe(hook_entry& entry, bool again) {
+  if (entry.subscribed && !again) {
     return;
   }
   entry.subscribed = true;
@@ -478,6 +499,32 @@ void run_engine::subscribe(hook_entry& entry) {
   message.token = entry.token;
   message.subscribe = subscription{record_.id, entry.consumed + 1};
   send(std::move(message));
+}
+
+std::vector<token_message> run_engine::hook_requests_again() const {
+  std::vector<token_message> out;
+  if (stopped()) {
+    return out;
+  }
+  for (std::size_t i = 0; i < hooks_.size(); ++i) {
+    const auto& entry = hooks_[i];
+    token_message message;
+    message.token = entry.token;
+    if (entry.state == hook_entry::claim::pending &&
+        !entry.claim.run_id.empty()) {
+      message.what = token_message::kind::claim;
+      message.claim = entry.claim;
+    } else if (pending_.kind == call_kind::hook_next && pending_.hook == i &&
+               entry.state == hook_entry::claim::owned && entry.subscribed &&
+               !entry.disposed) {
+      message.what = token_message::kind::subscribe;
+      message.subscribe = subscription{record_.id, entry.consumed + 1};
+    } else {
+      continue;
+    }
+    out.push_back(std::move(message));
+  }
+  return out;
 }
 
 void run_engine::send(token_message message) {

@@ -7,12 +7,15 @@
 #include <caf/typed_event_based_actor.hpp>
 #include <cstdio>
 #include <deque>
+#include <type_traits>
 
 #include "actors/answers.hpp"
 #include "actors/messages.hpp"
 #include "actors/run_engine.hpp"
 #include "persistence/assert.hpp"
 #include "persistence/keys.hpp"
+#include "persistence/test_points.hpp"
+#include "services/hook_mail.hpp"
 #include "services/node.hpp"
 #include "services/start.hpp"
 
@@ -162,9 +165,53 @@ void release(persistence::write_batch& batch, const token_record& record) {
   }
 }
 
-void deliver_to_run(self_pointer self, const std::string& run_id,
-                    auto&&... xs) {
-  self->state.services->runs_of(run_id).deliver(run_id, xs...);
+// A run another node serves gets the message as hook mail
+// (services/hook_mail.hpp); the continue-as-new hand-over never travels:
+// a start token lives in its run's shard.
+template <class Atom, class Message>
+void deliver_to_run(self_pointer self, const std::string& run_id, Atom atom,
+                    Message message) {
+  auto& st = self->state;
+  if constexpr (!std::is_same_v<Message, hand_over_ready>) {
+    if (auto* port = st.services->remote_for(run_id)) {
+      using kind = services::hook_mail::kind;
+      constexpr auto what =
+          std::is_same_v<Message, claim_outcome>   ? kind::claimed
+          : std::is_same_v<Message, hook_delivery> ? kind::payload
+                                                   : kind::lost;
+      if (what == kind::payload &&
+          DURIN_TEST_FAIL_POINT("token.remote_payload_push")) {
+        return;  // as if lost with a node: the run finds it by a scan
+      }
+      port->post(services::make_hook_mail(what, st.tenant, run_id, message));
+      return;
+    }
+  }
+  st.services->runs_of(run_id).deliver(run_id, atom, std::move(message));
+}
+
+// An owner run another node serves is asked whether it ended (the owner's
+// end notice may have been lost with its node): its end comes back as an
+// owner_end message, applied if it still owns the token then.
+void ask_remote_owner(self_pointer self, const std::string& owner_run) {
+  auto& st = self->state;
+  auto* port = st.services->remote_for(owner_run);
+  if (port == nullptr) {
+    return;
+  }
+  auto me = caf::actor_cast<token_actor>(self);
+  port->read(
+      st.tenant, owner_run, false, [me, owner_run](result<run_info> run) {
+        bool ended = false;
+        if (run) {
+          ended = is_terminal(run->status);
+        } else {
+          ended = run.error().code == errc::run_not_found;
+        }
+        if (ended) {
+          caf::anon_send(me, owner_end_atom::value, owner_notice{owner_run, 0});
+        }
+      });
 }
 
 // The owner `owner_run` ended at `at_ms`: keep the token for its
@@ -215,7 +262,10 @@ bool ensure_loaded(self_pointer self) {
   }
   st.loaded = true;
   st.record = std::move(*loaded);
-  if (st.record && st.record->state == token_state::active) {
+  if (st.record && st.record->state == token_state::active &&
+      st.services->remote_for(st.record->owner_run) != nullptr) {
+    ask_remote_owner(self, st.record->owner_run);
+  } else if (st.record && st.record->state == token_state::active) {
     auto owner = st.services->shard_of_run(st.record->owner_run)
                      .store->get_run(st.record->owner_run);
     if (owner && (!*owner || is_terminal((*owner)->status))) {
@@ -622,7 +672,7 @@ void handle_subscribe(self_pointer self, const subscription& request) {
     if (payload.owner_run == request.run_id) {
       deliver_to_run(self, request.run_id, payload_atom::value,
                      hook_delivery{st.token, payload.sequence,
-                                   std::move(payload.payload)});
+                                   std::move(payload.payload), true});
     }
   }
   auto& record = st.record;

@@ -64,14 +64,18 @@ flow<json> flaky(context& ctx, json input) {
 }
 
 // Records `note`, then every note resumed to the order's hook until one says
-// "done": the start hook when started with one, else hook order:{orderId}.
+// "done": the start hook when started with one, else hook order:{orderId}
+// (taken from its owner with "force": true, held "retainMs" after the run).
 flow<json> order_notes(context& ctx, json input) {
   auto order_id = input.at("orderId").get<std::string>();
   json notes = json::array();
   auto record = [](const std::string& note) { return note; };
   notes.push_back(co_await ctx.step("record-note", record,
                                     input.value("note", std::string())));
-  auto updates = ctx.create_hook<json>({.token = "order:" + order_id});
+  auto updates = ctx.create_hook<json>(
+      {.token = "order:" + order_id,
+       .min_retention = input.contains("retainMs") ? input["retainMs"] : json(),
+       .force = input.value("force", false)});
   if (auto owner = co_await updates.conflict()) {
     co_return json{{"orderId", order_id}, {"duplicateOf", owner->run_id()}};
   }

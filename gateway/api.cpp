@@ -166,6 +166,9 @@ const std::vector<api::route>& api::routes() {
        access::internal, json_body | blocks, &api::merge_key_records},
       {"POST", {"v1", "internal", "key-table"}, m::api_keys,
        access::internal, json_body | blocks, &api::exchange_key_table},
+      // gateway/remote_runs.cpp: the hook protocol between nodes.
+      {"POST", {"v1", "internal", "hook-mail"}, m::hooks, access::internal,
+       raw_body, &api::take_hook_mail},
       // Worker routes are fenced by attempt, not keyed (worker_api.hpp).
       {"POST", {"v1", "task-queues", "{}", "poll"}, m::other, access::work,
        json_body, nullptr, &api::worker_route},
@@ -415,7 +418,8 @@ bool api::read_body(request& r, const route& matched, const reply_fn& reply) {
     return true;
   }
   r.body = json::object();
-  if (matched.who != access::open && !r.http.body.empty()) {
+  if (matched.who != access::open && !matched.has(raw_body) &&
+      !r.http.body.empty()) {
     reply(bad_request(r.http.method + " takes no body"));
     return false;
   }

@@ -162,6 +162,7 @@ class api {
   static constexpr std::uint8_t keyed = 2;      // honours Idempotency-Key
   static constexpr std::uint8_t secret = 4;     // its answer is never kept
   static constexpr std::uint8_t blocks = 8;     // runs on a gateway worker
+  static constexpr std::uint8_t raw_body = 16;  // the body is bytes, unread
   struct route {
     std::string_view method;
     std::vector<std::string_view> pattern;  // "{}" matches one segment
@@ -247,6 +248,8 @@ class api {
   // Internal routes (gateway/key_sync.cpp).
   http_response merge_key_records(request& r);
   http_response exchange_key_table(request& r);
+  // Hook mail another node posted (services/remote_runs.hpp).
+  http_response take_hook_mail(request& r);
   // Routes that answer later, from the thread that learns the outcome.
   void start_run(const request_ptr& r, reply_fn reply);  // start_route.cpp
   // GET /v1/runs/{id}, with waitMs a long poll for its end

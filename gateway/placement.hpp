@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "client/http_message.hpp"
@@ -125,5 +126,10 @@ wire::http_response shard_unavailable(std::uint32_t shard,
 // (its lease is gone, or it moved): the forwarder re-reads its routing and
 // tries again. Never sent to a client.
 inline constexpr unsigned not_owner_status = 421;
+
+// POST /v1/internal/hook-mail's headers: the mail's kind, and its actor
+// (a token, or a run id) by which it is placed.
+inline constexpr std::string_view hook_mail_kind_header = "x-durin-hook-kind";
+inline constexpr std::string_view hook_mail_to_header = "x-durin-hook-to";
 
 }  // namespace durin::gateway

@@ -9,8 +9,15 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <cstdio>
+
+#include <deque>
+#include <mutex>
+#include <unordered_map>
 
 #include "gateway/api.hpp"
+#include "persistence/keys.hpp"
+#include "services/hook_mail.hpp"
 #include "services/node.hpp"
 #include "services/runtime_access.hpp"
 #include "services/start.hpp"
@@ -165,7 +172,11 @@ error error_of(const http_response& response, errc unknown) {
 
 class api::remote_port final : public services::remote_runs {
  public:
-  remote_port(api& owner, placement& where) : api_(owner), where_(where) {}
+  remote_port(api& owner, placement& where)
+      : api_(owner),
+        where_(where),
+        mail_again_(mail_again_period,
+                    [this](std::string& lane) { send_next(lane); }) {}
 
   bool elsewhere(std::uint32_t shard) const override {
     return where_.locate(shard) != placement::where::here;
@@ -219,6 +230,22 @@ class api::remote_port final : public services::remote_runs {
     send(tenant, run_id, std::move(get), answer_run(std::move(done)));
   }
 
+  void post(services::hook_mail mail) override {
+    // One lane per destination actor: its mail in order, one in flight.
+    std::string lane =
+        std::string(mail.to_token() ? "t" : "r") + mail.tenant + '\0' + mail.to;
+    {
+      std::lock_guard lock(mail_mutex_);
+      auto& queue = lanes_[lane];
+      queue.mail.push_back(std::move(mail));
+      if (queue.busy) {
+        return;
+      }
+      queue.busy = true;
+    }
+    send_next(lane);
+  }
+
   void cancel(const std::string& tenant, const std::string& run_id,
               const actors::cancel_request& request, run_done done) override {
     wire::http_request post;
@@ -257,9 +284,123 @@ class api::remote_port final : public services::remote_runs {
                    std::move(request), caller, std::move(answered));
   }
 
+  // Sends the lane's first mail: to the node serving its actor's shard, or
+  // into the mailbox here once the shard is served here. Taken, the next
+  // follows; not taken for certain, it is tried again after a period.
+  void send_next(const std::string& lane) {
+    for (;;) {
+      services::hook_mail mail;
+      {
+        std::lock_guard lock(mail_mutex_);
+        auto at = lanes_.find(lane);
+        if (at == lanes_.end() || at->second.mail.empty()) {
+          if (at != lanes_.end()) {
+            lanes_.erase(at);
+          }
+          return;
+        }
+        mail = at->second.mail.front();
+      }
+      auto& services = runtime_access::services(api_.node_);
+      const auto shard = mail.to_token()
+                             ? services.map.of_token(persistence::keys::token(
+                                   mail.tenant, mail.to))
+                             : services.map.of_run(mail.to);
+      if (where_.locate(shard) == placement::where::here) {
+        auto delivered = services::deliver_hook_mail(services, mail);
+        if (!delivered && delivered.error().code == errc::shutting_down) {
+          mail_again_.add(std::string(lane));
+          return;
+        }
+        taken(lane);  // or refused for good: never taken by trying again
+        continue;
+      }
+      wire::http_request post;
+      post.method = "POST";
+      post.target = "/v1/internal/hook-mail";
+      post.headers = {
+          {std::string(hook_mail_kind_header), services::to_string(mail.what)},
+          {std::string(hook_mail_to_header), mail.to}};
+      post.body = std::move(mail.bytes);
+      principal caller;
+      caller.tenant = mail.tenant;
+      caller.key_id = "node:hooks";  // no key: a node's own actor sent it
+      caller.role = key_role::operate;
+      where_.forward(
+          shard, std::move(post), caller, [this, lane](http_response response) {
+            // Not taken for certain: no owner, a timeout, a
+            // stale owner, the owner stopping. Any other
+            // refusal would be refused again.
+            if (response.status >= 500 || response.status == not_owner_status) {
+              mail_again_.add(std::string(lane));
+              return;
+            }
+            if (response.status >= 300) {
+              std::fprintf(stderr,
+                           "durin: hook mail refused by its node: "
+                           "%u %s\n",
+                           response.status, response.body.c_str());
+            }
+            taken(lane);
+            send_next(lane);
+          });
+      return;
+    }
+  }
+
+  // The lane's first mail reached its actor's node.
+  void taken(const std::string& lane) {
+    std::lock_guard lock(mail_mutex_);
+    auto at = lanes_.find(lane);
+    if (at != lanes_.end() && !at->second.mail.empty()) {
+      at->second.mail.pop_front();
+    }
+  }
+
+  static constexpr std::chrono::milliseconds mail_again_period{200};
+
+  struct mail_lane {
+    std::deque<services::hook_mail> mail;
+    bool busy = false;  // its first is being sent
+  };
+
   api& api_;
   placement& where_;
+  std::mutex mail_mutex_;
+  std::unordered_map<std::string, mail_lane> lanes_;
+  // Lanes whose first mail was not taken, sent again a period later.
+  services::due_list<std::string> mail_again_;
 };
+
+http_response api::take_hook_mail(request& r) {
+  if (!r.forwarded) {
+    return error_response(404, "not-found", "no route " + r.path_text);
+  }
+  services::hook_mail mail;
+  mail.tenant = r.caller.tenant;
+  std::optional<services::hook_mail::kind> what;
+  for (const auto& [name, value] : r.http.headers) {
+    if (name == hook_mail_kind_header) {
+      what = services::parse_hook_mail_kind(value);
+    } else if (name == hook_mail_to_header) {
+      mail.to = value;
+    }
+  }
+  if (!what || mail.to.empty()) {
+    return bad_request(
+        "hook mail names its kind and its actor (x-durin-hook-kind, "
+        "x-durin-hook-to)");
+  }
+  mail.what = *what;
+  mail.bytes = std::move(r.http.body);
+  // place() checked that this node serves the actor's shard.
+  if (auto delivered =
+          services::deliver_hook_mail(runtime_access::services(node_), mail);
+      !delivered) {
+    return error_response(delivered.error());
+  }
+  return json_response(202, json::object());
+}
 
 void api::set_remote_port() {
   auto& services = runtime_access::services(node_);

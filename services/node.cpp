@@ -76,6 +76,12 @@ remote_runs* node::remote_for(std::string_view run_id) const {
                                                                 : nullptr;
 }
 
+remote_runs* node::remote_for_token(std::string_view address) const {
+  auto* port = remote.load(std::memory_order_acquire);
+  return port != nullptr && port->elsewhere(map.of_token(address)) ? port
+                                                                   : nullptr;
+}
+
 std::string node::new_run_id(std::uint32_t shard) {
   static constexpr char digits[] = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
   auto ms = static_cast<std::uint64_t>(clock->now_ms());

@@ -125,6 +125,8 @@ struct node {
   // The port to `run_id`'s node when another node serves its shard (or
   // none does); null when it is served here.
   remote_runs* remote_for(std::string_view run_id) const;
+  // The same for a token's actor (`address`: keys::token(tenant, token)).
+  remote_runs* remote_for_token(std::string_view address) const;
 
  private:
   std::mutex ids_mutex_;

@@ -1,6 +1,8 @@
 // Runs of shards another node serves, as this node's runs reach them: a
 // child started in another node's shard, a run handle (ctx.run) on a run
-// there, a child closed with its parent, a child asking after its parent.
+// there, a child closed with its parent, a child asking after its parent;
+// and the hook protocol between a run and a token whose shards two nodes
+// serve (hook_mail).
 // The runtime stays node-agnostic: in a cluster the gateway implements this
 // port over its forwards (gateway/remote_runs.cpp), as if a client had sent
 // the request to the run's node; outside a cluster there is none, and every
@@ -28,6 +30,28 @@ namespace durin::services {
 
 struct start_request;
 
+// One message of the hook protocol (actors/token_actor.hpp) for an actor of
+// a shard another node serves: a run's to a token (claim, subscribe,
+// dispose, owner end), or a token's to a run (claimed, payload, lost).
+// services/hook_mail.hpp makes and delivers them.
+struct hook_mail {
+  enum class kind : std::uint8_t {
+    claim,
+    subscribe,
+    dispose,
+    owner_end,
+    claimed,
+    payload,
+    lost,
+  };
+  kind what = kind::claim;
+  std::string tenant;
+  std::string to;     // the token (the first four kinds), else the run id
+  std::string bytes;  // the message, in CAF's binary form
+
+  bool to_token() const { return what <= kind::owner_end; }
+};
+
 class remote_runs {
  public:
   virtual ~remote_runs() = default;
@@ -52,6 +76,14 @@ class remote_runs {
   // Cancels or terminates the run (a child closed with its parent).
   virtual void cancel(const std::string& tenant, const std::string& run_id,
                       const actors::cancel_request& request, run_done done) = 0;
+
+  // Puts `mail` in its actor's mailbox on the node serving the actor's
+  // shard. Never dropped while this node runs: one destination's mail goes
+  // in the order posted, one at a time, each tried again until a node took
+  // it (this one, once the shard is served here). Lost with this node, as a
+  // local mailbox is: the protocol asks again (a run waiting on a token of
+  // another node claims and subscribes again every few seconds).
+  virtual void post(hook_mail mail) = 0;
 };
 
 }  // namespace durin::services

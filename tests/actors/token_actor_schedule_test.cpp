@@ -105,6 +105,7 @@ actors::run_actor::behavior_type fake_run(actors::run_actor::pointer self,
       [seen, run_id](actors::lost_atom, const actors::hook_loss& loss) {
         seen->lost_to[run_id].push_back(loss.new_owner);
       },
+      [](actors::hook_again_atom) {},
       [](actors::watched_atom, const run_info&, bool) {},
       [](actors::watched_atom, const std::string&, bool) {},
       [](actors::orphan_atom, const std::string&, std::uint8_t) {},
