@@ -302,22 +302,22 @@ void mail_to_token(self_pointer self, services::remote_runs& port,
                    const token_message& message) {
   auto& st = self->state;
   using kind = services::hook_mail::kind;
+  static_assert(static_cast<int>(kind::owner_end) ==
+                static_cast<int>(token_message::kind::owner_end));
+  const auto what = static_cast<kind>(message.what);  // the same order
   switch (message.what) {
     case token_message::kind::claim:
-      port.post(services::make_hook_mail(kind::claim, st.tenant, message.token,
+      port.post(services::make_hook_mail(what, st.tenant, message.token,
                                          message.claim));
       break;
     case token_message::kind::subscribe:
-      port.post(services::make_hook_mail(kind::subscribe, st.tenant,
-                                         message.token, message.subscribe));
+      port.post(services::make_hook_mail(what, st.tenant, message.token,
+                                         message.subscribe));
       break;
     case token_message::kind::dispose:
-      port.post(services::make_hook_mail(kind::dispose, st.tenant,
-                                         message.token, message.notice));
-      break;
     case token_message::kind::owner_end:
-      port.post(services::make_hook_mail(kind::owner_end, st.tenant,
-                                         message.token, message.notice));
+      port.post(services::make_hook_mail(what, st.tenant, message.token,
+                                         message.notice));
       break;
   }
   if (!st.hook_again_armed &&

@@ -105,23 +105,10 @@ std::optional<std::uint32_t> api::home_shard(const request& r) const {
     return map.of_token(persistence::keys::token(tenant, path[2]));
   }
   if (path[1] == "internal" && path.size() == 3 && path[2] == "hook-mail") {
-    // Served where its actor's shard is (gateway/remote_runs.cpp).
-    std::string_view kind;
-    std::string_view to;
-    for (const auto& [name, value] : r.http.headers) {
-      if (name == hook_mail_kind_header) {
-        kind = value;
-      } else if (name == hook_mail_to_header) {
-        to = value;
-      }
-    }
-    auto what = services::parse_hook_mail_kind(kind);
-    if (!what || to.empty()) {
-      return std::nullopt;  // refused by its handler
-    }
-    return services::hook_mail{*what, {}, {}, {}}.to_token()
-               ? map.of_token(persistence::keys::token(tenant, to))
-               : map.of_run(to);
+    // Served where its actor's shard is (gateway/remote_runs.cpp); one
+    // that names none is refused by its handler.
+    auto mail = hook_mail_of(r.http, tenant);
+    return mail ? std::optional(services::shard_of(map, *mail)) : std::nullopt;
   }
   if (path[1] == "tasks") {
     // A report or heartbeat of one attempt is answered where its run is

@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "client/http_message.hpp"
 #include "gateway/auth.hpp"
 #include "gateway/http_server.hpp"
+#include "services/remote_runs.hpp"
 
 namespace durin::gateway {
 
@@ -131,5 +133,9 @@ inline constexpr unsigned not_owner_status = 421;
 // (a token, or a run id) by which it is placed.
 inline constexpr std::string_view hook_mail_kind_header = "x-durin-hook-kind";
 inline constexpr std::string_view hook_mail_to_header = "x-durin-hook-to";
+// The mail those headers name, of `tenant` (its bytes not read), or none
+// when they do not name a kind and an actor.
+std::optional<services::hook_mail> hook_mail_of(const wire::http_request& http,
+                                                std::string tenant);
 
 }  // namespace durin::gateway

@@ -16,7 +16,6 @@
 #include <unordered_map>
 
 #include "gateway/api.hpp"
-#include "persistence/keys.hpp"
 #include "services/hook_mail.hpp"
 #include "services/node.hpp"
 #include "services/runtime_access.hpp"
@@ -302,10 +301,7 @@ class api::remote_port final : public services::remote_runs {
         mail = at->second.mail.front();
       }
       auto& services = runtime_access::services(api_.node_);
-      const auto shard = mail.to_token()
-                             ? services.map.of_token(persistence::keys::token(
-                                   mail.tenant, mail.to))
-                             : services.map.of_run(mail.to);
+      const auto shard = services::shard_of(services.map, mail);
       if (where_.locate(shard) == placement::where::here) {
         auto delivered = services::deliver_hook_mail(services, mail);
         if (!delivered && delivered.error().code == errc::shutting_down) {
@@ -372,14 +368,12 @@ class api::remote_port final : public services::remote_runs {
   services::due_list<std::string> mail_again_;
 };
 
-http_response api::take_hook_mail(request& r) {
-  if (!r.forwarded) {
-    return error_response(404, "not-found", "no route " + r.path_text);
-  }
-  services::hook_mail mail;
-  mail.tenant = r.caller.tenant;
+std::optional<services::hook_mail> hook_mail_of(const wire::http_request& http,
+                                                std::string tenant) {
   std::optional<services::hook_mail::kind> what;
-  for (const auto& [name, value] : r.http.headers) {
+  services::hook_mail mail;
+  mail.tenant = std::move(tenant);
+  for (const auto& [name, value] : http.headers) {
     if (name == hook_mail_kind_header) {
       what = services::parse_hook_mail_kind(value);
     } else if (name == hook_mail_to_header) {
@@ -387,15 +381,26 @@ http_response api::take_hook_mail(request& r) {
     }
   }
   if (!what || mail.to.empty()) {
+    return std::nullopt;
+  }
+  mail.what = *what;
+  return mail;
+}
+
+http_response api::take_hook_mail(request& r) {
+  if (!r.forwarded) {
+    return error_response(404, "not-found", "no route " + r.path_text);
+  }
+  auto mail = hook_mail_of(r.http, r.caller.tenant);
+  if (!mail) {
     return bad_request(
         "hook mail names its kind and its actor (x-durin-hook-kind, "
         "x-durin-hook-to)");
   }
-  mail.what = *what;
-  mail.bytes = std::move(r.http.body);
+  mail->bytes = std::move(r.http.body);
   // place() checked that this node serves the actor's shard.
   if (auto delivered =
-          services::deliver_hook_mail(runtime_access::services(node_), mail);
+          services::deliver_hook_mail(runtime_access::services(node_), *mail);
       !delivered) {
     return error_response(delivered.error());
   }

@@ -3,7 +3,6 @@
 #include "services/hook_mail.hpp"
 
 #include <caf/binary_deserializer.hpp>
-#include <caf/binary_serializer.hpp>
 #include <vector>
 
 #include "persistence/keys.hpp"
@@ -16,19 +15,9 @@ namespace {
 constexpr const char* kind_names[] = {
     "claim", "subscribe", "dispose", "owner-end", "claimed", "payload", "lost"};
 
-template <class T>
-hook_mail make(hook_mail::kind what, std::string tenant, std::string to,
-               T message) {
-  std::vector<char> bytes;
-  caf::binary_serializer sink{nullptr, bytes};
-  // Plain data: saving it cannot fail.
-  static_cast<void>(sink(message));
-  return {what, std::move(tenant), std::move(to),
-          std::string(bytes.begin(), bytes.end())};
-}
-
-template <class T>
-result<T> load(const hook_mail& mail) {
+// Decodes the mail as a T and hands it to `send`.
+template <class T, class Send>
+status with(const hook_mail& mail, Send&& send) {
   T message;
   caf::binary_deserializer source{nullptr, mail.bytes.data(),
                                   mail.bytes.size()};
@@ -37,17 +26,7 @@ result<T> load(const hook_mail& mail) {
                       std::string("a hook message's bytes are not a ") +
                           to_string(mail.what) + " message");
   }
-  return message;
-}
-
-// Decodes the mail as a T and hands it to `send`.
-template <class T, class Send>
-status with(const hook_mail& mail, Send&& send) {
-  auto message = load<T>(mail);
-  if (!message) {
-    return message.error();
-  }
-  if (!send(std::move(*message))) {
+  if (!send(std::move(message))) {
     return make_error(errc::shutting_down, "the node is stopping");
   }
   return {};
@@ -55,29 +34,10 @@ status with(const hook_mail& mail, Send&& send) {
 
 }  // namespace
 
-hook_mail make_hook_mail(hook_mail::kind what, std::string tenant,
-                         std::string to, const actors::hook_claim& message) {
-  return make(what, std::move(tenant), std::move(to), message);
-}
-hook_mail make_hook_mail(hook_mail::kind what, std::string tenant,
-                         std::string to, const actors::subscription& message) {
-  return make(what, std::move(tenant), std::move(to), message);
-}
-hook_mail make_hook_mail(hook_mail::kind what, std::string tenant,
-                         std::string to, const actors::owner_notice& message) {
-  return make(what, std::move(tenant), std::move(to), message);
-}
-hook_mail make_hook_mail(hook_mail::kind what, std::string tenant,
-                         std::string to, const actors::claim_outcome& message) {
-  return make(what, std::move(tenant), std::move(to), message);
-}
-hook_mail make_hook_mail(hook_mail::kind what, std::string tenant,
-                         std::string to, const actors::hook_delivery& message) {
-  return make(what, std::move(tenant), std::move(to), message);
-}
-hook_mail make_hook_mail(hook_mail::kind what, std::string tenant,
-                         std::string to, const actors::hook_loss& message) {
-  return make(what, std::move(tenant), std::move(to), message);
+std::uint32_t shard_of(const shard_map& map, const hook_mail& mail) {
+  return mail.to_token()
+             ? map.of_token(persistence::keys::token(mail.tenant, mail.to))
+             : map.of_run(mail.to);
 }
 
 std::optional<hook_mail::kind> parse_hook_mail_kind(std::string_view name) {

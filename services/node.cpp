@@ -70,16 +70,17 @@ bool node::serves_no_more(const shard& one) {
   return fence && !fence->open();
 }
 
-remote_runs* node::remote_for(std::string_view run_id) const {
+remote_runs* node::remote_for_shard(std::uint32_t shard) const {
   auto* port = remote.load(std::memory_order_acquire);
-  return port != nullptr && port->elsewhere(map.of_run(run_id)) ? port
-                                                                : nullptr;
+  return port != nullptr && port->elsewhere(shard) ? port : nullptr;
+}
+
+remote_runs* node::remote_for(std::string_view run_id) const {
+  return remote_for_shard(map.of_run(run_id));
 }
 
 remote_runs* node::remote_for_token(std::string_view address) const {
-  auto* port = remote.load(std::memory_order_acquire);
-  return port != nullptr && port->elsewhere(map.of_token(address)) ? port
-                                                                   : nullptr;
+  return remote_for_shard(map.of_token(address));
 }
 
 std::string node::new_run_id(std::uint32_t shard) {

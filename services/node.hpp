@@ -125,8 +125,10 @@ struct node {
   // The port to `run_id`'s node when another node serves its shard (or
   // none does); null when it is served here.
   remote_runs* remote_for(std::string_view run_id) const;
-  // The same for a token's actor (`address`: keys::token(tenant, token)).
+  // The same for a token's actor (`address`: keys::token(tenant, token)),
+  // and for a shard.
   remote_runs* remote_for_token(std::string_view address) const;
+  remote_runs* remote_for_shard(std::uint32_t shard) const;
 
  private:
   std::mutex ids_mutex_;

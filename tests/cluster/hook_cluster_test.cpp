@@ -82,6 +82,21 @@ class HookClusterTest : public ::testing::Test {
     return waits;
   }
 
+  // Resumes notes n1..n`count` (the last one done) through nodes n % 3 in
+  // turn, each answered (once durable) as resumed to `owner`.
+  void resume_notes(const std::string& id, int count,
+                    const std::string& owner) {
+    for (int n = 1; n <= count; ++n) {
+      json note = {{"note", "n" + std::to_string(n)}};
+      if (n == count) {
+        note["done"] = true;
+      }
+      auto answered = resume(n % 3, id, note);
+      ASSERT_EQ(answered.status, 200u) << answered.body;
+      EXPECT_EQ(answered.value.value("runId", ""), owner) << answered.body;
+    }
+  }
+
   std::string fresh_id(const std::string& prefix) {
     return prefix + std::to_string(std::random_device{}());
   }
@@ -110,20 +125,12 @@ TEST_F(HookClusterTest,
         << duplicate.dump();
     // Resumes through every node, each answered once durable: read in the
     // order answered.
-    json expected = {"n0"};
-    for (int n = 1; n <= 6; ++n) {
-      json note = {{"note", "n" + std::to_string(n)}};
-      if (n == 6) {
-        note["done"] = true;
-      }
-      auto answered = resume(n % 3, id, note);
-      ASSERT_EQ(answered.status, 200u) << answered.body;
-      EXPECT_EQ(answered.value.value("runId", ""), first) << answered.body;
-      expected.push_back("n" + std::to_string(n));
-    }
+    ASSERT_NO_FATAL_FAILURE(resume_notes(id, 6, first));
     auto done = wait_run(reader, first);
     EXPECT_EQ(done["status"], "completed") << done.dump();
-    EXPECT_EQ(done["output"]["notes"], expected) << done.dump();
+    EXPECT_EQ(done["output"]["notes"],
+              json({"n0", "n1", "n2", "n3", "n4", "n5", "n6"}))
+        << done.dump();
     // The owner's end reached the token's node: the token is free again.
     EXPECT_TRUE(eventually(
         [&] {
@@ -220,14 +227,7 @@ TEST_F(HookClusterLossTest,
   ASSERT_NE(run_node(run), home);
   ASSERT_TRUE(owned_by(home, id, run));
   ASSERT_TRUE(reading(run));
-  for (int n = 1; n <= 3; ++n) {
-    json note = {{"note", "n" + std::to_string(n)}};
-    if (n == 3) {
-      note["done"] = true;
-    }
-    auto answered = resume(n % 3, id, note);
-    ASSERT_EQ(answered.status, 200u) << answered.body;
-  }
+  ASSERT_NO_FATAL_FAILURE(resume_notes(id, 3, run));
   auto reader = cluster_.client(0);
   // Read at once, not by the run's asking again (every 2 s) alone.
   auto done = wait_run(reader, run, std::chrono::seconds(2));
