@@ -689,9 +689,7 @@ void end_if_orphaned(self_pointer self, const std::string& parent_run_id,
     port->read(
         st.tenant, parent_run_id, false,
         [services, me, parent_run_id, parent_close](result<run_info> parent) {
-          bool ended = parent ? is_terminal(parent->status)
-                              : parent.error().code == errc::run_not_found;
-          if (ended) {
+          if (services::has_ended(parent)) {
             services->runs_of(me).deliver(me, orphan_atom::value, parent_run_id,
                                           parent_close);
           }

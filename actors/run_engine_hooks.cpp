@@ -445,10 +445,9 @@ bool run_engine::begin_watch(const std::string& run_id, bool until_end,
   auto state =
       env_.read_run ? env_.read_run(run_id) : std::optional<json>(json());
   if (state) {
-    auto status = state->value("status", std::string("not-found"));
-    bool ended = status == "completed" || status == "failed" ||
-                 status == "cancelled" || status == "terminated" ||
-                 status == "not-found";
+    // A run not found (no status) is as final as an ended one.
+    auto status = parse_run_status(state->value("status", std::string()));
+    bool ended = !status || is_terminal(*status);
     if (!until_end || ended) {
       record_state(*state);
       out->value = std::move(*state);

@@ -202,13 +202,7 @@ void ask_remote_owner(self_pointer self, const std::string& owner_run) {
   auto me = caf::actor_cast<token_actor>(self);
   port->read(
       st.tenant, owner_run, false, [me, owner_run](result<run_info> run) {
-        bool ended = false;
-        if (run) {
-          ended = is_terminal(run->status);
-        } else {
-          ended = run.error().code == errc::run_not_found;
-        }
-        if (ended) {
+        if (services::has_ended(run)) {
           caf::anon_send(me, owner_end_atom::value, owner_notice{owner_run, 0});
         }
       });

@@ -86,4 +86,10 @@ class remote_runs {
   virtual void post(hook_mail mail) = 0;
 };
 
+// What a read's answer says of a run another node serves: it ended, or
+// there is none (a run not found is never started later under that id).
+// Out of line: g++ 12 sees an uninitialised error through the inlined
+// variant of some callers' lambdas (-Wmaybe-uninitialized, a false alarm).
+bool has_ended(const result<run_info>& read);
+
 }  // namespace durin::services

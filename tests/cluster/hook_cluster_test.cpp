@@ -25,26 +25,29 @@ class HookClusterTest : public ::testing::Test {
 
   void SetUp() override { ASSERT_TRUE(cluster_.wait_for_routing()); }
 
-  // The node serving the shard of order `id`'s hook token.
-  int token_node(const std::string& id) {
+  // The node serving the shard of order `id`'s hook token, asked of `via`.
+  int token_node(const std::string& id, int via = 0) {
     auto address = persistence::keys::token("default", "order:" + id);
-    return cluster_.owner_of(services::shard_map(8).of_token(address));
+    return cluster_.owner_of(services::shard_map(8).of_token(address), via);
   }
 
-  // The node serving run `run_id`'s shard (its last two characters).
-  int run_node(const std::string& run_id) {
+  // The node serving run `run_id`'s shard (its last two characters), asked
+  // of `via`.
+  int run_node(const std::string& run_id, int via = 0) {
     static const std::string digits = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
     auto at = [&](std::size_t from_end) {
       return static_cast<std::uint32_t>(
           digits.find(run_id[run_id.size() - from_end]));
     };
-    return cluster_.owner_of(at(2) * 32 + at(1));
+    return cluster_.owner_of(at(2) * 32 + at(1), via);
   }
 
-  std::string start(int via, json input) {
+  // A waited start (200) by default; else answered at once (202).
+  std::string start(int via, json input, bool wait = true) {
     auto started = cluster_.client(via).post(
-        "/v1/runs", {{"flow", "acme.order-notes"}, {"input", input}});
-    EXPECT_EQ(started.status, 200u) << started.body;
+        "/v1/runs",
+        {{"flow", "acme.order-notes"}, {"input", input}, {"wait", wait}});
+    EXPECT_EQ(started.status, wait ? 200u : 202u) << started.body;
     return started.value.value("id", "");
   }
 
@@ -201,6 +204,69 @@ TEST_F(HookClusterTest,
   ASSERT_EQ(to_d.status, 200u) << to_d.body;
   auto d_done = wait_run(reader, d);
   EXPECT_EQ(d_done["output"]["notes"], json({"d0", "d1"})) << d_done.dump();
+}
+
+// The token's node is killed (kill -9) while a run on another node waits on
+// its hook: every resume acknowledged before the kill is read after the
+// restart, none twice, and a claim sent while the node is down is taken once
+// it is back (the run's node retries its mail and asks again).
+TEST_F(
+    HookClusterTest,
+    ARunWaitingOnATokenOfAKilledNodeReadsEveryAcknowledgedResumeAfterItsRestart) {
+  auto id = fresh_id("killed-");
+  const int home = token_node(id);
+  ASSERT_GE(home, 0);
+  const int other = (home + 1) % 3;
+  auto run = start(other, {{"orderId", id}, {"note", "n0"}});
+  ASSERT_NE(run_node(run), home);
+  ASSERT_TRUE(owned_by(other, id, run));
+  ASSERT_TRUE(reading(run));
+  // Acknowledged, so durable in the token's inbox; its push to the run may
+  // or may not leave the node before the kill.
+  // Another token of the dead node's shards, claimed while it is down.
+  std::string later = fresh_id("later-");
+  for (int draw = 0; draw < 200 && token_node(later) != home; ++draw) {
+    later = fresh_id("later-");
+  }
+  ASSERT_EQ(token_node(later), home);
+  auto acknowledged = resume(other, id, {{"note", "n1"}});
+  ASSERT_EQ(acknowledged.status, 200u) << acknowledged.body;
+  cluster_.kill9(home);
+  // While the token's node is down its hook answers 503, never a 2xx.
+  auto refused = resume(other, id, {{"note", "never"}});
+  EXPECT_EQ(refused.status, 503u) << refused.body;
+  // Sent now, taken once the node is back.
+  auto late = start(other, {{"orderId", later}, {"note", "l0"}}, false);
+  ASSERT_FALSE(late.empty());
+  ASSERT_EQ(run_node(late, other), other);
+
+  cluster_.start(home);
+  ASSERT_TRUE(cluster_.wait_for_routing());
+  ASSERT_TRUE(owned_by(other, id, run));
+  ASSERT_TRUE(owned_by(other, later, late));
+  auto resume_done = [&](const std::string& order, const std::string& note) {
+    api_client::answer answered;
+    EXPECT_TRUE(eventually(
+        [&] {
+          answered =
+              resume((home + 2) % 3, order, {{"note", note}, {"done", true}});
+          return answered.status != 503u;
+        },
+        std::chrono::seconds(10)));
+    return answered;
+  };
+  auto last = resume_done(id, "n2");
+  ASSERT_EQ(last.status, 200u) << last.body;
+  EXPECT_EQ(last.value.value("runId", ""), run);
+  auto reader = cluster_.client(other);
+  auto done = wait_run(reader, run);
+  EXPECT_EQ(done["status"], "completed") << done.dump();
+  EXPECT_EQ(done["output"]["notes"], json({"n0", "n1", "n2"})) << done.dump();
+  auto late_last = resume_done(later, "l1");
+  ASSERT_EQ(late_last.status, 200u) << late_last.body;
+  auto late_done = wait_run(reader, late);
+  EXPECT_EQ(late_done["output"]["notes"], json({"l0", "l1"}))
+      << late_done.dump();
 }
 
 // Every node loses its first payload pushed to a run on another node
