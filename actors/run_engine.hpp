@@ -345,6 +345,7 @@ class run_engine final : public detail::driver {
               int max_supported) override;
   void set_memo(json memo) override;
   void upsert_search_attributes(search_attributes attributes) override;
+  void remove_search_attributes(std::vector<std::string> names) override;
   // A child's start was decided; indefinite ones are asked again
   // (output child_retries, then retry_child).
   void on_child_started(const child_started& started);
@@ -367,8 +368,9 @@ class run_engine final : public detail::driver {
     watch,
     message_read,
     child,
-    memo,    // ctx.set_memo
-    search,  // ctx.upsert_search_attributes
+    memo,           // ctx.set_memo
+    search,         // ctx.upsert_search_attributes
+    search_remove,  // ctx.remove_search_attributes
   };
 
   struct hook_entry {

@@ -47,6 +47,8 @@ std::string recorded_call_text(const event_record& event) {
       return "set_memo";
     case event_kind::search_attributes_upserted:
       return "upsert_search_attributes";
+    case event_kind::search_attributes_removed:
+      return "remove_search_attributes";
     default:
       return event_kind_name(event.kind);
   }
@@ -92,6 +94,9 @@ bool run_engine::check_replay(std::uint64_t call, call_kind kind,
     case call_kind::search:
       now_asked = "upsert_search_attributes";
       break;
+    case call_kind::search_remove:
+      now_asked = "remove_search_attributes";
+      break;
     default:
       now_asked = describe_call("value", name);
       break;
@@ -134,6 +139,9 @@ bool run_engine::check_replay(std::uint64_t call, call_kind kind,
       break;
     case call_kind::search:
       same_kind = first.kind == event_kind::search_attributes_upserted;
+      break;
+    case call_kind::search_remove:
+      same_kind = first.kind == event_kind::search_attributes_removed;
       break;
     default:
       same_kind = first.kind == event_kind::value_recorded;

@@ -1,8 +1,8 @@
 // Memos and search attributes in the run engine (ctx.set_memo,
-// ctx.upsert_search_attributes): each call is a durable call recorded by
-// one event, and the run's record carries the result in the same write, so
-// a list or a get sees exactly what the history says. Replay records
-// nothing again: the record already holds the last value.
+// ctx.upsert_search_attributes, ctx.remove_search_attributes): each call is a
+// durable call recorded by one event, and the run's record carries the result
+// in the same write, so a list or a get sees exactly what the history says.
+// Replay records nothing again: the record already holds the last value.
 #include "actors/event_names.hpp"
 #include "actors/run_engine.hpp"
 
@@ -78,6 +78,33 @@ void run_engine::upsert_search_attributes(search_attributes attributes) {
          .at_ms = now(),
          .name = "search-attributes",
          .data = encode_payload(durin::to_json(attributes))});
+  ++staged_values_;
+  flush_then([] {});
+}
+
+void run_engine::remove_search_attributes(std::vector<std::string> names) {
+  refuse_in_query("ctx.remove_search_attributes");
+  const char* what = "ctx.remove_search_attributes";
+  if (auto problem = search_attribute_names_problem(what, names);
+      !problem.empty()) {
+    throw invalid_argument_error(problem);
+  }
+  auto number = next_call_++;
+  if (stopped() ||
+      !check_replay(number, call_kind::search_remove,
+                    "search-attributes-removed") ||
+      recorded(number) != nullptr) {
+    return;
+  }
+  for (const auto& name : names) {
+    record_.search.erase(name);
+  }
+  run_dirty_ = true;
+  stage({.kind = event_kind::search_attributes_removed,
+         .call = number,
+         .at_ms = now(),
+         .name = "search-attributes-removed",
+         .data = encode_payload(json(names))});
   ++staged_values_;
   flush_then([] {});
 }

@@ -50,6 +50,8 @@ const char* event_kind_name(event_kind kind) {
       return "memo-set";
     case event_kind::search_attributes_upserted:
       return "search-attributes-upserted";
+    case event_kind::search_attributes_removed:
+      return "search-attributes-removed";
   }
   return "unknown";
 }

@@ -226,22 +226,43 @@ json to_json(const search_attributes& attributes) {
   return out;
 }
 
-std::string search_attributes_problem(std::string_view what,
-                                      const search_attributes& attributes) {
+namespace {
+
+// The checks both problem functions share: the count, then each name (and
+// its value, where `value_of` gives one).
+template <class Range, class Name, class Value>
+std::string problem_of(std::string_view what, const Range& range, Name name_of,
+                       Value value_problem_of) {
   std::string prefix = what.empty() ? "" : std::string(what) + ": ";
-  if (attributes.size() > limits::search_attributes_max) {
+  if (range.size() > limits::search_attributes_max) {
     return prefix + "at most " + std::to_string(limits::search_attributes_max) +
-           " search attributes; got " + std::to_string(attributes.size());
+           " search attributes; got " + std::to_string(range.size());
   }
-  for (const auto& [name, value] : attributes) {
-    if (auto problem = name_problem(name); !problem.empty()) {
+  for (const auto& item : range) {
+    if (auto problem = name_problem(name_of(item)); !problem.empty()) {
       return prefix + problem;
     }
-    if (auto problem = value_problem(name, value); !problem.empty()) {
+    if (auto problem = value_problem_of(item); !problem.empty()) {
       return prefix + problem;
     }
   }
   return {};
+}
+
+}  // namespace
+
+std::string search_attributes_problem(std::string_view what,
+                                      const search_attributes& attributes) {
+  return problem_of(
+      what, attributes, [](const auto& item) { return item.first; },
+      [](const auto& item) { return value_problem(item.first, item.second); });
+}
+
+std::string search_attribute_names_problem(
+    std::string_view what, const std::vector<std::string>& names) {
+  return problem_of(
+      what, names, [](const std::string& name) { return name; },
+      [](const std::string&) { return std::string(); });
 }
 
 result<search_attributes> search_attributes_from_json(const json& value) {

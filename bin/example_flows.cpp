@@ -117,8 +117,9 @@ flow<json> inbox(context& ctx, json) {
   co_return json{{"notes", std::move(notes)}};
 }
 
-// Applies a {"memo"?, "searchAttributes"?} to the run: a bad attribute
-// throws invalid_argument_error, which fails the run.
+// Applies a {"memo"?, "searchAttributes"?, "removeSearchAttributes"?: [names]}
+// to the run: a bad attribute or name throws invalid_argument_error, which
+// fails the run.
 void apply_tags(context& ctx, const json& tags) {
   if (!tags.is_object()) {
     return;
@@ -132,6 +133,18 @@ void apply_tags(context& ctx, const json& tags) {
       throw invalid_argument_error(attributes.error().message);
     }
     ctx.upsert_search_attributes(std::move(*attributes));
+  }
+  if (tags.contains("removeSearchAttributes")) {
+    const auto& names = tags["removeSearchAttributes"];
+    std::vector<std::string> removed;
+    for (const auto& name : names.is_array() ? names : json::array()) {
+      if (!name.is_string()) {
+        throw invalid_argument_error(
+            "removeSearchAttributes is an array of attribute names");
+      }
+      removed.push_back(name.get<std::string>());
+    }
+    ctx.remove_search_attributes(std::move(removed));
   }
 }
 

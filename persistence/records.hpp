@@ -85,8 +85,11 @@ enum class event_kind : std::uint8_t {
   // The flow upserted search attributes (ctx.upsert_search_attributes):
   // call, data = the attributes it named, {"name": {"type", "value"}}.
   search_attributes_upserted = 19,
+  // The flow removed search attributes (ctx.remove_search_attributes):
+  // call, data = the names it named, ["name", ...].
+  search_attributes_removed = 20,
 };
-inline constexpr std::uint8_t event_kind_max = 19;
+inline constexpr std::uint8_t event_kind_max = 20;
 
 // Column family `history`, key: (run id, sequence). One fact of a run.
 struct event_record {

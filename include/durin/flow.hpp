@@ -395,6 +395,16 @@ class context {
     driver_->upsert_search_attributes(std::move(attributes));
   }
 
+  // Removes the attributes of these names from the run (one it does not
+  // have is no error), recorded as set_memo records the memo: a query no
+  // longer matches the run on them. The tenant's type of a name stays.
+  // Throws invalid_argument_error for a bad name, recording nothing.
+  //
+  //   ctx.remove_search_attributes({"stage"});
+  void remove_search_attributes(std::vector<std::string> names) {
+    driver_->remove_search_attributes(std::move(names));
+  }
+
   // 64 random bits, recorded.
   std::uint64_t random() {
     return driver_->record_value(detail::value_kind::random, "random", nullptr)

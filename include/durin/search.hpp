@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "durin/error.hpp"
 #include "durin/json.hpp"
@@ -74,5 +75,10 @@ result<search_attributes> search_attributes_from_json(const json& value);
 // message naming the first that does not, prefixed with `what`.
 std::string search_attributes_problem(std::string_view what,
                                       const search_attributes& attributes);
+// "" when every name of `names` is allowed (at most
+// limits::search_attributes_max of them); else a message naming the first
+// that is not, prefixed with `what`.
+std::string search_attribute_names_problem(
+    std::string_view what, const std::vector<std::string>& names);
 
 }  // namespace durin

@@ -154,6 +154,36 @@ TEST_F(SearchServeTest, TheFlowsMemoAndUpsertsShowInTheRunAndItsQueries) {
   EXPECT_EQ(memo_events, 2u) << history.body;
 }
 
+TEST_F(SearchServeTest, AnAttributeTheFlowRemovesLeavesTheRunAndItsQueries) {
+  auto client = admin();
+  auto run = start(
+      client, {{"input",
+                {{"searchAttributes", {{"stage", "new"}, {"lane", "east"}}}}}});
+  auto id = run["id"].get<std::string>();
+  ASSERT_TRUE(eventually([&] {
+    return client.get("/v1/runs/" + id)
+        .value["searchAttributes"]
+        .contains("lane");
+  }));
+  auto tag = client.post(
+      "/v1/runs/" + id + "/messages/tag",
+      {{"payload", {{"removeSearchAttributes", {"lane"}}, {"done", true}}}});
+  ASSERT_EQ(tag.status, 200u) << tag.body;
+  auto done = wait_run(client, id);
+  ASSERT_EQ(done["status"], "completed") << done.dump();
+  EXPECT_EQ(done["searchAttributes"],
+            (json{{"stage", {{"type", "keyword"}, {"value", "new"}}}}))
+      << done.dump();
+  EXPECT_TRUE(found(client, "lane = 'east'").empty());
+  EXPECT_EQ(found(client, "stage = 'new'"), (std::set<std::string>{id}));
+  auto history = client.get("/v1/runs/" + id + "/history");
+  bool removed = false;
+  for (auto& event : history.value["events"]) {
+    removed = removed || event["kind"] == "search-attributes-removed";
+  }
+  EXPECT_TRUE(removed) << history.body;
+}
+
 TEST_F(SearchServeTest, ABadQueryIsA400NamingThePosition) {
   auto client = admin();
   start(client, {{"searchAttributes", {{"priority", 3}}}});

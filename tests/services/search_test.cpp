@@ -37,6 +37,23 @@ flow<json> tag_then_sleep(context& ctx, json input) {
   co_return json{{"done", true}};
 }
 
+// Tags itself, removes one attribute (and one it never had), sleeps an hour,
+// removes the other and ends; a removal of a bad name is caught.
+flow<json> tag_then_remove(context& ctx, json) {
+  ctx.upsert_search_attributes({{"customer", search_value::keyword("acme")},
+                                {"priority", search_value::of_int(3)}});
+  ctx.remove_search_attributes({"priority", "neverSet"});
+  std::string refused;
+  try {
+    ctx.remove_search_attributes({"status"});
+  } catch (const invalid_argument_error& e) {
+    refused = e.what();
+  }
+  co_await ctx.sleep(1h);
+  ctx.remove_search_attributes({"customer"});
+  co_return json{{"refused", refused}};
+}
+
 // Upserts what its input says, as a keyword or an int, and reports what
 // the upsert threw.
 flow<json> upsert_one(context& ctx, json input) {
@@ -67,6 +84,7 @@ class SearchTest : public ::testing::Test {
   void SetUp() override {
     flows_.flow("tag-then-sleep", tag_then_sleep);
     flows_.flow("upsert-one", upsert_one);
+    flows_.flow("tag-then-remove", tag_then_remove);
     flows_.flow("noop",
                 [](context&, json input) -> flow<json> { co_return input; });
   }
@@ -179,6 +197,48 @@ TEST_F(MemoTest, AMemoSetByTheFlowSurvivesARestartAndItsReplayDoesNotDiverge) {
   // The replay after the restart recorded none of the first calls again.
   EXPECT_EQ(count_events(*rt, id, "memo-set"), 2u);
   EXPECT_EQ(count_events(*rt, id, "search-attributes-upserted"), 2u);
+}
+
+TEST_F(SearchTest,
+       ARemovedAttributeLeavesTheRunAndItsQueriesAndSurvivesARestart) {
+  std::string id;
+  using ids = std::set<std::string>;
+  {
+    auto rt = open();
+    auto run = rt->start("tag-then-remove", json::object());
+    ASSERT_TRUE(run.ok()) << run.error().to_string();
+    id = run->id;
+    auto settled = rt->wait_settled(id, wait_max);
+    ASSERT_TRUE(settled.ok());
+    ASSERT_EQ(settled->status, run_status::waiting) << settled->blocked_reason;
+    EXPECT_EQ(settled->search_attributes,
+              (search_attributes{{"customer", search_value::keyword("acme")}}));
+    EXPECT_EQ(*found(*rt, "priority = 3"), ids{});
+    EXPECT_EQ(*found(*rt, "customer = 'acme'"), ids{id});
+    // The tenant's type of a removed name stays.
+    start_options options;
+    options.search = {{"priority", search_value::keyword("high")}};
+    auto other_type = rt->start("noop", json::object(), options);
+    ASSERT_FALSE(other_type.ok());
+    EXPECT_EQ(other_type.error().code, errc::invalid_argument);
+  }
+  auto rt = open();
+  auto reopened = rt->get(id);
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ(reopened->search_attributes.size(), 1u);
+  clock_->advance_ms(3600 * 1000 + 1);
+  auto done = rt->wait(id, wait_max);
+  ASSERT_TRUE(done.ok());
+  ASSERT_EQ(done->status, run_status::completed) << done->blocked_reason;
+  EXPECT_TRUE(done->search_attributes.empty());
+  EXPECT_EQ(*found(*rt, "customer = 'acme'"), ids{});
+  EXPECT_NE(done->output["refused"].get<std::string>().find(
+                "ctx.remove_search_attributes: search attribute 'status'"),
+            std::string::npos)
+      << done->output.dump();
+  // Two removals recorded, none again by the replay, the refused one not.
+  EXPECT_EQ(count_events(*rt, id, "search-attributes-removed"), 2u);
+  EXPECT_EQ(count_events(*rt, id, "search-attributes-upserted"), 1u);
 }
 
 TEST_F(SearchTest, AQueryFindsRunsByAttributesAndBuiltInsAcrossShards) {

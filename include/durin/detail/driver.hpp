@@ -156,6 +156,9 @@ class driver {
   // invalid_argument_error for a bad name or value, or a type other than
   // the one the tenant's attribute has.
   virtual void upsert_search_attributes(search_attributes attributes) = 0;
+  // Removes search attributes by name (a name the run lacks is no error),
+  // recorded as set_memo is. Throws invalid_argument_error for a bad name.
+  virtual void remove_search_attributes(std::vector<std::string> names) = 0;
 
   virtual const std::string& run_id() const = 0;
 };
