@@ -213,18 +213,23 @@ TEST_F(ClusterTest, AWebhookPostedToAnyNodeReachesItsRun) {
 }
 
 TEST_F(ClusterTest,
-       TheSameInstanceIdOrKeySentAtOnceThroughEveryNodeStartsOneRun) {
-  // 60 rounds in CI; DURIN_CLUSTER_ROUNDS=1000 for the longer tier.
+       TheSameStartTokenInstanceIdOrKeySentAtOnceThroughEveryNodeStartsOneRun) {
+  // 60 rounds in CI; DURIN_CLUSTER_ROUNDS=1000 for the longer tier. Rounds
+  // take turns: an instance id, an idempotency key, a start hook token.
   const char* asked = std::getenv("DURIN_CLUSTER_ROUNDS");
   const int rounds = asked != nullptr ? std::atoi(asked) : 60;
   for (int round = 0; round < rounds; ++round) {
-    const bool keyed = round % 2 == 1;
+    const int kind = round % 3;
+    const bool keyed = kind == 1;
+    const bool hooked = kind == 2;
     const auto name = "r" + std::to_string(round);
     auto body = json{
         {"flow", "acme.sleep"}, {"input", {{"ms", 30'000}}}, {"wait", false}};
-    if (!keyed) {
+    if (kind == 0) {
       body["instanceId"] = name;
       body["onDuplicate"] = "return-existing-active";
+    } else if (hooked) {
+      body["hook"] = {{"token", "start:" + name}};
     }
     std::vector<std::future<api_client::answer>> answers;
     for (int via = 0; via < 3; ++via) {
@@ -242,13 +247,23 @@ TEST_F(ClusterTest,
       }));
     }
     std::set<std::string> runs;
+    std::set<std::string> named;  // the runs hook conflicts name
     for (auto& answer : answers) {
       auto got = answer.get();
+      if (hooked && got.status == 409u) {
+        ASSERT_EQ(got.code(), "hook-conflict") << got.body;
+        named.insert(got.value.value("conflictingRunId", ""));
+        continue;
+      }
       ASSERT_TRUE(got.status == 202u || got.status == 200u)
           << got.status << " " << got.body;
       runs.insert(got.value["id"].get<std::string>());
     }
-    EXPECT_EQ(runs.size(), 1u) << "round " << round;
+    ASSERT_EQ(runs.size(), 1u) << "round " << round;
+    if (hooked) {
+      EXPECT_TRUE(named.empty() || named == runs)
+          << "round " << round << ": a conflict names another run";
+    }
   }
 }
 
