@@ -310,6 +310,8 @@ class api {
   struct run_wait;
   class remote_port;
   void on_run_wait_tick(std::shared_ptr<run_wait>& wait);
+  // Answers `wait` unless it was (the run's end and the tick may race).
+  void answer_wait(run_wait& wait, http_response response);
   void set_remote_port();    // with placement_
   void clear_remote_port();  // at close()
 

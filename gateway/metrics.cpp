@@ -80,6 +80,11 @@ std::string metrics::render(const std::string& extra) const {
   out += "durin_idempotent_refusals_total " + std::to_string(refusals_.load()) +
          "\n";
   out +=
+      "# HELP durin_run_waits Long polls of a run (GET /v1/runs/{id}?waitMs=) "
+      "waiting for its end now.\n";
+  out += "# TYPE durin_run_waits gauge\n";
+  out += "durin_run_waits " + std::to_string(run_waits_.load()) + "\n";
+  out +=
       "# HELP durin_run_answers_total Runs answered by the API, by the "
       "status they had.\n";
   out += "# TYPE durin_run_answers_total counter\n";

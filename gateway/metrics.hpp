@@ -41,6 +41,12 @@ class metrics {
     hand_overs_.fetch_add(1, std::memory_order_relaxed);
   }
   void count_run_status(std::string_view status);
+  // Long polls of a run (GET /v1/runs/{id}?waitMs=) parked now: one more
+  // as each is parked, one less as it is answered.
+  void run_wait_parked() { run_waits_.fetch_add(1, std::memory_order_relaxed); }
+  void run_wait_answered() {
+    run_waits_.fetch_sub(1, std::memory_order_relaxed);
+  }
 
   // The text exposition; `extra` appends more lines (commit statistics).
   std::string render(const std::string& extra) const;
@@ -61,6 +67,7 @@ class metrics {
   std::atomic<std::uint64_t> refusals_{0};
   std::atomic<std::uint64_t> starts_{0};
   std::atomic<std::uint64_t> hand_overs_{0};
+  std::atomic<std::int64_t> run_waits_{0};
   std::array<std::atomic<std::uint64_t>, 8> run_status_{};
 };
 

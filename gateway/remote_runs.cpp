@@ -67,22 +67,29 @@ void api::get_run(const request_ptr& r, reply_fn reply) {
   wait->run_id = id;
   wait->tenant = r->caller.tenant;
   wait->deadline = clock_type::now() + std::chrono::milliseconds(wait_ms);
+  metrics_.run_wait_parked();
   wait->subscription =
       events.subscribe(id, services::run_events::until::ended,
                        [this, wait](const services::run_event& event) {
-                         if (!wait->answered.exchange(true)) {
-                           wait->reply(run_response(200, event.run));
-                         }
+                         answer_wait(*wait, run_response(200, event.run));
                        });
   auto run = node_.get(id, wait->tenant);
   if (!run || is_terminal(run->status)) {
-    if (!wait->answered.exchange(true)) {
+    if (!wait->answered.load()) {
       events.unsubscribe(id, wait->subscription);
-      wait->reply(run ? run_response(200, *run) : error_response(run.error()));
+      answer_wait(*wait,
+                  run ? run_response(200, *run) : error_response(run.error()));
     }
     return;
   }
   run_waits_->add(std::move(wait));
+}
+
+void api::answer_wait(run_wait& wait, http_response response) {
+  if (!wait.answered.exchange(true)) {
+    metrics_.run_wait_answered();
+    wait.reply(std::move(response));
+  }
 }
 
 void api::on_run_wait_tick(std::shared_ptr<run_wait>& wait) {
@@ -93,15 +100,13 @@ void api::on_run_wait_tick(std::shared_ptr<run_wait>& wait) {
     run_waits_->add(std::move(wait));
     return;
   }
-  if (wait->answered.exchange(true)) {
-    return;
-  }
   runtime_access::services(node_).events.unsubscribe(wait->run_id,
                                                      wait->subscription);
   // The run goes on (or its shard left this node meanwhile: the poller
   // asks again, and is forwarded to the new owner).
   auto run = node_.get(wait->run_id, wait->tenant);
-  wait->reply(run ? run_response(200, *run) : error_response(run.error()));
+  answer_wait(*wait,
+              run ? run_response(200, *run) : error_response(run.error()));
 }
 
 void api::release_run_waits() {

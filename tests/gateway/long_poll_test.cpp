@@ -221,6 +221,10 @@ TEST_F(LongPollTest, ARunWaitAnswersAtTheRunsEndOrAtItsDeadline) {
   EXPECT_NE(going_on.value["status"], "completed") << going_on.body;
   EXPECT_EQ(going_on.value["id"], sleeper);
 
+  // Both waits answered: none is counted as waiting.
+  EXPECT_NE(client.get("/metrics").body.find("\ndurin_run_waits 0\n"),
+            std::string::npos);
+
   auto missing = client.get("/v1/runs/run_nothing?waitMs=300");
   EXPECT_EQ(missing.status, 404u) << missing.body;
   for (const char* bad : {"abc", "-1", "25001", "1e3"}) {
@@ -248,7 +252,11 @@ TEST_F(LongPollTest, RunWaitsHoldNoThreadAndEndAtShutdown) {
     waits.emplace_back(server_->port());
     ASSERT_TRUE(waits.back().send(request));
   }
-  std::this_thread::sleep_for(500ms);
+  // Every wait is parked (the gauge counts them) before the start.
+  ASSERT_TRUE(eventually([&] {
+    return client.get("/metrics").body.find("\ndurin_run_waits 64\n") !=
+           std::string::npos;
+  }));
   auto began = clock_type::now();
   auto other = client.post(
       "/v1/runs",
