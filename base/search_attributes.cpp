@@ -228,8 +228,8 @@ json to_json(const search_attributes& attributes) {
 
 namespace {
 
-// The checks both problem functions share: the count, then each name (and
-// its value, where `value_of` gives one).
+// The checks both problem functions share: the count, then each item's
+// name (`name_of`) and what `value_problem_of` finds in its value.
 template <class Range, class Name, class Value>
 std::string problem_of(std::string_view what, const Range& range, Name name_of,
                        Value value_problem_of) {
