@@ -441,6 +441,10 @@ class run_engine final : public detail::driver {
   void fail_for_history_limit(std::string message);
 
   void stage(persistence::event_record event);
+  // A memo or search attributes changed in record_ by call `call`: staged
+  // as one event of `kind` with the run's record, written at once.
+  void record_change(persistence::event_kind kind, std::uint64_t call,
+                     std::string name, const json& data);
   void stage_status(run_status status);
   void flush_then(std::function<void()> continuation);
   void emit_commit();

@@ -27,14 +27,7 @@ void run_engine::set_memo(json memo) {
     return;
   }
   record_.memo = encoded;
-  run_dirty_ = true;
-  stage({.kind = event_kind::memo_set,
-         .call = number,
-         .at_ms = now(),
-         .name = "memo",
-         .data = encode_payload(memo)});
-  ++staged_values_;  // a step after it waits for it, as for values
-  flush_then([] {});
+  record_change(event_kind::memo_set, number, "memo", memo);
 }
 
 void run_engine::upsert_search_attributes(search_attributes attributes) {
@@ -72,14 +65,8 @@ void run_engine::upsert_search_attributes(search_attributes attributes) {
   }
   ++next_call_;
   record_.search = std::move(merged);
-  run_dirty_ = true;
-  stage({.kind = event_kind::search_attributes_upserted,
-         .call = number,
-         .at_ms = now(),
-         .name = "search-attributes",
-         .data = encode_payload(durin::to_json(attributes))});
-  ++staged_values_;
-  flush_then([] {});
+  record_change(event_kind::search_attributes_upserted, number,
+                "search-attributes", durin::to_json(attributes));
 }
 
 void run_engine::remove_search_attributes(std::vector<std::string> names) {
@@ -99,13 +86,19 @@ void run_engine::remove_search_attributes(std::vector<std::string> names) {
   for (const auto& name : names) {
     record_.search.erase(name);
   }
-  run_dirty_ = true;
-  stage({.kind = event_kind::search_attributes_removed,
-         .call = number,
+  record_change(event_kind::search_attributes_removed, number,
+                "search-attributes-removed", json(names));
+}
+
+void run_engine::record_change(event_kind kind, std::uint64_t call,
+                               std::string name, const json& data) {
+  run_dirty_ = true;  // the run's record goes in the same write
+  stage({.kind = kind,
+         .call = call,
          .at_ms = now(),
-         .name = "search-attributes-removed",
-         .data = encode_payload(json(names))});
-  ++staged_values_;
+         .name = std::move(name),
+         .data = encode_payload(data)});
+  ++staged_values_;  // a step after it waits for it, as for values
   flush_then([] {});
 }
 

@@ -136,11 +136,17 @@ void apply_tags(context& ctx, const json& tags) {
   }
   if (tags.contains("removeSearchAttributes")) {
     const auto& names = tags["removeSearchAttributes"];
+    auto not_names = [] {
+      return invalid_argument_error(
+          "removeSearchAttributes is an array of attribute names");
+    };
+    if (!names.is_array()) {
+      throw not_names();
+    }
     std::vector<std::string> removed;
-    for (const auto& name : names.is_array() ? names : json::array()) {
+    for (const auto& name : names) {
       if (!name.is_string()) {
-        throw invalid_argument_error(
-            "removeSearchAttributes is an array of attribute names");
+        throw not_names();
       }
       removed.push_back(name.get<std::string>());
     }

@@ -182,6 +182,13 @@ TEST_F(SearchServeTest, AnAttributeTheFlowRemovesLeavesTheRunAndItsQueries) {
     removed = removed || event["kind"] == "search-attributes-removed";
   }
   EXPECT_TRUE(removed) << history.body;
+  // Names not given as an array fail the run, naming the field.
+  auto bad = start(client, {{"input", {{"removeSearchAttributes", "lane"}}}});
+  auto failed = wait_run(client, bad["id"].get<std::string>());
+  EXPECT_EQ(failed["status"], "failed") << failed.dump();
+  EXPECT_NE(failed.dump().find("removeSearchAttributes is an array"),
+            std::string::npos)
+      << failed.dump();
 }
 
 TEST_F(SearchServeTest, ABadQueryIsA400NamingThePosition) {
