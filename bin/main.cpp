@@ -229,9 +229,10 @@ struct cluster_flags {
   std::uint32_t shards = durin::cluster::shards_default;  // init
   std::vector<std::string> nodes;                         // init
   std::uint32_t replicas = 0;  // init; 0: 2, or 1 for --nodes of one
-  std::uint32_t shard = 0;     // move
+  std::uint32_t shard = 0;     // move, accept-loss
   std::string to;              // move
   std::string node;            // drain
+  bool remove = false;         // drain: its backup copies too
   int timeout_s = 120;         // move, drain
 };
 
@@ -282,7 +283,63 @@ int cluster_move_command(const cluster_flags& flags, bool drain) {
       return code;
     }
   }
-  std::cout << "node " << flags.node << " holds no shard; it can be stopped"
+  if (!flags.remove) {
+    std::cout << "node " << flags.node
+              << " holds no shard; it can be stopped (it keeps its backup "
+                 "copies: --remove moves them too)"
+              << std::endl;
+    return 0;
+  }
+  auto copies = durin::cluster::copies_plan(*etcd, flags.cluster, flags.node);
+  if (!copies) {
+    std::cerr << durin::to_code(copies.error().code) << ": "
+              << copies.error().message << "\n";
+    return 1;
+  }
+  for (const auto& [shard, to] : *copies) {
+    auto moved =
+        durin::cluster::replace_copy(*etcd, flags.cluster, shard, flags.node,
+                                     to, std::chrono::seconds(flags.timeout_s));
+    if (!moved) {
+      std::cerr << durin::to_code(moved.error().code) << ": "
+                << moved.error().message << "\n";
+      return 1;
+    }
+    std::cout << "shard " << shard << "'s copy on " << flags.node
+              << " moved to " << to << std::endl;
+  }
+  std::cout << "node " << flags.node
+            << " holds no shard and no copy; it can be taken out" << std::endl;
+  return 0;
+}
+
+// `durin cluster accept-loss`: the owner of a shard whose copy lost its
+// history serves it without it; waited for like a move.
+int cluster_accept_loss_command(const cluster_flags& flags) {
+  auto etcd = durin::cluster::etcd_client::make(flags.etcd);
+  if (!etcd) {
+    std::cerr << durin::to_code(etcd.error().code) << ": "
+              << etcd.error().message << "\n";
+    return 2;
+  }
+  auto accepted =
+      durin::cluster::accept_loss(*etcd, flags.cluster, flags.shard);
+  if (!accepted) {
+    std::cerr << durin::to_code(accepted.error().code) << ": "
+              << accepted.error().message << "\n";
+    return 1;
+  }
+  auto epoch = durin::cluster::wait_for_move(
+      *etcd, flags.cluster, flags.shard, accepted->owner,
+      std::chrono::seconds(flags.timeout_s));
+  if (!epoch) {
+    std::cerr << "timeout: shard " << flags.shard << " is not served by '"
+              << accepted->owner << "' after " << flags.timeout_s
+              << " s (the node must be live)\n";
+    return 1;
+  }
+  std::cout << "shard " << flags.shard << " served by " << accepted->owner
+            << " at epoch " << *epoch << ", without the history its copy lost"
             << std::endl;
   return 0;
 }
@@ -811,7 +868,18 @@ void add_local_commands(CLI::App& app, cli& c) {
   auto* drain = cluster->add_subcommand(
       "drain", "move every shard of a node to the others, one at a time");
   drain->add_option("node", c.cluster.node, "the node to empty")->required();
-  for (auto* sub : {move, drain}) {
+  drain->add_flag("--remove", c.cluster.remove,
+                  "the node is taken out for good: its backup copies move "
+                  "to other nodes too (each catches up before the node's "
+                  "copy goes)");
+  auto* accept_loss = cluster->add_subcommand(
+      "accept-loss",
+      "let a shard's owner serve it although its copy lost the shard's "
+      "history (its data directory was deleted and no copy in step is "
+      "live): the runs it held are gone for good");
+  accept_loss->add_option("shard", c.cluster.shard, "the shard's number")
+      ->required();
+  for (auto* sub : {move, drain, accept_loss}) {
     sub->add_option("--etcd", c.cluster.etcd, "etcd client URLs")->required();
     sub->add_option("--cluster", c.cluster.cluster, "the cluster's name")
         ->required();
@@ -822,6 +890,8 @@ void add_local_commands(CLI::App& app, cli& c) {
             [](cli& c) { return cluster_move_command(c.cluster, false); });
   on_chosen(drain, c,
             [](cli& c) { return cluster_move_command(c.cluster, true); });
+  on_chosen(accept_loss, c,
+            [](cli& c) { return cluster_accept_loss_command(c.cluster); });
   on_chosen(init, c, [](cli& c) { return cluster_init_command(c.cluster); });
   on_chosen(status, c,
             [](cli& c) { return cluster_status_command(c.cluster); });

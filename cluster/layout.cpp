@@ -159,6 +159,9 @@ std::string encode(const shard_config& shard) {
     }
     value["inSync"] = std::move(in_sync);
   }
+  if (shard.accept_loss_at != 0) {
+    value["acceptLossAt"] = shard.accept_loss_at;
+  }
   return value.dump();
 }
 
@@ -176,6 +179,7 @@ result<shard_config> decode_shard(std::string_view text) {
                     ? shard_state::moving
                     : shard_state::active;
   shard.target = parsed->value("target", std::string());
+  shard.accept_loss_at = parsed->value("acceptLossAt", std::uint64_t{0});
   if (auto backups = parsed->find("backups");
       backups != parsed->end() && backups->is_array()) {
     for (const auto& node : *backups) {

@@ -71,6 +71,10 @@ struct shard_config {
   // copy has every write the owner acknowledged (cluster/replication.hpp).
   std::vector<std::string> backups;
   std::vector<in_sync_entry> in_sync;
+  // `durin cluster accept-loss`: the owner may take the shard at epoch + 1
+  // although its copy lost the shard's history (cluster/copy_marks.hpp),
+  // when this is the config's epoch. 0: never.
+  std::uint64_t accept_loss_at = 0;
   std::int64_t mod_revision = 0;  // of the key: the compare of every change
 
   bool is_backup(std::string_view node) const;

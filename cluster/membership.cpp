@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "cluster/copy_marks.hpp"
 #include "gateway/auth.hpp"
 
 namespace durin::cluster {
@@ -108,7 +109,8 @@ membership::membership(membership_options options, cluster_config config,
       control_(std::move(control)),
       keeper_(std::move(keeper)),
       held_(config_.shards),
-      resigned_(config_.shards) {
+      resigned_(config_.shards),
+      lost_(config_.shards) {
   for (std::uint32_t shard = 0; shard < config_.shards; ++shard) {
     fences_.push_back(std::make_shared<persistence::fence>());
   }
@@ -419,6 +421,9 @@ void membership::acquire_round() {
     if (live_backup_in_step(seen, config, options_.node_id)) {
       continue;  // the backup takes it (promote)
     }
+    if (!copy_holds_history(shard, config)) {
+      continue;
+    }
     acquire(shard, config);
   }
   place_unplaced(seen);
@@ -431,6 +436,9 @@ void membership::acquire(std::uint32_t shard, const shard_config& config) {
   // A new tenure: backups are in step with it only once they joined it.
   next.in_sync.clear();
   shard_lease held{options_.node_id, next.epoch, lease, 0};
+  if (!mark_before_taking(shard)) {
+    return;  // tried again next round
+  }
   auto done =
       control_.txn({mod_is(keys_.shard_config(shard), config.mod_revision),
                     absent(keys_.shard_lease(shard))},
@@ -458,6 +466,62 @@ void membership::promote(std::uint32_t shard, const shard_config& config) {
                options_.node_id.c_str(), shard, config.owner.c_str(),
                config.target.empty() ? "its lease is gone" : "handed over");
   acquire(shard, next);
+}
+
+bool membership::copy_holds_history(std::uint32_t shard,
+                                    const shard_config& config) {
+  if (!copy_dirs_ || config.epoch == 0 || copy_marked(copy_dirs_(shard))) {
+    lost_[shard].store(0, std::memory_order_release);
+    return true;
+  }
+  if (config.accept_loss_at == config.epoch) {
+    std::fprintf(stderr,
+                 "durin: node %s takes shard %u with an empty copy: the "
+                 "operator accepted the loss of its history at epoch %llu\n",
+                 options_.node_id.c_str(), shard,
+                 static_cast<unsigned long long>(config.epoch));
+    lost_[shard].store(0, std::memory_order_release);
+    return true;
+  }
+  if (lost_[shard].exchange(config.epoch, std::memory_order_acq_rel) !=
+      config.epoch) {
+    std::fprintf(stderr,
+                 "durin: node %s does not take shard %u: its copy here lost "
+                 "the shard's history (served up to epoch %llu; the data "
+                 "directory was deleted or replaced), and no copy in step is "
+                 "live; it waits for one, or `durin cluster accept-loss %u` "
+                 "lets this node serve the shard without it\n",
+                 options_.node_id.c_str(), shard,
+                 static_cast<unsigned long long>(config.epoch), shard);
+  }
+  return false;
+}
+
+bool membership::mark_before_taking(std::uint32_t shard) {
+  if (!copy_dirs_) {
+    return true;
+  }
+  if (auto marked = mark_copy(copy_dirs_(shard)); !marked) {
+    std::fprintf(stderr, "durin: node %s does not take shard %u yet: %s\n",
+                 options_.node_id.c_str(), shard,
+                 marked.error().message.c_str());
+    return false;
+  }
+  return true;
+}
+
+std::vector<std::uint32_t> membership::copies_lost() const {
+  std::vector<std::uint32_t> out;
+  std::shared_lock lock(table_mutex_);
+  for (std::uint32_t shard = 0; shard < table_.configs.size(); ++shard) {
+    const auto& config = table_.configs[shard];
+    if (config.owner == options_.node_id && config.epoch != 0 &&
+        lost_[shard].load(std::memory_order_acquire) == config.epoch &&
+        !fences_[shard]->serving()) {
+      out.push_back(shard);
+    }
+  }
+  return out;
 }
 
 bool membership::target_in_step(const table& seen, const shard_config& config) {
@@ -506,6 +570,9 @@ bool membership::finish_move(std::uint32_t shard,
   placed.owner = options_.node_id;
   placed.state = shard_state::active;
   placed.target.clear();
+  if (!mark_before_taking(shard)) {
+    return false;
+  }
   auto done =
       control_.txn({mod_is(keys_.shard_config(shard), expected.mod_revision)},
                    {put(keys_.shard_config(shard), encode(placed))});

@@ -126,6 +126,15 @@ class membership {
   using move_listener =
       std::function<void(std::uint32_t shard, const shard_config& config)>;
   void on_move(move_listener listener) { move_listener_ = std::move(listener); }
+  // Where this node keeps its copy of a shard (its store's directory), for
+  // the copy's mark (cluster/copy_marks.hpp). Set before start(); unset, no
+  // copy is marked or checked.
+  using copy_dir_of = std::function<std::string(std::uint32_t shard)>;
+  void set_copy_dirs(copy_dir_of dirs) { copy_dirs_ = std::move(dirs); }
+  // Shards whose config names this node their owner that it refuses to
+  // take: its copy lost their history (no mark), and no copy in step is
+  // live to take them instead.
+  std::vector<std::uint32_t> copies_lost() const;
   // The last step of a move to this node, once its copy is in place: the
   // config {epoch, owner: this node, active}, only if it is still
   // `expected` (a move cancelled meanwhile refuses it). True when written.
@@ -179,6 +188,13 @@ class membership {
   static bool live_backup_in_step(const table& seen, const shard_config& config,
                                   const std::string& except);
   void place_unplaced(const table& seen);
+  // Whether this owner's copy may take `shard` (cluster/copy_marks.hpp):
+  // it is marked, the shard was never held (epoch 0), or the operator
+  // accepted its loss at this epoch. Says so once when it refuses.
+  bool copy_holds_history(std::uint32_t shard, const shard_config& config);
+  // Marks the copy before a request to etcd that makes this node the
+  // shard's owner; false (said) when the mark cannot be written.
+  bool mark_before_taking(std::uint32_t shard);
   void hold(std::uint32_t shard, std::uint64_t epoch);
   void release(std::uint32_t shard, const shard_lease& seen);
   // Whether `config` asks this owner to hand its shard over online (a move
@@ -208,6 +224,9 @@ class membership {
   // The epoch resign() gave up each shard at (0: none): never granted
   // again, its lease key erased by the acquirer.
   std::vector<std::atomic<std::uint64_t>> resigned_;
+  copy_dir_of copy_dirs_;
+  // The config epoch at which this node refused each shard (0: none).
+  std::vector<std::atomic<std::uint64_t>> lost_;
   std::atomic<std::int64_t> lease_{0};
   std::atomic<std::int64_t> deadline_ticks_{0};
   clock::time_point joined_{};

@@ -45,6 +45,10 @@ gateway::placement& cluster_node::attach(gateway::api& routes) {
     }
     peers_->set_replicator(replication_.get());
   }
+  members_->set_copy_dirs([&node](std::uint32_t shard) {
+    return shard < node.shards.size() ? node.shards[shard]->store->dir()
+                                      : std::string();
+  });
   members_->on_move([this](std::uint32_t shard, const shard_config& config) {
     mover_->observe(shard, config);
   });

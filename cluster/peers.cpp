@@ -690,6 +690,10 @@ std::vector<std::uint32_t> peers::awaited() const {
   return impl_->members.awaited();
 }
 
+std::vector<std::uint32_t> peers::copies_lost() const {
+  return impl_->members.copies_lost();
+}
+
 std::string peers::metrics_text() const {
   const auto counts = statistics();
   const auto& members = impl_->members;
@@ -704,6 +708,12 @@ std::string peers::metrics_text() const {
       "# TYPE durin_cluster_shards_unavailable gauge\n"
       "durin_cluster_shards_unavailable " +
       std::to_string(members.unserved().size()) +
+      "\n"
+      "# HELP durin_cluster_shard_copies_lost Shards this node owns and "
+      "does not take: its copy lost their history.\n"
+      "# TYPE durin_cluster_shard_copies_lost gauge\n"
+      "durin_cluster_shard_copies_lost " +
+      std::to_string(members.copies_lost().size()) +
       "\n"
       "# HELP durin_cluster_lease_left_ms Until this node's lease deadline.\n"
       "# TYPE durin_cluster_lease_left_ms gauge\n"
@@ -745,6 +755,7 @@ wire::http_response peers::describe() {
   view["self"] = impl_->members.options().node_id;
   view["selfLeaseLeftMs"] = impl_->members.lease_left_ms();
   view["selfShardsServed"] = impl_->members.shards_served();
+  view["selfCopiesLost"] = impl_->members.copies_lost();
   if (impl_->replication) {
     add_replicas(view);
   }

@@ -91,6 +91,7 @@ class peers final : public gateway::placement {
   bool live() const override;
   std::vector<std::uint32_t> unserved() const override;
   std::vector<std::uint32_t> awaited() const override;
+  std::vector<std::uint32_t> copies_lost() const override;
   std::string metrics_text() const override;
   wire::http_response describe() override;
   std::int64_t retry_after_s() const override;

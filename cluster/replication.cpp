@@ -193,9 +193,10 @@ struct replicator::impl {
   // The in-sync set of `shard`, changed by `change` on its config in etcd
   // while that config is still at `epoch` with this node its owner.
   // Answers: 0 done, 1 superseded (the config moved on: another epoch or
-  // owner), 2 failed (etcd did not answer; try again).
+  // owner), 2 failed (etcd did not answer; try again), 3 refused by
+  // `change` (false: the node is no copy of the shard any more).
   int swap_in_sync(std::uint32_t shard, std::uint64_t epoch,
-                   const std::function<void(shard_config&)>& change) {
+                   const std::function<bool(shard_config&)>& change) {
     if (!etcd) {
       return 2;
     }
@@ -213,7 +214,9 @@ struct replicator::impl {
         return 1;
       }
       shard_config next = *config;
-      change(next);
+      if (!change(next)) {
+        return 3;
+      }
       compare same;
       same.key = keys.shard_config(shard);
       same.what = compare::target::mod;
@@ -378,6 +381,15 @@ void drop(primary_actor* self, replicator::impl* owner, std::uint32_t shard,
     state.targets.erase(found);
     return;
   }
+  const auto config = owner->members.config_of(shard);
+  if (config.epoch == state.epoch && !config.is_backup(node) &&
+      !config.in_step(node, target.lease)) {
+    // Its copy was taken out of the config (drain --remove) before this
+    // actor heard: nothing to swap, and no write waits for it.
+    state.targets.erase(found);
+    complete(self, owner, shard);
+    return;
+  }
   if (target.dropping) {
     return;
   }
@@ -389,6 +401,7 @@ void drop(primary_actor* self, replicator::impl* owner, std::uint32_t shard,
         owner->swap_in_sync(shard, epoch, [&node](shard_config& config) {
           std::erase_if(config.in_sync,
                         [&](const auto& entry) { return entry.node == node; });
+          return true;
         });
     caf::anon_send(me, swapped_atom::value, shard, epoch, node, false,
                    static_cast<std::int32_t>(outcome));
@@ -420,9 +433,13 @@ void maybe_add(primary_actor* self, replicator::impl* owner,
   owner->swaps.post([owner, me, shard, epoch, node, lease] {
     const int outcome =
         owner->swap_in_sync(shard, epoch, [&node, lease](shard_config& config) {
+          if (!config.is_backup(node)) {
+            return false;  // its copy was taken out (drain --remove)
+          }
           std::erase_if(config.in_sync,
                         [&](const auto& entry) { return entry.node == node; });
           config.in_sync.push_back({node, lease});
+          return true;
         });
     caf::anon_send(me, swapped_atom::value, shard, epoch, node, true,
                    static_cast<std::int32_t>(outcome));
@@ -692,6 +709,8 @@ caf::behavior primary_behavior(primary_actor* self, replicator::impl* owner) {
           target.adding = false;
           if (outcome == 0) {
             owner->added.fetch_add(1);
+          } else if (outcome == 3) {
+            state.targets.erase(found);  // no copy: nothing more is sent
           } else {
             target.waited = false;  // tried again at its next answer
           }

@@ -342,110 +342,160 @@ result<cluster_view> read_view(etcd_client& etcd, const std::string& cluster) {
   return view;
 }
 
-}  // namespace
-
-namespace {
-
-// One attempt of request_move; nullopt when the config changed between
-// its read and its compare-and-swap.
-result<std::optional<shard_config>> try_request_move(etcd_client& etcd,
-                                                     const std::string& cluster,
-                                                     std::uint32_t shard,
-                                                     const std::string& to) {
-  auto view = read_view(etcd, cluster);
-  if (!view) {
-    return view.error();
-  }
-  if (shard >= view->shards) {
+// The config of shard `shard`, or invalid-argument naming why there is none.
+result<shard_config> config_named(const cluster_view& view,
+                                  std::uint32_t shard) {
+  if (shard >= view.shards) {
     return make_error(errc::invalid_argument,
                       "shard " + std::to_string(shard) +
                           " does not exist; the "
                           "cluster has shards 0 to " +
-                          std::to_string(view->shards - 1));
+                          std::to_string(view.shards - 1));
   }
-  auto found = view->configs.find(shard);
-  if (found == view->configs.end()) {
+  auto found = view.configs.find(shard);
+  if (found == view.configs.end()) {
     return make_error(errc::invalid_argument,
                       "shard " + std::to_string(shard) + " has no config yet");
   }
-  auto config = found->second;
-  if (config.owner == to && config.state == shard_state::active &&
-      config.target.empty()) {
-    return std::optional(config);  // there already
-  }
-  if (view->nodes.count(to) == 0) {
-    return make_error(errc::invalid_argument,
-                      "node '" + to + "' is not live in cluster '" + cluster +
-                          "' (a move needs its target running)");
-  }
-  if (config.state == shard_state::moving && config.target != to &&
-      config.owner != to) {
-    return make_error(errc::invalid_argument,
-                      "shard " + std::to_string(shard) +
-                          " is moving to node '" + config.target +
-                          "' already; move it back to '" + config.owner +
-                          "' to cancel that first");
-  }
-  shard_config next = config;
-  if (config.owner.empty() || config.owner == to) {
-    // Not placed yet, or a cancel: the shard is simply (re)placed on `to`,
-    // without the copy an online move added beyond the cluster's replicas.
-    if (!config.target.empty() && config.state == shard_state::active &&
-        next.backups.size() + 1 > view->replicas) {
-      std::erase(next.backups, config.target);
-    }
-    next.state = shard_state::active;
-    next.owner = to;
-    next.target.clear();
-  } else if (view->replicas > 1 && config.state == shard_state::active &&
-             view->nodes.count(config.owner) != 0) {
-    // Online, with replication: `to` becomes a copy if it is none (it
-    // joins and catches up), the owner hands the shard over once `to` is
-    // in step, and `to` takes it at epoch + 1 (cluster/membership.cpp);
-    // the shard is unavailable only between the two.
-    next.target = to;
-    if (!config.is_backup(to)) {
-      next.backups.push_back(to);
-    }
-  } else {
-    next.state = shard_state::moving;
-    next.target = to;
-  }
-  compare same;
-  same.key = layout(cluster).shard_config(shard);
-  same.what = compare::target::mod;
-  same.number = config.mod_revision;
-  request_op write;
-  write.key = same.key;
-  write.value = encode(next);
-  auto done = etcd.txn({same}, {write});
-  if (!done) {
-    return done.error();
-  }
-  if (!done->succeeded) {
-    return std::optional<shard_config>();
-  }
-  return std::optional(next);
+  return found->second;
 }
 
-}  // namespace
-
-result<shard_config> request_move(etcd_client& etcd, const std::string& cluster,
-                                  std::uint32_t shard, const std::string& to) {
-  // The owner changes the config too (its in-sync set): read again.
-  for (int attempt = 0; attempt < 10; ++attempt) {
-    auto moved = try_request_move(etcd, cluster, shard, to);
-    if (!moved) {
-      return moved.error();
+// One read, decision and compare-and-swap of shard `shard`'s config, again
+// (up to 10 times) while the config changed between its read and its swap:
+// the owner changes it too (its in-sync set). `decide(view, config)`
+// answers the config to write, nullopt when there is nothing to write
+// (the config read is answered), or an error naming what is wrong.
+template <class Decide>
+result<shard_config> change_config(etcd_client& etcd,
+                                   const std::string& cluster,
+                                   std::uint32_t shard, const std::string& what,
+                                   Decide decide) {
+  for (int round = 0; round < 10; ++round) {
+    auto view = read_view(etcd, cluster);
+    if (!view) {
+      return view.error();
     }
-    if (*moved) {
-      return **moved;
+    auto config = config_named(*view, shard);
+    if (!config) {
+      return config.error();
+    }
+    result<std::optional<shard_config>> next = decide(*view, *config);
+    if (!next) {
+      return next.error();
+    }
+    if (!*next) {
+      return *config;
+    }
+    compare same;
+    same.key = layout(cluster).shard_config(shard);
+    same.what = compare::target::mod;
+    same.number = config->mod_revision;
+    request_op write;
+    write.key = same.key;
+    write.value = encode(**next);
+    auto done = etcd.txn({same}, {write});
+    if (!done) {
+      return done.error();
+    }
+    if (done->succeeded) {
+      return **next;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return make_error(errc::invalid_argument,
                     "shard " + std::to_string(shard) +
-                        "'s config kept changing; run the move again");
+                        "'s config kept changing; run the " + what + " again");
+}
+
+}  // namespace
+
+using next_config = result<std::optional<shard_config>>;
+
+result<shard_config> request_move(etcd_client& etcd, const std::string& cluster,
+                                  std::uint32_t shard, const std::string& to) {
+  return change_config(
+      etcd, cluster, shard, "move",
+      [&](const cluster_view& view, const shard_config& config) -> next_config {
+        if (config.owner == to && config.state == shard_state::active &&
+            config.target.empty()) {
+          return std::optional<shard_config>();  // there already
+        }
+        if (view.nodes.count(to) == 0) {
+          return make_error(errc::invalid_argument,
+                            "node '" + to + "' is not live in cluster '" +
+                                cluster +
+                                "' (a move needs its target running)");
+        }
+        if (config.state == shard_state::moving && config.target != to &&
+            config.owner != to) {
+          return make_error(errc::invalid_argument,
+                            "shard " + std::to_string(shard) +
+                                " is moving to node '" + config.target +
+                                "' already; move it back to '" + config.owner +
+                                "' to cancel that first");
+        }
+        shard_config next = config;
+        if (config.owner.empty() || config.owner == to) {
+          // Not placed yet, or a cancel: the shard is simply (re)placed on
+          // `to`, without the copy an online move added beyond the
+          // cluster's replicas.
+          if (!config.target.empty() && config.state == shard_state::active &&
+              next.backups.size() + 1 > view.replicas) {
+            std::erase(next.backups, config.target);
+          }
+          next.state = shard_state::active;
+          next.owner = to;
+          next.target.clear();
+        } else if (view.replicas > 1 && config.state == shard_state::active &&
+                   view.nodes.count(config.owner) != 0) {
+          // Online, with replication: `to` becomes a copy if it is none (it
+          // joins and catches up), the owner hands the shard over once `to`
+          // is in step, and `to` takes it at epoch + 1 (cluster/
+          // membership.cpp); the shard is unavailable only between the two.
+          next.target = to;
+          if (!config.is_backup(to)) {
+            next.backups.push_back(to);
+          }
+        } else {
+          next.state = shard_state::moving;
+          next.target = to;
+        }
+        return std::optional(next);
+      });
+}
+
+result<shard_config> accept_loss(etcd_client& etcd, const std::string& cluster,
+                                 std::uint32_t shard) {
+  const auto name = "shard " + std::to_string(shard);
+  return change_config(
+      etcd, cluster, shard, "command",
+      [&](const cluster_view& view, const shard_config& config) -> next_config {
+        if (auto lease = view.leases.find(shard); lease != view.leases.end()) {
+          return make_error(errc::invalid_argument,
+                            name + " is served by node '" + lease->second.node +
+                                "' at epoch " +
+                                std::to_string(lease->second.epoch) +
+                                ": nothing of it is lost");
+        }
+        if (config.owner.empty() || config.epoch == 0) {
+          return make_error(errc::invalid_argument,
+                            name +
+                                " was never served: its owner takes it "
+                                "without being told");
+        }
+        if (config.state != shard_state::active) {
+          return make_error(errc::invalid_argument,
+                            name + " is moving to node '" + config.target +
+                                "'; move it back to '" + config.owner +
+                                "' to cancel that first");
+        }
+        if (config.accept_loss_at == config.epoch) {
+          return std::optional<shard_config>();  // accepted already
+        }
+        shard_config next = config;
+        next.accept_loss_at = config.epoch;
+        return std::optional(next);
+      });
 }
 
 result<std::uint64_t> wait_for_move(etcd_client& etcd,
@@ -469,6 +519,104 @@ result<std::uint64_t> wait_for_move(etcd_client& etcd,
   }
   return make_error(errc::timeout, "shard " + std::to_string(shard) +
                                        " is not served by '" + to + "' yet");
+}
+
+result<std::vector<std::pair<std::uint32_t, std::string>>> copies_plan(
+    etcd_client& etcd, const std::string& cluster, const std::string& node) {
+  auto view = read_view(etcd, cluster);
+  if (!view) {
+    return view.error();
+  }
+  std::vector<std::pair<std::uint32_t, std::string>> plan;
+  for (const auto& [shard, config] : view->configs) {
+    if (!config.is_backup(node)) {
+      continue;
+    }
+    // A node that keeps no copy of the shard yet.
+    std::vector<std::string> free;
+    for (const auto& [id, entry] : view->nodes) {
+      if (id != node && id != config.owner && !config.is_backup(id)) {
+        free.push_back(id);
+      }
+    }
+    if (free.empty()) {
+      return make_error(
+          errc::invalid_argument,
+          "no live node without a copy of shard " + std::to_string(shard) +
+              " can keep one in place of node '" + node +
+              "''s (the cluster keeps " + std::to_string(view->replicas) +
+              " copies of each shard)");
+    }
+    plan.emplace_back(shard, rendezvous(shard, free));
+  }
+  return plan;
+}
+
+status replace_copy(etcd_client& etcd, const std::string& cluster,
+                    std::uint32_t shard, const std::string& node,
+                    const std::string& to, std::chrono::milliseconds limit) {
+  const auto name = "shard " + std::to_string(shard);
+  // 1. `to` becomes a copy beside `node`'s: it joins and catches up.
+  auto added = change_config(
+      etcd, cluster, shard, "drain",
+      [&](const cluster_view&, const shard_config& config) -> next_config {
+        if (!config.is_backup(node) || config.is_backup(to)) {
+          return std::optional<shard_config>();
+        }
+        shard_config next = config;
+        next.backups.push_back(to);
+        return std::optional(next);
+      });
+  if (!added) {
+    return added.error();
+  }
+  if (!added->is_backup(node)) {
+    return {};  // not a copy of it (any more)
+  }
+  // 2. Until `to` is in step: from then on it has every write.
+  const auto until = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    auto view = read_view(etcd, cluster);
+    if (view) {
+      auto config = view->configs.find(shard);
+      if (config != view->configs.end() &&
+          in_step_copy(*view, config->second, to)) {
+        break;
+      }
+    }
+    if (std::chrono::steady_clock::now() >= until) {
+      return make_error(errc::timeout,
+                        "node '" + to + "' did not catch up with " + name +
+                            " in time; node '" + node +
+                            "' keeps its copy (run the drain again)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  // 3. `node`'s copy goes: the primary no longer waits for it, and it
+  // stops following.
+  auto removed = change_config(
+      etcd, cluster, shard, "drain",
+      [&](const cluster_view& view, const shard_config& config) -> next_config {
+        if (!config.is_backup(node)) {
+          return std::optional<shard_config>();
+        }
+        if (config.owner == node || !in_step_copy(view, config, to)) {
+          return make_error(errc::invalid_argument,
+                            name + " changed while its copy moved from node '" +
+                                node + "' to '" + to +
+                                "' (a failover?); run the drain again");
+        }
+        shard_config next = config;
+        std::erase(next.backups, node);
+        std::erase_if(next.in_sync, [&node](const in_sync_entry& entry) {
+          return entry.node == node;
+        });
+        return std::optional(next);
+      });
+  if (!removed) {
+    return removed.error();
+  }
+  return {};
 }
 
 result<std::vector<std::pair<std::uint32_t, std::string>>> drain_plan(

@@ -120,6 +120,14 @@ class shard_mover {
 // owner cancels the move. Answers the config written.
 result<shard_config> request_move(etcd_client& etcd, const std::string& cluster,
                                   std::uint32_t shard, const std::string& to);
+// `durin cluster accept-loss SHARD`: the shard's owner, which refuses to
+// take it because its copy lost the shard's history (cluster/
+// copy_marks.hpp), may take it without it, at the config's epoch + 1 (a
+// config written with acceptLossAt). invalid-argument when the shard is
+// served now (nothing is lost), was never served, or is moving. Answers
+// the config written.
+result<shard_config> accept_loss(etcd_client& etcd, const std::string& cluster,
+                                 std::uint32_t shard);
 // Until the shard is active on `to` with its lease held there; the epoch it
 // serves at, or timeout.
 result<std::uint64_t> wait_for_move(etcd_client& etcd,
@@ -132,5 +140,20 @@ result<std::uint64_t> wait_for_move(etcd_client& etcd,
 // brings it back as one).
 result<std::vector<std::pair<std::uint32_t, std::string>>> drain_plan(
     etcd_client& etcd, const std::string& cluster, const std::string& node);
+
+// `durin cluster drain NODE --remove`, once `node` owns no shard: the
+// shards it keeps a backup copy of, each with the live node (one without a
+// copy of it, by rendezvous hashing) to keep that copy instead;
+// invalid-argument when a shard has no such node.
+result<std::vector<std::pair<std::uint32_t, std::string>>> copies_plan(
+    etcd_client& etcd, const std::string& cluster, const std::string& node);
+// Moves `node`'s backup copy of `shard` to `to` online: `to` is added to
+// the copies, catches up like any backup, and only once it is in step is
+// `node` taken out of the copies and the in-sync set (so the shard never
+// has fewer copies in step than before). timeout when `to` does not catch
+// up within `limit` (`node` keeps its copy).
+status replace_copy(etcd_client& etcd, const std::string& cluster,
+                    std::uint32_t shard, const std::string& node,
+                    const std::string& to, std::chrono::milliseconds limit);
 
 }  // namespace durin::cluster

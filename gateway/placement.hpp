@@ -109,6 +109,9 @@ class placement {
   // Shards the cluster's config gives this node that it does not serve
   // yet (/readyz answers 503 until there are none).
   virtual std::vector<std::uint32_t> awaited() const = 0;
+  // Of those, the shards this node refuses to take because its copy lost
+  // their history (cluster/copy_marks.hpp).
+  virtual std::vector<std::uint32_t> copies_lost() const = 0;
 
   // Prometheus lines of the node's cluster counters.
   virtual std::string metrics_text() const = 0;

@@ -36,6 +36,18 @@ http_response api::readiness(request&) {
     if (auto refusal = keys_not_in_step()) {
       return *refusal;  // authenticated requests would answer so
     }
+    if (auto lost = placement_->copies_lost(); !lost.empty()) {
+      return json_response(
+          503,
+          {{"code", "shard-copies-lost"},
+           {"message",
+            "this node's copies of " + std::to_string(lost.size()) +
+                " of its shards lost their history (its data directory was "
+                "deleted or replaced) and no copy in step is live: it does "
+                "not serve them until one is, or until `durin cluster "
+                "accept-loss SHARD` lets it serve them without their runs"},
+           {"shards", lost}});
+    }
     if (auto awaited = placement_->awaited(); !awaited.empty()) {
       return json_response(
           503,

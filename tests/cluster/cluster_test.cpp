@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <future>
 #include <map>
 #include <set>
@@ -574,6 +575,105 @@ TEST_F(ClusterTest, ANodeIsReadyOnlyOnceItServesItsShards) {
     EXPECT_EQ(got.status, 200u) << "shard " << shard << " after " << not_ready
                                 << " not-ready answers: " << got.body;
   }
+}
+
+// An owner whose data directory was deleted (one copy per shard here, so
+// no other copy holds the shards' runs) does not serve its shards empty:
+// that would answer every acknowledged run 404 and a retried keyed start
+// with a second run. It refuses them, past two lease lengths and a
+// restart, /readyz names them, until the operator accepts the loss, shard
+// by shard; then they serve, without the runs that were lost.
+TEST_F(
+    ClusterTest,
+    AnOwnerWhoseDataDirectoryWasDeletedServesNoShardEmptyUntilItsLossIsAccepted) {
+  const auto lost = shards_of(cluster_, 2);
+  ASSERT_FALSE(lost.empty());
+  std::map<std::string, std::string> gone;  // key -> run id, in `lost`
+  std::map<std::string, std::string> kept;  // in the other shards
+  for (int i = 0; i < 40; ++i) {
+    const auto key = "loss-" + std::to_string(i);
+    auto got = cluster_.client(i % 2).post("/v1/runs", review(key), key);
+    ASSERT_EQ(got.status, 200u) << got.body;
+    const std::string id = got.value["id"];
+    (lost.count(shard_of_run(id, 8)) != 0 ? gone : kept)[key] = id;
+  }
+  ASSERT_FALSE(gone.empty());
+  cluster_.kill9(2);
+  std::filesystem::remove_all(cluster_.data_dir(2));
+  cluster_.start(2);
+  // Its address changes with each restart.
+  auto ready_of = [&] { return cluster_.client(2).get("/readyz"); };
+  auto refused = [&] {
+    auto ready = ready_of();
+    std::set<std::uint32_t> named;
+    for (const auto& shard : ready.value["shards"]) {
+      named.insert(shard.get<std::uint32_t>());
+    }
+    return ready.status == 503u && ready.code() == "shard-copies-lost" &&
+           named == lost;
+  };
+  ASSERT_TRUE(eventually(refused, 15s)) << ready_of().body;
+  auto expect_refused = [&] {
+    EXPECT_TRUE(refused()) << ready_of().body;
+    EXPECT_EQ(cluster_.metric(2, "durin_cluster_shard_copies_lost"),
+              lost.size());
+    EXPECT_EQ(cluster_.status(2)["selfCopiesLost"].size(), lost.size());
+    auto other = cluster_.client(0);
+    for (const auto& [key, id] : gone) {
+      auto read = other.get("/v1/runs/" + id);
+      EXPECT_EQ(read.status, 503u) << read.body;
+      auto again = other.post("/v1/runs", review(key), key);
+      EXPECT_EQ(again.status, 503u) << again.body;  // never a second run
+    }
+    for (const auto& [key, id] : kept) {
+      EXPECT_EQ(other.get("/v1/runs/" + id).status, 200u);
+    }
+  };
+  expect_refused();
+  std::this_thread::sleep_for(4500ms);  // past two lease lengths (2 s)
+  expect_refused();
+  cluster_.restart(2);
+  ASSERT_TRUE(eventually(refused, 15s)) << ready_of().body;
+  // The operator's way out: refused for a shard served now or none such.
+  const std::vector<std::string> where = {"--etcd", cluster_.etcd_endpoints(),
+                                          "--cluster", cluster_.name()};
+  auto accept = [&](const std::string& shard, std::string* said) {
+    std::vector<std::string> args = {"cluster", "accept-loss", shard,
+                                     "--timeout-s", "20"};
+    args.insert(args.end(), where.begin(), where.end());
+    return cluster_harness::run_cli(args, said);
+  };
+  std::string said;
+  std::uint32_t served = 0;
+  while (lost.count(served) != 0) {
+    ++served;
+  }
+  EXPECT_EQ(accept(std::to_string(served), &said), 1) << said;
+  EXPECT_NE(said.find("nothing of it is lost"), std::string::npos) << said;
+  EXPECT_EQ(accept("99", &said), 1) << said;
+  EXPECT_NE(said.find("shard 99 does not exist"), std::string::npos) << said;
+  for (const auto shard : lost) {
+    ASSERT_EQ(accept(std::to_string(shard), &said), 0) << said;
+    EXPECT_NE(said.find("served by n2"), std::string::npos) << said;
+  }
+  ASSERT_TRUE(eventually([&] { return ready_of().status == 200u; }, 15s))
+      << ready_of().body;
+  EXPECT_EQ(cluster_.metric(2, "durin_cluster_shard_copies_lost"), 0u);
+  auto other = cluster_.client(0);
+  for (const auto& [key, id] : gone) {
+    auto read = other.get("/v1/runs/" + id);
+    EXPECT_EQ(read.status, 404u) << read.body;
+  }
+  for (const auto& [key, id] : kept) {
+    auto again = other.post("/v1/runs", review(key), key);
+    ASSERT_EQ(again.status, 200u) << again.body;
+    EXPECT_EQ(again.value["id"], id);
+  }
+  // Marked again: a plain restart serves the shards at once.
+  cluster_.restart(2);
+  ASSERT_TRUE(cluster_.wait_for_routing());
+  EXPECT_TRUE(eventually([&] { return ready_of().status == 200u; }, 15s))
+      << ready_of().body;
 }
 
 TEST_F(ClusterTest,

@@ -534,5 +534,53 @@ TEST(ReplicationTest,
   expect_copies_equal(cluster);
 }
 
+// `drain --remove` takes a node out for good: its primaries are handed
+// over, then each of its backup copies moves to a node that keeps none
+// (which catches up before the node's copy goes), so that its stop makes
+// no primary wait the replication timeout and drop it. A drain that would
+// leave a shard with fewer copies is refused.
+TEST(ReplicationTest, ADrainWithRemoveMovesEveryCopyOfTheNodeBeforeItGoes) {
+  cluster_harness cluster(replicated(3, 4));
+  ASSERT_TRUE(cluster.wait_for_routing());
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
+  request_log log;
+  keyed_load load(cluster, log, 2);
+  load.set_up(2, false);  // the load goes through the nodes that stay
+  const auto dropped = [&] {
+    return metric(cluster, 0, "durin_replication_backups_dropped_total") +
+           metric(cluster, 1, "durin_replication_backups_dropped_total");
+  };
+  const auto dropped_before = dropped();
+  std::string output;
+  ASSERT_EQ(move_cli(cluster, {"drain", "n2", "--remove"}, output), 0)
+      << output;
+  EXPECT_NE(output.find("holds no shard and no copy"), std::string::npos)
+      << output;
+  auto view = cluster.status(0);
+  SCOPED_TRACE(view.dump());
+  for (const auto& shard : view["shards"]) {
+    EXPECT_NE(shard["owner"], "n2");
+    ASSERT_EQ(shard["backups"].size(), 1u);  // as many copies as before
+    EXPECT_NE(shard["backups"][0], "n2");
+    EXPECT_EQ(shard["inSync"], shard["backups"]);
+  }
+  cluster.stop(2);
+  std::this_thread::sleep_for(2500ms);  // past the replication timeout (1 s)
+  EXPECT_EQ(dropped(), dropped_before) << "a primary waited for n2";
+  // The last node that keeps no copy is gone: n1's copies have nowhere
+  // to go.
+  EXPECT_EQ(move_cli(cluster, {"drain", "n1", "--remove"}, output), 1)
+      << output;
+  EXPECT_NE(output.find("no live node without a copy of shard"),
+            std::string::npos)
+      << output;
+  load.stop();
+  cluster.start(2);  // for the checks, which go through every node
+  ASSERT_TRUE(cluster.wait_for_routing());
+  expect_every_acknowledged_start_present(cluster, log);
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
+  expect_copies_equal(cluster);
+}
+
 }  // namespace
 }  // namespace durin::testing

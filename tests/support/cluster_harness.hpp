@@ -213,6 +213,17 @@ class cluster_harness {
     return answer.status == 200 ? answer.value : json();
   }
 
+  // The value of metric `name` (no labels) in node `i`'s /metrics; 0 when
+  // it has none.
+  std::uint64_t metric(int i, const std::string& name) {
+    auto answer = client(i).get("/metrics");
+    const auto at = answer.body.find("\n" + name + " ");
+    if (at == std::string::npos) {
+      return 0;
+    }
+    return std::stoull(answer.body.substr(at + name.size() + 2));
+  }
+
   // The node that owns `shard` now (etcd's view), or -1.
   int owner_of(std::uint32_t shard, int via = 0) {
     auto view = status(via);

@@ -375,12 +375,7 @@ inline std::set<int> owners(cluster_harness& cluster, int via) {
 
 inline std::uint64_t metric(cluster_harness& cluster, int node,
                             const std::string& name) {
-  auto answer = cluster.client(node).get("/metrics");
-  const auto at = answer.body.find("\n" + name + " ");
-  if (at == std::string::npos) {
-    return 0;
-  }
-  return std::stoull(answer.body.substr(at + name.size() + 2));
+  return cluster.metric(node, name);
 }
 
 }  // namespace durin::testing
