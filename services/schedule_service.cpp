@@ -348,32 +348,56 @@ status schedule_service::load(std::uint32_t shard) {
   one.entries = std::move(entries);
   one.loaded = true;
   ++one.generation;
+  for (auto& [key, loaded] : one.entries) {
+    set_due(shard, key, loaded, 0);
+  }
   return {};
 }
 
 void schedule_service::run() {
   lock_type lock(mutex_);
+  std::vector<due_item> ready;
   while (!stopping_) {
     follow_shards();
     const auto now = node_.clock->now_ms();
-    std::int64_t wake_at = now + idle_wait_ms_max;
-    for (std::uint32_t shard = 0; shard < parts_.size(); ++shard) {
-      for (auto& [key, one] : parts_[shard].entries) {
-        if (one.busy) {
-          continue;
-        }
-        if (one.due_ms <= now) {
-          step(shard, key, one, now);
-        }
-        if (!one.busy) {
-          wake_at = std::min(wake_at, one.due_ms);
-        }
+    // Taken out first: a schedule due again at once waits for the next
+    // pass.
+    ready.clear();
+    while (!due_.empty() && due_.top().ms <= now) {
+      ready.push_back(due_.top());
+      due_.pop();
+    }
+    for (const auto& item : ready) {
+      auto& entries = parts_[item.shard].entries;
+      auto found = entries.find(item.key);
+      if (found == entries.end() || found->second.busy ||
+          found->second.due_ms != item.ms) {
+        continue;  // stale
       }
+      step(item.shard, item.key, found->second, now);
     }
     run_starts(lock);
-    if (wake_at > now && !stopping_) {
-      wake_.wait_for(lock, std::chrono::milliseconds(wake_at - now));
+    std::int64_t wake_at = now + idle_wait_ms_max;
+    if (!due_.empty()) {
+      wake_at = std::min(wake_at, due_.top().ms);
     }
+    if (wake_at > now && !stopping_) {
+      loop_wake_ms_ = wake_at;
+      wake_.wait_for(lock, std::chrono::milliseconds(wake_at - now));
+      loop_wake_ms_ = INT64_MIN;
+    }
+  }
+}
+
+void schedule_service::set_due(std::uint32_t shard, const std::string& key,
+                               entry& one, std::int64_t ms) {
+  one.due_ms = ms;
+  if (ms == INT64_MAX) {
+    return;
+  }
+  due_.push({ms, shard, key});
+  if (ms < loop_wake_ms_) {
+    wake_.notify_all();
   }
 }
 
@@ -421,17 +445,13 @@ bool schedule_service::watch_running(std::uint32_t shard,
     // Told on the run's actor thread: it only marks the schedule due.
     node_.events.subscribe(run_id, run_events::until::ended,
                            [this, shard, generation, key](const run_event&) {
-                             {
-                               std::lock_guard<std::mutex> lock(mutex_);
-                               auto& one_part = parts_[shard];
-                               auto found = one_part.entries.find(key);
-                               if (one_part.generation != generation ||
-                                   found == one_part.entries.end()) {
-                                 return;
-                               }
-                               found->second.due_ms = 0;
+                             std::lock_guard<std::mutex> lock(mutex_);
+                             auto& one_part = parts_[shard];
+                             auto found = one_part.entries.find(key);
+                             if (one_part.generation == generation &&
+                                 found != one_part.entries.end()) {
+                               set_due(shard, key, found->second, 0);
                              }
-                             wake_.notify_all();
                            });
   }
   return added;
@@ -442,7 +462,8 @@ void schedule_service::step(std::uint32_t shard, const std::string& key,
   if (one.unconfirmed) {
     auto found = node_.shards[shard]->store->get_run(one.state.last->run_id);
     if (!found) {
-      one.due_ms = now_ms + retry_ms;  // the store cannot tell: again later
+      // The store cannot tell: again later.
+      set_due(shard, key, one, now_ms + retry_ms);
       return;
     }
     if (*found) {
@@ -571,11 +592,9 @@ void schedule_service::step(std::uint32_t shard, const std::string& key,
     }
   }
   if (!changed && !fire) {
-    one.due_ms = due_of(one, now_ms);
     // A run that ended before its subscription is found by one more look.
-    if (watch_running(shard, key, one)) {
-      one.due_ms = now_ms;
-    }
+    set_due(shard, key, one,
+            watch_running(shard, key, one) ? now_ms : due_of(one, now_ms));
     return;
   }
   write_state(shard, key, one, std::move(next), fire);
@@ -676,20 +695,22 @@ void schedule_service::settle(std::uint32_t shard, std::uint64_t generation,
     if (found == one.entries.end()) {
       return;
     }
-    found->second.busy = false;
-    found->second.due_ms = node_.clock->now_ms();
-    change(found->second);
-    if (!found->second.busy) {
+    auto& settled = found->second;
+    settled.busy = false;
+    settled.due_ms = node_.clock->now_ms();
+    change(settled);  // may set a later due_ms, or start again (busy)
+    if (!settled.busy) {
       const auto now = node_.clock->now_ms();
-      found->second.due_ms =
-          std::max(found->second.due_ms, due_of(found->second, now));
-      if (watch_running(shard, key, found->second)) {
-        found->second.due_ms = now;
-      }
+      set_due(shard, key, settled,
+              watch_running(shard, key, settled)
+                  ? now
+                  : std::max(settled.due_ms, due_of(settled, now)));
     }
     run_starts(lock);
+    if (idle_waiters_.count(key) == 0) {
+      return;  // nobody waits for this one (an API change)
+    }
   }
-  wake_.notify_all();
   idle_.notify_all();
 }
 
@@ -842,12 +863,39 @@ result<json> schedule_service::create(const std::string& tenant,
   }
   auto& made = part.entries.at(key);
   made.busy = false;
-  made.due_ms = due_of(made, node_.clock->now_ms());
+  set_due(*shard, key, made, due_of(made, node_.clock->now_ms()));
   idle_.notify_all();
-  wake_.notify_all();
   auto out = view(made);
   out["created"] = true;
   return out;
+}
+
+status schedule_service::wait_idle(lock_type& lock, std::uint32_t shard,
+                                   const std::string& key,
+                                   const std::string& id) {
+  const auto deadline = std::chrono::steady_clock::now() + idle_wait_max;
+  ++idle_waiters_[key];
+  status outcome;
+  for (;;) {
+    auto& entries = parts_[shard].entries;
+    auto found = entries.find(key);
+    if (found == entries.end() || !found->second.busy) {
+      break;
+    }
+    if (stopping_) {
+      outcome = make_error(errc::shutting_down, "the runtime is closing");
+      break;
+    }
+    if (idle_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      outcome = make_error(errc::timeout,
+                           "schedule '" + id + "' is busy firing; try again");
+      break;
+    }
+  }
+  if (--idle_waiters_[key] == 0) {
+    idle_waiters_.erase(key);
+  }
+  return outcome;
 }
 
 result<json> schedule_service::modify(
@@ -864,15 +912,8 @@ result<json> schedule_service::modify(
     auto found = entries.find(key);
     return found == entries.end() ? nullptr : &found->second;
   };
-  const auto deadline = std::chrono::steady_clock::now() + idle_wait_max;
-  while (find() != nullptr && find()->busy) {
-    if (idle_.wait_until(lock, deadline) == std::cv_status::timeout) {
-      return make_error(errc::timeout,
-                        "schedule '" + id + "' is busy firing; try again");
-    }
-    if (stopping_) {
-      return make_error(errc::shutting_down, "the runtime is closing");
-    }
+  if (auto idle = wait_idle(lock, *shard, key, id); !idle) {
+    return idle.error();
   }
   auto* one = find();
   if (one == nullptr) {
@@ -901,9 +942,8 @@ result<json> schedule_service::modify(
   if (written) {
     one->state = next;
   }
-  one->due_ms = due_of(*one, node_.clock->now_ms());
+  set_due(*shard, key, *one, due_of(*one, node_.clock->now_ms()));
   idle_.notify_all();
-  wake_.notify_all();
   if (!written) {
     return make_error(
         errc::storage_error,
@@ -1039,14 +1079,10 @@ status schedule_service::remove(const std::string& tenant,
     return shard.error();
   }
   const auto key = persistence::keys::schedule(tenant, id);
-  auto& entries = parts_[*shard].entries;
-  const auto deadline = std::chrono::steady_clock::now() + idle_wait_max;
-  while (entries.count(key) != 0 && entries.at(key).busy) {
-    if (idle_.wait_until(lock, deadline) == std::cv_status::timeout) {
-      return make_error(errc::timeout,
-                        "schedule '" + id + "' is busy firing; try again");
-    }
+  if (auto idle = wait_idle(lock, *shard, key, id); !idle) {
+    return idle.error();
   }
+  auto& entries = parts_[*shard].entries;
   auto found = entries.find(key);
   if (found == entries.end()) {
     return not_found(id);
@@ -1070,6 +1106,7 @@ status schedule_service::remove(const std::string& tenant,
     } else if (auto again = parts_[*shard].entries.find(key);
                again != parts_[*shard].entries.end()) {
       again->second.busy = false;
+      set_due(*shard, key, again->second, again->second.due_ms);
     }
   }
   idle_.notify_all();

@@ -44,6 +44,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <queue>
 #include <set>
 #include <string>
 #include <thread>
@@ -188,6 +189,11 @@ class schedule_service {
   // Whether it subscribed to a run it did not watch yet.
   bool watch_running(std::uint32_t shard, const std::string& key, entry& one);
   std::int64_t due_of(const entry& one, std::int64_t now_ms) const;
+  // Sets when the loop looks at `one` next, and indexes it (INT64_MAX:
+  // never, until set again); wakes the loop when that is before its own
+  // wake. REQUIRES: mutex_.
+  void set_due(std::uint32_t shard, const std::string& key, entry& one,
+               std::int64_t ms);
 
   // The API's read-modify-write of one schedule: waits for it to be idle,
   // applies `change` to a copy of its state, writes it, then applies it.
@@ -195,6 +201,10 @@ class schedule_service {
   result<json> modify(
       const std::string& tenant, const std::string& id,
       const std::function<result<json>(entry&, schedule_state&)>& change);
+  // Until the schedule is not busy (or gone): timeout after idle_wait_max,
+  // shutting-down once the service stops. REQUIRES: lock held.
+  status wait_idle(lock_type& lock, std::uint32_t shard, const std::string& key,
+                   const std::string& id);
   // The shard of the schedule, loaded; schedule-not-found etc. as errors.
   result<std::uint32_t> home(lock_type& lock, const std::string& tenant,
                              const std::string& id);
@@ -207,7 +217,24 @@ class schedule_service {
   mutable std::mutex mutex_;
   std::condition_variable wake_;  // the loop
   std::condition_variable idle_;  // an entry stopped being busy
+  // Keys of the schedules an API change waits on (idle_ is told only when
+  // one of them settles, not at every firing). REQUIRES: mutex_.
+  std::map<std::string, int> idle_waiters_;
   std::vector<part> parts_;
+  // Every schedule's due time, soonest first, so that a pass of the loop
+  // looks only at the schedules due (not at every one). Each set_due adds
+  // an item; an item whose entry is gone, busy, or due at another time
+  // now is stale and skipped when it comes up.
+  struct due_item {
+    std::int64_t ms;
+    std::uint32_t shard;
+    std::string key;
+    bool operator>(const due_item& other) const { return ms > other.ms; }
+  };
+  std::priority_queue<due_item, std::vector<due_item>, std::greater<>> due_;
+  // When the waiting loop wakes by itself; INT64_MIN while it runs (it
+  // reads the index before it waits again).
+  std::int64_t loop_wake_ms_ = INT64_MIN;
   struct pending_start {
     start_request request;
     std::function<void(result<run_info>)> done;
