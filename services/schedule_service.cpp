@@ -377,6 +377,7 @@ void schedule_service::run() {
       step(item.shard, item.key, found->second, now);
     }
     run_starts(lock);
+    compact_due();
     std::int64_t wake_at = now + idle_wait_ms_max;
     if (!due_.empty()) {
       wake_at = std::min(wake_at, due_.top().ms);
@@ -387,6 +388,27 @@ void schedule_service::run() {
       loop_wake_ms_ = INT64_MIN;
     }
   }
+}
+
+void schedule_service::compact_due() {
+  std::size_t entries = 0;
+  for (const auto& one : parts_) {
+    entries += one.entries.size();
+  }
+  if (due_.size() <= 2 * entries + 1024) {
+    return;
+  }
+  // Mostly stale items (schedules of shards dropped, due times set again
+  // before they came up): one item per idle schedule instead.
+  decltype(due_) fresh;
+  for (std::uint32_t shard = 0; shard < parts_.size(); ++shard) {
+    for (const auto& [key, one] : parts_[shard].entries) {
+      if (!one.busy && one.due_ms != INT64_MAX) {
+        fresh.push({one.due_ms, shard, key});
+      }
+    }
+  }
+  due_ = std::move(fresh);
 }
 
 void schedule_service::set_due(std::uint32_t shard, const std::string& key,

@@ -194,6 +194,9 @@ class schedule_service {
   // wake. REQUIRES: mutex_.
   void set_due(std::uint32_t shard, const std::string& key, entry& one,
                std::int64_t ms);
+  // Rebuilds the due index when most of its items are stale. REQUIRES:
+  // mutex_.
+  void compact_due();
 
   // The API's read-modify-write of one schedule: waits for it to be idle,
   // applies `change` to a copy of its state, writes it, then applies it.
