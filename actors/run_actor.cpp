@@ -626,6 +626,8 @@ void start_child(self_pointer self, const child_start& start) {
   request.options.tenant = st.tenant;
   request.options.instance_id = start.instance_id;
   request.options.command_id = start.command_id;
+  request.options.memo = start.memo;
+  request.options.search = start.search;
   request.run_id = start.run_id;
   request.parent_run_id = parent;
   request.parent_close = start.parent_close;

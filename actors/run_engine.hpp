@@ -90,6 +90,8 @@ struct child_start {
   std::string instance_id;
   std::string command_id;  // "child:<parent run id>:<call>"
   std::uint8_t parent_close = 1;
+  json memo;
+  search_attributes search;
 };
 
 // A child whose parent_close asks for its end when this run ends.

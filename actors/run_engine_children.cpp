@@ -51,6 +51,8 @@ bool run_engine::begin_child(detail::child_request request,
   start.flow = std::move(request.flow);
   start.input = std::move(request.input);
   start.parent_close = request.parent_close;
+  start.memo = std::move(request.memo);
+  start.search = std::move(request.search);
   if (const auto* rec = recorded(number)) {
     auto identity = decode_payload(rec->events.front()->data);
     start.run_id = identity.at("runId").get<std::string>();

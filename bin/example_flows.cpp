@@ -215,18 +215,23 @@ flow<json> counter(context& ctx, json input) {
 
 // Starts acme.review-order as a child run per item of "orders" (an object
 // is the child's input, a string its orderId), all before awaiting any, so
-// they run side by side; then gathers their outputs in order.
+// they run side by side; then gathers their outputs in order. Each child
+// has the memo {"item": its index} and the search attribute "parentRunId",
+// this run's id.
 flow<json> parent_flow(context& ctx, json input) {
   if (!input.is_object() || !input.contains("orders") ||
       !input["orders"].is_array()) {
     throw fatal_error("input needs an array field 'orders'");
   }
   std::vector<run_handle> children;
+  child_options options;
+  options.search = {{"parentRunId", search_value::keyword(ctx.run_id())}};
   for (const auto& order : input["orders"]) {
     json child_input =
         order.is_string() ? json{{"orderId", order}} : json(order);
+    options.memo = {{"item", children.size()}};
     children.push_back(
-        co_await ctx.start_child("acme.review-order", std::move(child_input)));
+        co_await ctx.start_child("acme.review-order", child_input, options));
   }
   json results = json::array();
   for (const auto& child : children) {

@@ -194,6 +194,12 @@ class api::remote_port final : public services::remote_runs {
     if (!request.options.instance_id.empty()) {
       body["instanceId"] = request.options.instance_id;
     }
+    if (!request.options.memo.is_null()) {
+      body["memo"] = request.options.memo;
+    }
+    if (!request.options.search.empty()) {
+      body["searchAttributes"] = to_json(request.options.search);
+    }
     wire::http_request sub;
     sub.method = "POST";
     sub.target = "/v1/runs";

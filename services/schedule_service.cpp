@@ -135,8 +135,10 @@ result<schedule_definition> schedule_definition::from_json(const json& body) {
   }
   for (const auto& [name, value] : action->items()) {
     (void)value;
-    if (name != "flow" && name != "input") {
-      return bad("unknown field 'action." + name + "'; allowed: flow, input");
+    if (name != "flow" && name != "input" && name != "memo" &&
+        name != "searchAttributes") {
+      return bad("unknown field 'action." + name +
+                 "'; allowed: flow, input, memo, searchAttributes");
     }
   }
   out.flow = (*action)["flow"].get<std::string>();
@@ -145,6 +147,22 @@ result<schedule_definition> schedule_definition::from_json(const json& body) {
   }
   if (action->contains("input")) {
     out.input = (*action)["input"];
+  }
+  if (action->contains("memo")) {
+    out.memo = (*action)["memo"];
+    if (out.memo.dump().size() > limits::memo_bytes_max) {
+      return bad("action.memo is at most " +
+                 std::to_string(limits::memo_bytes_max) + " bytes encoded");
+    }
+  }
+  if (action->contains("searchAttributes") &&
+      !(*action)["searchAttributes"].is_null()) {
+    auto attributes =
+        search_attributes_from_json((*action)["searchAttributes"]);
+    if (!attributes) {
+      return bad("action.searchAttributes: " + attributes.error().message);
+    }
+    out.search = std::move(*attributes);
   }
   if (body.contains("overlap")) {
     auto policy = body["overlap"].is_string()
@@ -657,6 +675,8 @@ void schedule_service::start_last(std::uint32_t shard, const std::string& key,
   start.flow = one.definition.flow;
   start.input = one.definition.input;
   start.options.tenant = one.tenant;
+  start.options.memo = one.definition.memo;
+  start.options.search = one.definition.search;
   start.run_id = last.run_id;
   start.schedule_id = one.definition.id;
   start.occurrence_ms = last.occurrence_ms;

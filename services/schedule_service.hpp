@@ -52,6 +52,7 @@
 
 #include "durin/error.hpp"
 #include "durin/json.hpp"
+#include "durin/search.hpp"
 #include "services/schedule_spec.hpp"
 #include "services/start.hpp"
 
@@ -85,6 +86,9 @@ struct schedule_definition {
   schedule_spec spec;
   std::string flow;
   json input = json::object();
+  // Given to each run it starts (action.memo, action.searchAttributes).
+  json memo;
+  search_attributes search;
   overlap_policy overlap = overlap_policy::skip;
   std::int64_t catchup_window_ms = 60'000;
 

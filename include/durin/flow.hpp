@@ -340,6 +340,8 @@ class context {
     request.input = input;
     request.instance_id = options.instance_id;
     request.parent_close = static_cast<std::uint8_t>(options.parent_close);
+    request.memo = options.memo;
+    request.search = options.search;
     return {*driver_, std::move(request)};
   }
   detail::child_awaitable start_child(std::string_view flow,

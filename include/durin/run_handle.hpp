@@ -67,6 +67,11 @@ struct child_options {
   // child is its own instance.
   std::string instance_id;
   parent_close_policy parent_close = parent_close_policy::terminate;
+  // The child's memo (null: none) and search attributes, as a start's
+  // (durin/runtime.hpp start_options): taken from the flow's code again on
+  // replay, like the input.
+  json memo;
+  search_attributes search;
 };
 
 // Raised by `co_await ctx.start_child(...)` when the child was not started:

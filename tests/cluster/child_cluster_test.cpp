@@ -82,6 +82,17 @@ TEST_F(ChildClusterTest, ChildRunsInOtherNodesShardsStartAndAreAwaited) {
     }
     auto children = children_of(parent, "acme.review-order", (via + 2) % 3);
     EXPECT_EQ(children.size(), 6u) << "one child per call";
+    // Each child has the memo and search attribute its parent gave it,
+    // wherever it lives: a query through any node finds all of them.
+    auto tagged = cluster_.client(via).get(
+        "/v1/runs?limit=100&query=parentRunId%20%3D%20%27" + parent + "%27");
+    ASSERT_EQ(tagged.status, 200u) << tagged.body;
+    EXPECT_EQ(tagged.value["runs"].size(), 6u) << tagged.body;
+    std::set<int> items;
+    for (const auto& child : tagged.value["runs"]) {
+      items.insert(child["memo"]["item"].get<int>());
+    }
+    EXPECT_EQ(items, (std::set<int>{0, 1, 2, 3, 4, 5}));
     for (const auto& child : children) {
       EXPECT_EQ(child["status"], "completed") << child.dump();
       if (owner[shard_of(child["id"])] != owner[shard_of(parent)]) {

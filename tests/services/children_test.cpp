@@ -277,6 +277,55 @@ TEST_F(ChildrenTest,
   EXPECT_EQ(runs_of(*rt, "child.holder").size(), 1u);
 }
 
+// A child starts with the memo and search attributes its parent gives it,
+// found by a query like any run's; a replay of the parent after a restart
+// starts nothing again.
+TEST_F(ChildrenTest, AChildCarriesTheMemoAndSearchAttributesItsParentGaveIt) {
+  auto flows = [] {
+    registry made;
+    examples::register_examples(made);
+    made.flow("child.tagged", [](context& ctx, json) -> flow<json> {
+      co_await ctx.sleep(1h);
+      co_return json();
+    });
+    made.flow("parent.tagging", [](context& ctx, json input) -> flow<json> {
+      child_options tagged;
+      tagged.memo = {{"from", "parent"}};
+      tagged.search = {{"customer", search_value::keyword(input["customer"])},
+                       {"priority", search_value::of_int(3)}};
+      auto empty = json::object();
+      auto child = co_await ctx.start_child("child.tagged", empty, tagged);
+      co_await ctx.sleep(1h);
+      co_return json{{"child", child.run_id()}};
+    });
+    return made;
+  };
+  std::string child_id;
+  {
+    auto rt = open(flows());
+    auto parent = rt->start("parent.tagging", {{"customer", "c-1"}});
+    ASSERT_TRUE(parent.ok()) << parent.error().to_string();
+    ASSERT_TRUE(
+        eventually([&] { return runs_of(*rt, "child.tagged").size() == 1; },
+                   std::chrono::seconds(10)));
+    child_id = runs_of(*rt, "child.tagged").front().id;
+  }
+  auto rt = open(flows());  // the parent replays its start
+  auto child = rt->get(child_id);
+  ASSERT_TRUE(child.ok()) << child.error().to_string();
+  EXPECT_EQ(child->memo, (json{{"from", "parent"}}));
+  EXPECT_EQ(child->search_attributes.at("customer"),
+            search_value::keyword("c-1"));
+  EXPECT_EQ(child->search_attributes.at("priority"), search_value::of_int(3));
+  run_filter filter;
+  filter.query = "customer = 'c-1' AND priority > 2";
+  auto found = rt->list(filter);
+  ASSERT_TRUE(found.ok()) << found.error().to_string();
+  ASSERT_EQ(found->runs.size(), 1u);
+  EXPECT_EQ(found->runs.front().id, child_id);
+  EXPECT_EQ(runs_of(*rt, "child.tagged").size(), 1u);
+}
+
 TEST_F(ChildrenTest, RollingCountsToItsLimitContinuingAsNewEveryFewSteps) {
   registry flows;
   examples::register_examples(flows);

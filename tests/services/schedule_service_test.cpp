@@ -161,6 +161,45 @@ TEST_F(ScheduleServiceTest, EachOccurrenceStartsOneRunNamingScheduleAndTime) {
   EXPECT_EQ((*view)["info"]["fired"], 3);
 }
 
+// The action's memo and search attributes are given to every run it
+// starts, across a reopen (they are part of the record); a bad one is
+// refused at create, naming the field, and creates nothing.
+TEST_F(ScheduleServiceTest, EachRunGetsTheActionsMemoAndSearchAttributes) {
+  auto tagged = body("tagged", {{"interval", "1m"}});
+  tagged["action"]["memo"] = {{"team", "billing"}};
+  tagged["action"]["searchAttributes"] = {
+      {"region", "eu"}, {"tier", {{"type", "int"}, {"value", 2}}}};
+  {
+    auto rt = open();
+    ASSERT_TRUE(schedules_of(*rt).create("default", tagged).ok());
+    clock_->advance_ms(minute_ms);
+    ASSERT_EQ(wait_runs(*rt, "tagged", 1).size(), 1u);
+  }
+  auto rt = open();
+  clock_->advance_ms(minute_ms);
+  auto runs = wait_runs(*rt, "tagged", 2);
+  ASSERT_EQ(runs.size(), 2u);
+  for (const auto& run : runs) {
+    EXPECT_EQ(run.memo, (json{{"team", "billing"}}));
+    EXPECT_EQ(run.search_attributes.at("region"), search_value::keyword("eu"));
+    EXPECT_EQ(run.search_attributes.at("tier"), search_value::of_int(2));
+  }
+  run_filter filter;
+  filter.query = "region = 'eu' AND scheduleId = 'tagged'";
+  auto found = rt->list(filter);
+  ASSERT_TRUE(found.ok()) << found.error().to_string();
+  EXPECT_EQ(found->runs.size(), 2u);
+  auto bad = body("bad-tags", {{"interval", "1m"}});
+  bad["action"]["searchAttributes"] = {{"tier", {{"type", "int"}}}};
+  auto refused = schedules_of(*rt).create("default", bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, errc::invalid_argument);
+  EXPECT_NE(refused.error().message.find("action.searchAttributes"),
+            std::string::npos)
+      << refused.error().message;
+  EXPECT_FALSE(schedules_of(*rt).get("default", "bad-tags").ok());
+}
+
 TEST_F(ScheduleServiceTest, ARepeatedCreateIsAReplayAndAnotherBodyAConflict) {
   auto rt = open();
   auto first = body("nightly", {{"cron", "0 2 * * *"}});

@@ -53,6 +53,8 @@ struct child_request {
   json input;
   std::string instance_id;
   std::uint8_t parent_close = 1;
+  json memo;
+  search_attributes search;
 };
 
 // Thrown by context::continue_as_new and caught by the engine as the flow
