@@ -239,6 +239,10 @@ export interface ScheduleSpec {
 export interface ScheduleAction {
   flow: string;
   input?: Json;
+  /** Given to every run the schedule starts. */
+  memo?: Json;
+  /** Given to every run the schedule starts: plain or {type, value}. */
+  searchAttributes?: Record<string, Json>;
 }
 
 export interface CreateScheduleParams extends MutationOptions {
@@ -285,7 +289,7 @@ export interface Schedule {
     startAt: string | null;
     endAt: string | null;
   };
-  action: { flow: string; input: Json };
+  action: ScheduleAction;
   overlap: OverlapPolicy;
   /** Milliseconds. */
   catchupWindow: number;
