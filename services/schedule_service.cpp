@@ -771,6 +771,12 @@ json schedule_service::view(const entry& one) const {
   out["catchupWindow"] = one.definition.catchup_window_ms;
   out["action"] = {{"flow", one.definition.flow},
                    {"input", one.definition.input}};
+  if (!one.definition.memo.is_null()) {
+    out["action"]["memo"] = one.definition.memo;
+  }
+  if (!one.definition.search.empty()) {
+    out["action"]["searchAttributes"] = to_json(one.definition.search);
+  }
   out["paused"] = state.paused;
   out["note"] = state.note;
   out["nextOccurrence"] =

@@ -171,7 +171,13 @@ TEST_F(ScheduleServiceTest, EachRunGetsTheActionsMemoAndSearchAttributes) {
       {"region", "eu"}, {"tier", {{"type", "int"}, {"value", 2}}}};
   {
     auto rt = open();
-    ASSERT_TRUE(schedules_of(*rt).create("default", tagged).ok());
+    auto made = schedules_of(*rt).create("default", tagged);
+    ASSERT_TRUE(made.ok()) << made.error().to_string();
+    EXPECT_EQ((*made)["action"]["memo"], tagged["action"]["memo"]);
+    EXPECT_EQ((*made)["action"]["searchAttributes"]["tier"],
+              (json{{"type", "int"}, {"value", 2}}));
+    EXPECT_EQ((*made)["action"]["searchAttributes"]["region"],
+              (json{{"type", "keyword"}, {"value", "eu"}}));
     clock_->advance_ms(minute_ms);
     ASSERT_EQ(wait_runs(*rt, "tagged", 1).size(), 1u);
   }

@@ -46,6 +46,20 @@ class SchedulesTest(unittest.TestCase):
     def runs_of(self, schedule_id):
         return list(self.durin.runs.list_all(schedule_id=schedule_id, limit=2))
 
+    def test_a_schedule_gives_each_run_its_memo_and_search_attributes(self):
+        made = self.durin.schedules.create(
+            "sched-tagged", "acme.review-order", {"orderId": "tagged"},
+            interval="1s", overlap="allow_all", memo={"team": "billing"},
+            search_attributes={"region": "eu"})
+        self.assertEqual(made.action.memo, {"team": "billing"})
+        self.assertEqual(made.action.search_attributes,
+                         {"region": {"type": "keyword", "value": "eu"}})
+        runs = eventually(lambda: self.runs_of("sched-tagged"))
+        self.durin.schedules.delete("sched-tagged")
+        self.assertEqual(runs[0].memo, {"team": "billing"})
+        self.assertEqual(runs[0].search_attributes["region"],
+                         {"type": "keyword", "value": "eu"})
+
     def test_create_answers_the_schedule_its_replay_answers_it_another_body_is_schedule_exists(self):
         made = self.yearly("sched-create", overlap="allow_all", note="first",
                            catchup_window=datetime.timedelta(minutes=5))

@@ -241,7 +241,8 @@ export interface ScheduleAction {
   input?: Json;
   /** Given to every run the schedule starts. */
   memo?: Json;
-  /** Given to every run the schedule starts: plain or {type, value}. */
+  /** Given to every run the schedule starts: plain or {type, value} at
+   * create; a schedule's view shows them {type, value}, as a run's. */
   searchAttributes?: Record<string, Json>;
 }
 

@@ -338,11 +338,14 @@ class Schedules:
                overlap: Optional[str] = None,
                catchup_window: Optional[Duration] = None,
                paused: Optional[bool] = None, note: Optional[str] = None,
+               memo: Json = None,
+               search_attributes: Optional[Mapping[str, Any]] = None,
                idempotency_key: Optional[str] = None,
                timeout: Optional[float] = None,
                retry: RetryLike = None) -> Schedule:
         """A schedule starting ``flow`` with ``input`` at each occurrence of
-        ``cron`` (in ``timezone``, default UTC) or of ``interval``.
+        ``cron`` (in ``timezone``, default UTC) or of ``interval``; each run
+        gets ``memo`` and ``search_attributes`` (as ``runs.start``).
         Durations are text ("1m"), milliseconds or timedeltas; times RFC
         3339 text or aware datetimes. ``overlap``: skip (default),
         buffer_one, buffer_all, allow_all, cancel_other, terminate_other.
@@ -358,7 +361,10 @@ class Schedules:
                        startAt=_instant(start_at, "start_at"),
                        endAt=_instant(end_at, "end_at"))
         body = _fields(scheduleId=schedule_id, spec=spec,
-                       action=_fields(flow=flow, input=input),
+                       action=_fields(
+                           flow=flow, input=input, memo=memo,
+                           searchAttributes=(None if search_attributes is None
+                                             else dict(search_attributes))),
                        overlap=overlap,
                        catchupWindow=_duration(catchup_window),
                        paused=paused, note=note)

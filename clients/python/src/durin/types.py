@@ -299,6 +299,9 @@ class ScheduleSpec:
 class ScheduleAction:
     flow: str
     input: Json = None
+    memo: Json = None
+    # {"name": {"type", "value"}}, as a run shows them.
+    search_attributes: Optional[Dict[str, Any]] = None
 
 
 @dataclass(frozen=True)
@@ -374,7 +377,9 @@ class Schedule:
         return cls(
             schedule_id=str(body["scheduleId"]),
             spec=ScheduleSpec.from_json(body.get("spec") or {}),
-            action=ScheduleAction(str(action.get("flow", "")), action.get("input")),
+            action=ScheduleAction(str(action.get("flow", "")), action.get("input"),
+                                  action.get("memo"),
+                                  action.get("searchAttributes")),
             overlap=str(body.get("overlap", "")),
             catchup_window=int(body.get("catchupWindow", 0)),
             paused=bool(body.get("paused", False)),
