@@ -65,10 +65,16 @@ std::chrono::milliseconds left_until(clock_type::time_point deadline) {
                       deadline - clock_type::now()));
 }
 
+// A connect that fails may have lost CAF's race of two nodes connecting
+// to each other at once (it keeps one connection per pair and closes the
+// other handshake): tried again while the deadline allows, since nothing
+// was sent yet.
+constexpr int connect_tries = 3;
+
 void call_one(caf::event_based_actor* self,
               const std::shared_ptr<call_round>& round, std::size_t index,
               const call_target& target, const forwarded_request& message,
-              clock_type::time_point deadline) {
+              clock_type::time_point deadline, int tries = connect_tries) {
   std::string host;
   std::uint16_t port = 0;
   if (!detail::split_address(target.peer, host, port)) {
@@ -78,14 +84,23 @@ void call_one(caf::event_based_actor* self,
   }
   auto mm = self->system().middleman().actor_handle();
   const auto node = target.node;
+  auto again = [self, round, index, target, message, deadline, tries] {
+    if (tries > 1 && clock_type::now() < deadline) {
+      call_one(self, round, index, target, message, deadline, tries - 1);
+      return true;
+    }
+    return false;
+  };
   self->request(mm, left_until(deadline), caf::connect_atom::value, host, port)
       .then(
-          [self, round, index, node, message, deadline](
+          [self, round, index, node, message, deadline, again](
               const caf::node_id&, caf::strong_actor_ptr& ptr,
               const std::set<std::string>&) {
             if (!ptr) {
-              round->answer(index,
-                            node_not_answered(node, "it cannot be reached"));
+              if (!again()) {
+                round->answer(index,
+                              node_not_answered(node, "it cannot be reached"));
+              }
               return;
             }
             self->request(caf::actor_cast<caf::actor>(ptr),
@@ -103,11 +118,13 @@ void call_one(caf::event_based_actor* self,
                                                : "its connection failed"));
                     });
           },
-          [self, round, index, node](caf::error& failure) {
-            round->answer(index,
-                          node_not_answered(
-                              node, "it cannot be reached (" +
-                                        self->system().render(failure) + ")"));
+          [self, round, index, node, again](caf::error& failure) {
+            if (!again()) {
+              round->answer(
+                  index, node_not_answered(
+                             node, "it cannot be reached (" +
+                                       self->system().render(failure) + ")"));
+            }
           });
 }
 

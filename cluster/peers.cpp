@@ -270,8 +270,13 @@ void fail_waiting(caf::stateful_actor<forwarder_state>* self,
   }
 }
 
+// Tries a connect this often before the requests waiting for it answer
+// 503: a failure may be CAF's race of two nodes connecting to each other at
+// once (one handshake of the pair is closed), and nothing was sent yet.
+constexpr int connect_tries = 3;
+
 void connect(caf::stateful_actor<forwarder_state>* self, peers::impl* owner,
-             const std::string& peer) {
+             const std::string& peer, int tries = connect_tries) {
   std::string host;
   std::uint16_t port = 0;
   if (!split_address(peer, host, port)) {
@@ -282,10 +287,15 @@ void connect(caf::stateful_actor<forwarder_state>* self, peers::impl* owner,
   self->request(mm, std::chrono::seconds(5), caf::connect_atom::value, host,
                 port)
       .then(
-          [self, owner, peer](const caf::node_id&, caf::strong_actor_ptr& ptr,
-                              const std::set<std::string>&) {
+          [self, owner, peer, tries](const caf::node_id&,
+                                     caf::strong_actor_ptr& ptr,
+                                     const std::set<std::string>&) {
             if (!ptr) {
-              fail_waiting(self, owner, peer);
+              if (tries > 1) {
+                connect(self, owner, peer, tries - 1);
+              } else {
+                fail_waiting(self, owner, peer);
+              }
               return;
             }
             auto handle = caf::actor_cast<caf::actor>(ptr);
@@ -297,8 +307,13 @@ void connect(caf::stateful_actor<forwarder_state>* self, peers::impl* owner,
               send_forward(self, owner, handle, peer, ticket);
             }
           },
-          [self, owner, peer](caf::error&) {
-            fail_waiting(self, owner, peer);
+          [self, owner, peer, tries](caf::error& failure) {
+            // A timeout took the whole connect's wait: not tried again.
+            if (tries > 1 && failure != caf::sec::request_timeout) {
+              connect(self, owner, peer, tries - 1);
+            } else {
+              fail_waiting(self, owner, peer);
+            }
           });
 }
 
