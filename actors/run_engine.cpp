@@ -32,6 +32,17 @@ std::string encode_payload(const json& value) {
   return std::string(bytes.begin(), bytes.end());
 }
 
+std::string encode_memo(const json& memo, std::string_view what,
+                        std::string& encoded) {
+  encoded = memo.is_null() ? std::string() : encode_payload(memo);
+  if (encoded.size() <= limits::memo_bytes_max) {
+    return {};
+  }
+  return std::string(what) + " is " + std::to_string(encoded.size()) +
+         " bytes encoded; the limit is " +
+         std::to_string(limits::memo_bytes_max);
+}
+
 json decode_payload(const std::string& bytes) {
   if (bytes.empty()) {
     return nullptr;

@@ -615,4 +615,11 @@ run_info describe_run(const persistence::run_record& record);
 std::string encode_payload(const json& value);
 json decode_payload(const std::string& bytes);
 
+// A memo as stored (empty for null) in `encoded`; "" when it fits
+// limits::memo_bytes_max, else what is wrong, naming `what` ("memo",
+// "ctx.set_memo: the memo", "action.memo"). Every place that takes a memo
+// measures it so.
+std::string encode_memo(const json& memo, std::string_view what,
+                        std::string& encoded);
+
 }  // namespace durin::actors

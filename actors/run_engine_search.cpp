@@ -14,12 +14,10 @@ void run_engine::set_memo(json memo) {
   refuse_in_query("ctx.set_memo");
   // Checked before the call is numbered: a refused call takes no place in
   // the history, on every replay alike.
-  auto encoded = memo.is_null() ? std::string() : encode_payload(memo);
-  if (encoded.size() > limits::memo_bytes_max) {
-    throw invalid_argument_error("ctx.set_memo: the memo is " +
-                                 std::to_string(encoded.size()) +
-                                 " bytes encoded; the limit is " +
-                                 std::to_string(limits::memo_bytes_max));
+  std::string encoded;
+  if (auto problem = encode_memo(memo, "ctx.set_memo: the memo", encoded);
+      !problem.empty()) {
+    throw invalid_argument_error(problem);
   }
   auto number = next_call_++;
   if (stopped() || !check_replay(number, call_kind::memo, "memo") ||

@@ -13,6 +13,7 @@
 #include <future>
 
 #include "actors/messages.hpp"
+#include "actors/run_engine.hpp"
 #include "base/time_text.hpp"
 #include "durin/limits.hpp"
 #include "persistence/keys.hpp"
@@ -150,9 +151,12 @@ result<schedule_definition> schedule_definition::from_json(const json& body) {
   }
   if (action->contains("memo")) {
     out.memo = (*action)["memo"];
-    if (out.memo.dump().size() > limits::memo_bytes_max) {
-      return bad("action.memo is at most " +
-                 std::to_string(limits::memo_bytes_max) + " bytes encoded");
+    // Measured as a start measures it, so that no firing refuses what the
+    // create took.
+    std::string encoded;
+    if (auto problem = actors::encode_memo(out.memo, "action.memo", encoded);
+        !problem.empty()) {
+      return bad(problem);
     }
   }
   if (action->contains("searchAttributes") &&

@@ -140,14 +140,10 @@ result<persistence::run_record> new_record(
   record.occurrence_ms = start.occurrence_ms;
   record.parent_run_id = start.parent_run_id;
   record.parent_close = start.parent_close;
-  if (!start.options.memo.is_null()) {
-    record.memo = actors::encode_payload(start.options.memo);
-    if (record.memo.size() > limits::memo_bytes_max) {
-      return make_error(errc::invalid_argument,
-                        "memo is " + std::to_string(record.memo.size()) +
-                            " bytes encoded; the limit is " +
-                            std::to_string(limits::memo_bytes_max));
-    }
+  if (auto problem =
+          actors::encode_memo(start.options.memo, "memo", record.memo);
+      !problem.empty()) {
+    return make_error(errc::invalid_argument, problem);
   }
   if (auto problem = search_attributes_problem("", start.options.search);
       !problem.empty()) {

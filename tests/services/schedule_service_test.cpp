@@ -206,6 +206,46 @@ TEST_F(ScheduleServiceTest, EachRunGetsTheActionsMemoAndSearchAttributes) {
   EXPECT_FALSE(schedules_of(*rt).get("default", "bad-tags").ok());
 }
 
+// The action's memo is measured as a start measures it (encoded), so that
+// no firing refuses what its create took, nor a create what a start takes.
+TEST_F(ScheduleServiceTest, AnActionsMemoIsMeasuredAsAStartMeasuresIt) {
+  auto rt = open();
+  // 40,000 ones: 80,001 bytes as JSON text, 40,005 encoded.
+  auto fits = json::array();
+  for (int i = 0; i < 40'000; ++i) {
+    fits.push_back(1);
+  }
+  ASSERT_GT(fits.dump().size(), limits::memo_bytes_max);
+  auto fitting = body("fits", {{"interval", "1m"}});
+  fitting["action"]["memo"] = fits;
+  auto made = schedules_of(*rt).create("default", fitting);
+  ASSERT_TRUE(made.ok()) << made.error().to_string();
+  clock_->advance_ms(minute_ms);
+  auto runs = wait_runs(*rt, "fits", 1);
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].memo, fits);
+  auto over = json::array();
+  for (int i = 0; i < 70'000; ++i) {
+    over.push_back(1);
+  }
+  start_options options;
+  options.memo = over;
+  auto started = rt->start("quick", json(), options);
+  ASSERT_FALSE(started.ok());
+  EXPECT_EQ(started.error().message,
+            "memo is 70005 bytes encoded; the limit is 65536");
+  auto too_big = body("over", {{"interval", "1m"}});
+  too_big["action"]["memo"] = over;
+  auto refused = schedules_of(*rt).create("default", too_big);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, errc::invalid_argument);
+  EXPECT_NE(refused.error().message.find(
+                "action.memo is 70005 bytes encoded; the limit is 65536"),
+            std::string::npos)
+      << refused.error().message;
+  EXPECT_FALSE(schedules_of(*rt).get("default", "over").ok());
+}
+
 TEST_F(ScheduleServiceTest, ARepeatedCreateIsAReplayAndAnotherBodyAConflict) {
   auto rt = open();
   auto first = body("nightly", {{"cron", "0 2 * * *"}});
