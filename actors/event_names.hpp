@@ -15,7 +15,8 @@ namespace durin::actors {
 // "run-started", "step-completed", ...; "unknown" outside the enum.
 const char* event_kind_name(persistence::event_kind kind);
 
-// True for the events of a step call (completed, attempt failed, failed).
+// True for the events of a step call (completed, attempt failed, failed,
+// and a worker session bound by its outcome).
 bool is_step_event(persistence::event_kind kind);
 
 // The step's id, stable across its attempts: "<run id>/<call>".

@@ -271,7 +271,9 @@ void dispatch_step(self_pointer self, step_dispatch dispatch) {
       .task_queue = dispatch.task_queue,
       .args = std::move(dispatch.args),
       .timeouts = dispatch.timeouts,
-      .step_scheduled_at_ms = dispatch.step_scheduled_at_ms};
+      .step_scheduled_at_ms = dispatch.step_scheduled_at_ms,
+      .session_worker = std::move(dispatch.session_worker),
+      .worker_timeout_ms = dispatch.worker_timeout_ms};
   if (!spec.task_queue.empty()) {
     if (!service->enqueue(std::move(spec))) {
       refuse("task queue '" + dispatch.task_queue + "' is full");

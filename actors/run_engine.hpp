@@ -110,6 +110,10 @@ struct step_dispatch {
   json args;               // for a remote worker: the step's arguments
   step_timeouts timeouts;
   std::int64_t step_scheduled_at_ms = 0;  // the first attempt's
+  // A step of a worker session: the worker it is pinned to (empty: the
+  // session is not bound yet) and the session's worker timeout (> 0).
+  std::string session_worker;
+  std::int64_t worker_timeout_ms = 0;
 };
 
 // A message for a token actor (see token_actor.hpp).
@@ -313,6 +317,8 @@ class run_engine final : public detail::driver {
 
   // detail::driver, called by the flow's awaitables.
   bool begin_step(detail::step_call call, detail::call_outcome* out) override;
+  std::uint32_t open_session(std::string task_queue,
+                             std::int64_t worker_timeout_ms) override;
   bool begin_sleep(std::int64_t duration_ms, std::int64_t absolute_ms,
                    detail::call_outcome* out) override;
   void park(std::coroutine_handle<> handle) override;
@@ -408,6 +414,7 @@ class run_engine final : public detail::driver {
     json args;               // remote steps: the arguments as sent
     step_timeouts timeouts;
     std::int64_t first_scheduled_ms = 0;  // schedule-to-close counts from it
+    std::uint32_t session = 0;            // its worker session; 0: none
     // sleep, or the retry timer of a step
     std::int64_t due_ms = 0;
     // hook_next, hook_conflict
@@ -419,6 +426,15 @@ class run_engine final : public detail::driver {
     std::vector<std::string> names;
     // child
     std::optional<child_start> child;
+  };
+
+  // A worker session the flow opened (ctx.session), as its steps' history
+  // and outcomes have made it so far.
+  struct session_state {
+    std::string task_queue;
+    std::int64_t worker_timeout_ms = 0;
+    std::string worker;   // bound to; empty until a step's first report
+    std::string failure;  // why it failed; empty while it has not
   };
 
   // Recorded events of one call, for replay.
@@ -475,7 +491,15 @@ class run_engine final : public detail::driver {
   bool replay_step(const recorded_call& rec, detail::call_outcome* out);
   // Binds the registered step of pending_.name (its policy, queue, timeouts
   // and body); false, with its failure staged, when none is registered.
-  bool bind_registered_step(detail::step_call& call, detail::call_outcome* out);
+  bool bind_registered_step(detail::step_call& call);
+  // Fails the step being begun for good before any attempt (attempt 0),
+  // and resumes the flow once that is durable.
+  void fail_unstarted_step(std::string code, std::string message);
+  // The worker session of the step being begun or waited on; null: none.
+  session_state* pending_session();
+  // What a recorded (or just staged) event of a session step tells of its
+  // session: the worker it bound to, or that the session failed.
+  void learn_session(const persistence::event_record& event);
   // Records a failed attempt with attempts left and arms its retry timer,
   // or fails the step when no retry fits its schedule-to-close timeout.
   void schedule_step_retry(persistence::event_record event,
@@ -500,6 +524,7 @@ class run_engine final : public detail::driver {
   std::optional<durin::flow<json>> flow_;
   std::coroutine_handle<> parked_;
   pending_call pending_;
+  std::vector<session_state> sessions_;  // session n at n - 1
   std::uint64_t next_call_ = 1;
   std::uint64_t next_sequence_ = 1;
 

@@ -28,6 +28,7 @@ std::string recorded_call_text(const event_record& event) {
     case event_kind::step_completed:
     case event_kind::step_attempt_failed:
     case event_kind::step_failed:
+    case event_kind::session_bound:
       return describe_call("step", event.name);
     case event_kind::timer_armed:
     case event_kind::timer_fired:

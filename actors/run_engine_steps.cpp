@@ -9,6 +9,7 @@
 #include "actors/event_names.hpp"
 #include "actors/identity.hpp"
 #include "actors/run_engine.hpp"
+#include "persistence/assert.hpp"
 
 namespace durin::actors {
 
@@ -59,17 +60,31 @@ bool run_engine::begin_step(detail::step_call call, detail::call_outcome* out) {
   pending_.name = call.options.name;
   pending_.retry = call.options.retry;
   pending_.body = std::move(call.body);
+  DURIN_ASSERT(
+      call.session <= sessions_.size() && (call.session == 0 || !pending_.body),
+      "a step of a worker session is a registered step of a "
+      "session this run opened");
+  pending_.session = call.session;
   if (const auto* rec = recorded(number)) {
     if (replay_step(*rec, out)) {
       return true;
     }
   }
   if (!pending_.body) {
-    if (!bind_registered_step(call, out)) {
+    if (!bind_registered_step(call)) {
       return false;
     }
   } else {
     pending_.timeouts = call.options.timeouts;
+  }
+  if (const auto* session = pending_session();
+      session != nullptr && !session->failure.empty()) {
+    // Deterministic: replay reads the failure that made the session fail
+    // before it reaches this call.
+    fail_unstarted_step(session_failed_code,
+                        "worker session " + std::to_string(pending_.session) +
+                            " failed before this step: " + session->failure);
+    return false;
   }
   if (!pending_.waiting_retry) {
     pending_.attempt = 0;
@@ -84,6 +99,10 @@ bool run_engine::replay_step(const recorded_call& rec,
                              detail::call_outcome* out) {
   std::uint32_t failures = 0;
   for (const auto* event : rec.events) {
+    learn_session(*event);
+    if (event->kind == event_kind::session_bound) {
+      continue;
+    }
     if (event->kind == event_kind::step_completed) {
       out->value = decode_payload(event->data);
       pending_ = pending_call{};
@@ -112,28 +131,19 @@ bool run_engine::replay_step(const recorded_call& rec,
   return false;
 }
 
-bool run_engine::bind_registered_step(detail::step_call& call,
-                                      detail::call_outcome* out) {
+bool run_engine::bind_registered_step(detail::step_call& call) {
   const auto* entry = env_.flows->find_step(pending_.name);
   if (entry == nullptr) {
     // Deterministic: the same code calls the same unknown name again.
-    event_record failed{
-        .kind = event_kind::step_failed,
-        .call = pending_.call,
-        .at_ms = now(),
-        .name = pending_.name,
-        .attempt = 0,
-        .error_code = "step-not-found",
-        .error_message = "no step registered under '" + pending_.name + "'"};
-    out->failed = true;
-    out->error_code = failed.error_code;
-    out->error_message = failed.error_message;
-    stage(std::move(failed));
-    flush_then([this] { resume_parked(); });
+    fail_unstarted_step("step-not-found",
+                        "no step registered under '" + pending_.name + "'");
     return false;
   }
   pending_.retry = entry->retry;
   pending_.task_queue = entry->task_queue;
+  if (const auto* session = pending_session()) {
+    pending_.task_queue = session->task_queue;
+  }
   pending_.timeouts =
       entry->timeouts.any() ? entry->timeouts : call.options.timeouts;
   if (!pending_.task_queue.empty()) {
@@ -143,6 +153,56 @@ bool run_engine::bind_registered_step(detail::step_call& call,
     return invoke(args);
   };
   return true;
+}
+
+void run_engine::fail_unstarted_step(std::string code, std::string message) {
+  event_record failed{.kind = event_kind::step_failed,
+                      .call = pending_.call,
+                      .at_ms = now(),
+                      .name = pending_.name,
+                      .attempt = 0,
+                      .error_code = std::move(code),
+                      .error_message = std::move(message)};
+  auto* out = pending_.out;
+  out->failed = true;
+  out->error_code = failed.error_code;
+  out->error_message = failed.error_message;
+  stage(std::move(failed));
+  flush_then([this] { resume_parked(); });
+}
+
+std::uint32_t run_engine::open_session(std::string task_queue,
+                                       std::int64_t worker_timeout_ms) {
+  refuse_in_query("ctx.session");
+  sessions_.push_back(session_state{.task_queue = std::move(task_queue),
+                                    .worker_timeout_ms = worker_timeout_ms});
+  return static_cast<std::uint32_t>(sessions_.size());
+}
+
+run_engine::session_state* run_engine::pending_session() {
+  if (pending_.session == 0) {
+    return nullptr;
+  }
+  return &sessions_[pending_.session - 1];
+}
+
+void run_engine::learn_session(const event_record& event) {
+  auto* session = pending_session();
+  if (session == nullptr) {
+    return;
+  }
+  if (event.kind == event_kind::session_bound) {
+    try {
+      session->worker =
+          decode_payload(event.data).at("worker").get<std::string>();
+    } catch (const json::exception&) {
+      // An undecodable binding binds nothing: the next report binds again.
+    }
+  } else if (event.kind == event_kind::step_failed &&
+             event.error_code == session_failed_code &&
+             session->failure.empty()) {
+    session->failure = event.error_message;
+  }
 }
 
 void run_engine::dispatch_when_durable() {
@@ -187,6 +247,10 @@ void run_engine::dispatch_step() {
   dispatch.args = pending_.args;
   dispatch.timeouts = pending_.timeouts;
   dispatch.step_scheduled_at_ms = pending_.first_scheduled_ms;
+  if (const auto* session = pending_session()) {
+    dispatch.session_worker = session->worker;
+    dispatch.worker_timeout_ms = session->worker_timeout_ms;
+  }
   output_.dispatches.push_back(std::move(dispatch));
 }
 
@@ -255,6 +319,17 @@ void run_engine::on_step_outcome(std::uint64_t call,
                      .name = pending_.name,
                      .attempt = pending_.attempt,
                      .attempt_id = pending_.attempt_id};
+  if (auto* session = pending_session(); session != nullptr &&
+                                         session->worker.empty() &&
+                                         !outcome.worker.empty()) {
+    // The session's first report binds it, in the outcome's own write.
+    event_record bound = event;
+    bound.kind = event_kind::session_bound;
+    bound.data = encode_payload(
+        json{{"session", pending_.session}, {"worker", outcome.worker}});
+    learn_session(bound);
+    stage(std::move(bound));
+  }
   using kind = step_outcome::kind;
   bool attempts_left = pending_.attempt < pending_.retry.max_attempts;
   if (outcome.result == kind::succeeded) {
@@ -267,6 +342,7 @@ void run_engine::on_step_outcome(std::uint64_t call,
         outcome.error_code.empty() ? "step-failed" : outcome.error_code;
     event.error_message = outcome.message;
     set_step_failure(event.error_code, outcome.message);
+    learn_session(event);
   } else {
     schedule_step_retry(std::move(event), outcome, std::move(recorded));
     return;

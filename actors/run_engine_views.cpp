@@ -52,6 +52,8 @@ const char* event_kind_name(event_kind kind) {
       return "search-attributes-upserted";
     case event_kind::search_attributes_removed:
       return "search-attributes-removed";
+    case event_kind::session_bound:
+      return "session-bound";
   }
   return "unknown";
 }
@@ -59,7 +61,7 @@ const char* event_kind_name(event_kind kind) {
 bool is_step_event(event_kind kind) {
   return kind == event_kind::step_completed ||
          kind == event_kind::step_attempt_failed ||
-         kind == event_kind::step_failed;
+         kind == event_kind::step_failed || kind == event_kind::session_bound;
 }
 
 std::string step_id_of(const std::string& run_id, std::uint64_t call) {

@@ -7,6 +7,8 @@
 #include <string>
 #include <thread>
 
+#include <unistd.h>
+
 #include "client/http_client.hpp"
 #include "durin/flow.hpp"
 
@@ -64,6 +66,51 @@ json charge(const std::string& order_id, int index) {
   return json::parse(response->body);
 }
 
+// A step of a worker session: heartbeats through `delay_ms`, then names
+// the process that ran it.
+json session_step(int index, std::int64_t delay_ms) {
+  auto until = std::chrono::steady_clock::now() +
+               std::chrono::milliseconds(std::max<std::int64_t>(0, delay_ms));
+  while (std::chrono::steady_clock::now() < until) {
+    if (!heartbeat({"working", index, -1})) {
+      throw retryable_error("the attempt's lease is gone");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return json{{"index", index}, {"pid", static_cast<std::int64_t>(::getpid())}};
+}
+
+// Runs {"steps"} steps of {"delayMs"} in worker sessions on the queue
+// "sessions": when a session's worker is lost, the steps left go on in a
+// new session, at most {"sessions"} (3) in all.
+flow<json> session_flow(context& ctx, json input) {
+  auto steps = input.value("steps", 3);
+  auto delay_ms = input.value("delayMs", std::int64_t{0});
+  auto sessions_max = input.value("sessions", 3);
+  auto timeout = std::chrono::milliseconds(
+      input.value("workerTimeoutMs", std::int64_t{10'000}));
+  json sessions = json::array();
+  int done = 0;
+  while (done < steps && static_cast<int>(sessions.size()) < sessions_max) {
+    auto session = ctx.session({"sessions", timeout});
+    json entry = {{"results", json::array()}};
+    try {
+      while (done < steps) {
+        entry["results"].push_back(
+            co_await session.step<json>("session-step", done, delay_ms));
+        ++done;
+      }
+    } catch (const step_failed_error& e) {
+      if (e.code() != session_failed_code) {
+        throw;
+      }
+      entry["failure"] = e.what();
+    }
+    sessions.push_back(std::move(entry));
+  }
+  co_return json{{"steps", done}, {"sessions", sessions}};
+}
+
 flow<json> remote_echo_flow(context& ctx, json input) {
   auto count = input.value("count", 1);
   auto value = input.value("value", json());
@@ -99,8 +146,16 @@ void register_worker_steps(registry& flows) {
              step_config{.retry = patient,
                          .task_queue = "payments",
                          .timeouts = charge_timeouts});
+  step_timeouts session_timeouts;
+  session_timeouts.heartbeat =
+      std::chrono::milliseconds(env_ms("DURIN_SESSION_HEARTBEAT_MS", 10'000));
+  flows.step("session-step", session_step,
+             step_config{.retry = patient,
+                         .task_queue = "sessions",
+                         .timeouts = session_timeouts});
   flows.flow("acme.remote-echo", remote_echo_flow);
   flows.flow("acme.pay", pay_flow);
+  flows.flow("acme.session", session_flow);
 }
 
 }  // namespace durin::examples

@@ -88,8 +88,13 @@ enum class event_kind : std::uint8_t {
   // The flow removed search attributes (ctx.remove_search_attributes):
   // call, data = the names it named, ["name", ...].
   search_attributes_removed = 20,
+  // A step of a worker session (ctx.session) bound the session to the
+  // worker that reported its outcome: call, name, attempt, attempt_id as
+  // the outcome's, which follows it in the same write; data =
+  // {"session": its number, "worker": the worker's id}.
+  session_bound = 21,
 };
-inline constexpr std::uint8_t event_kind_max = 20;
+inline constexpr std::uint8_t event_kind_max = 21;
 
 // Column family `history`, key: (run id, sequence). One fact of a run.
 struct event_record {

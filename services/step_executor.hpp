@@ -33,6 +33,9 @@ struct step_outcome {
   // Recorded as the failure's code; empty: "attempt-failed" / "step-failed".
   // Timeouts use "timeout-<kind>" (services/task_service.hpp).
   std::string error_code;
+  // The worker that reported it, for a step of a worker session (the
+  // session is bound to the worker of its first report); else empty.
+  std::string worker;
 };
 
 // The answer to whoever reported an attempt's outcome: recorded (durably)

@@ -88,7 +88,8 @@ task_service::attempt& task_service::admit_locked(task_spec spec,
                             .state = state,
                             .owner = running ? local_owner : "",
                             .scheduled_at_ms = at,
-                            .started_at_ms = running ? at : 0};
+                            .started_at_ms = running ? at : 0,
+                            .session_worker = spec.session_worker};
   if (spec.timeouts.schedule_to_close.count() > 0) {
     entry.step_deadline_ms =
         spec.step_scheduled_at_ms + spec.timeouts.schedule_to_close.count();
@@ -178,6 +179,12 @@ report_verdict task_service::report(const std::string& tenant,
     run_id = it->second.spec.run_id;
     report.call = it->second.spec.call;
     report.attempt_id = attempt_id;
+    if (!it->second.spec.task_queue.empty()) {
+      heard_locked(tenant, owner);  // a remote worker
+    }
+    if (it->second.spec.worker_timeout_ms > 0) {
+      outcome.worker = owner;
+    }
     ++completed_;
     ++counters_[tenant].completed;
     end_locked(it,
@@ -228,6 +235,9 @@ heartbeat_answer task_service::heartbeat(const std::string& tenant,
   DURIN_ASSERT(
       entry.view.state == attempt_state::running && entry.view.owner == owner,
       "a lease is renewed only by its holder");
+  if (!entry.spec.task_queue.empty()) {
+    heard_locked(tenant, owner);  // a remote worker
+  }
   entry.view.heartbeats += 1;
   entry.view.last_heartbeat_ms = now();
   entry.view.progress = progress;
@@ -285,6 +295,7 @@ void task_service::end_locked(
   DURIN_ASSERT(
       state != attempt_state::queued && state != attempt_state::running,
       "an attempt ends in an end state");
+  const bool was_queued = entry.view.state == attempt_state::queued;
   entry.view.state = state;
   entry.view.ended_at_ms = now();
   log_locked(entry.view);
@@ -304,6 +315,10 @@ void task_service::end_locked(
     }
   }
   with_deadline_.erase(entry.spec.attempt_id);
+  if (was_queued && !entry.spec.session_worker.empty()) {
+    // A worker that is lost never polls again to skip it.
+    unpin_locked(entry.spec);
+  }
   ended_[entry.spec.attempt_id] = ended_attempt{later};
   ended_order_.push_back(entry.spec.attempt_id);
   while (ended_order_.size() > options_.ended_attempts_max) {
@@ -314,8 +329,83 @@ void task_service::end_locked(
   live_.erase(it);
 }
 
-std::optional<timeout_kind> task_service::lapse_of(const attempt& entry,
-                                                   std::int64_t at_ms) {
+bool task_service::pinned_worker_lost_locked(const attempt& entry,
+                                             std::int64_t at_ms) const {
+  const auto& spec = entry.spec;
+  if (spec.session_worker.empty() || spec.worker_timeout_ms <= 0) {
+    return false;
+  }
+  auto key = worker_key(spec.tenant, spec.session_worker);
+  if (parked_by_worker_.count(key) != 0) {
+    return false;  // it is polling now
+  }
+  auto heard = heard_.find(key);
+  auto since = entry.view.scheduled_at_ms;
+  if (heard != heard_.end()) {
+    since = std::max(since, heard->second);
+  }
+  return at_ms >= since + spec.worker_timeout_ms;
+}
+
+step_outcome task_service::lapse_outcome(const attempt& entry,
+                                         timeout_kind kind) {
+  step_outcome outcome;
+  const auto& owner = entry.view.owner;
+  if (kind == timeout_kind::worker_lost) {
+    // Final for the step: its session's worker is gone, and no other
+    // worker may run a step of that session.
+    outcome.result = step_outcome::kind::fatal;
+    outcome.error_code = session_failed_code;
+    const auto& worker = owner.empty() ? entry.spec.session_worker : owner;
+    outcome.message =
+        "the worker session's worker '" + worker + "' was lost: " +
+        (entry.view.state == attempt_state::queued
+             ? "no poll, heartbeat or report from it within the session's "
+               "worker timeout of " +
+                   std::to_string(entry.spec.worker_timeout_ms) + " ms"
+             : "attempt " + std::to_string(entry.spec.attempt) +
+                   " got no heartbeat or outcome within its lease of " +
+                   std::to_string(entry.lease_ms) + " ms");
+    return outcome;
+  }
+  outcome.result = kind == timeout_kind::schedule_to_close
+                       ? step_outcome::kind::fatal
+                       : step_outcome::kind::retryable;
+  outcome.error_code = std::string("timeout-") + to_string(kind);
+  outcome.retry_after_ms = 0;  // a lapsed lease is redelivered at once
+  outcome.message = std::string("attempt ") +
+                    std::to_string(entry.spec.attempt) + " timed out (" +
+                    to_string(kind) + ")" +
+                    (kind == timeout_kind::heartbeat
+                         ? ": no heartbeat or outcome within its lease of " +
+                               std::to_string(entry.lease_ms) + " ms"
+                         : std::string()) +
+                    (owner.empty() ? std::string() : "; lease owner " + owner);
+  return outcome;
+}
+
+void task_service::unpin_locked(const task_spec& spec) {
+  auto queue = queues_.find(queue_key(spec.tenant, spec.task_queue));
+  if (queue == queues_.end()) {
+    return;
+  }
+  auto& pinned = queue->second->pinned;
+  auto ids = pinned.find(spec.session_worker);
+  if (ids == pinned.end()) {
+    return;
+  }
+  auto it = std::find(ids->second.begin(), ids->second.end(), spec.attempt_id);
+  if (it != ids->second.end()) {
+    ids->second.erase(it);
+    --queue->second->pinned_ids;
+  }
+  if (ids->second.empty()) {
+    pinned.erase(ids);
+  }
+}
+
+std::optional<timeout_kind> task_service::lapse_locked(
+    const attempt& entry, std::int64_t at_ms) const {
   if (entry.step_deadline_ms > 0 && at_ms >= entry.step_deadline_ms) {
     return timeout_kind::schedule_to_close;
   }
@@ -323,12 +413,21 @@ std::optional<timeout_kind> task_service::lapse_of(const attempt& entry,
     if (entry.start_deadline_ms > 0 && at_ms >= entry.start_deadline_ms) {
       return timeout_kind::schedule_to_start;
     }
+    if (pinned_worker_lost_locked(entry, at_ms)) {
+      return timeout_kind::worker_lost;
+    }
     return std::nullopt;
   }
   if (entry.view.lease_expires_ms > 0 && at_ms >= entry.view.lease_expires_ms) {
     bool closed =
         entry.close_deadline_ms > 0 && at_ms >= entry.close_deadline_ms;
-    return closed ? timeout_kind::start_to_close : timeout_kind::heartbeat;
+    if (closed) {
+      return timeout_kind::start_to_close;
+    }
+    // A session step's worker that lets its lease lapse is lost to the
+    // session: its next steps could go nowhere else.
+    return entry.spec.worker_timeout_ms > 0 ? timeout_kind::worker_lost
+                                            : timeout_kind::heartbeat;
   }
   return std::nullopt;
 }
@@ -343,30 +442,16 @@ std::vector<task_service::expiry> task_service::collect_expired() {
     if (it == live_.end()) {
       continue;
     }
-    if (auto kind = lapse_of(it->second, at)) {
+    if (auto kind = lapse_locked(it->second, at)) {
       lapsed.emplace_back(id, *kind);
     }
   }
   for (auto& [id, kind] : lapsed) {
     auto it = live_.find(id);
     auto& entry = it->second;
-    DURIN_ASSERT(lapse_of(entry, at) == kind,
+    DURIN_ASSERT(lapse_locked(entry, at) == kind,
                  "a lease ends by expiry only once it lapsed");
-    step_outcome outcome;
-    outcome.result = kind == timeout_kind::schedule_to_close
-                         ? step_outcome::kind::fatal
-                         : step_outcome::kind::retryable;
-    outcome.error_code = std::string("timeout-") + to_string(kind);
-    outcome.retry_after_ms = 0;  // a lapsed lease is redelivered at once
-    outcome.message =
-        std::string("attempt ") + std::to_string(entry.spec.attempt) +
-        " timed out (" + to_string(kind) + ")" +
-        (kind == timeout_kind::heartbeat
-             ? ": no heartbeat or outcome within its lease of " +
-                   std::to_string(entry.lease_ms) + " ms"
-             : std::string()) +
-        (entry.view.owner.empty() ? std::string()
-                                  : "; lease owner " + entry.view.owner);
+    step_outcome outcome = lapse_outcome(entry, kind);
     entry.view.timeout = to_string(kind);
     expiry lapse{entry.spec.run_id,
                  step_report{entry.spec.call, id, std::move(outcome)}};

@@ -39,6 +39,9 @@ json attempt_view::to_json() const {
   if (!timeout.empty()) {
     out["timeout"] = timeout;
   }
+  if (!session_worker.empty()) {
+    out["sessionWorker"] = session_worker;
+  }
   return out;
 }
 

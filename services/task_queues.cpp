@@ -15,10 +15,35 @@ std::string task_service::queue_key(const std::string& tenant,
   return std::to_string(tenant.size()) + ":" + tenant + queue;
 }
 
+std::string task_service::worker_key(const std::string& tenant,
+                                     const std::string& worker) {
+  return queue_key(tenant, worker);
+}
+
+void task_service::heard_locked(const std::string& tenant,
+                                const std::string& worker) {
+  heard_[worker_key(tenant, worker)] = now();
+  if (heard_.size() <= options_.workers_heard_max) {
+    return;
+  }
+  // Forget the least recently heard half: a pinned attempt of a forgotten
+  // worker then waits its whole worker timeout from its enqueue.
+  std::vector<std::int64_t> times;
+  times.reserve(heard_.size());
+  for (const auto& [key, at] : heard_) {
+    times.push_back(at);
+  }
+  auto middle = times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2);
+  std::nth_element(times.begin(), middle, times.end());
+  std::erase_if(
+      heard_, [cut = *middle](const auto& item) { return item.second < cut; });
+}
+
 bool task_service::enqueue(task_spec spec) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto* queue = &queue_locked(spec.tenant, spec.task_queue);
-  if (queue->attempt_ids.size() >= options_.queue_tasks_max) {
+  if (queue->attempt_ids.size() + queue->pinned_ids >=
+      options_.queue_tasks_max) {
     return false;
   }
   auto& entry = admit_locked(std::move(spec), attempt_state::queued);
@@ -26,22 +51,37 @@ bool task_service::enqueue(task_spec spec) {
   if (to_start > 0) {
     entry.start_deadline_ms = entry.view.scheduled_at_ms + to_start;
   }
-  if (entry.start_deadline_ms > 0 || entry.step_deadline_ms > 0) {
+  const auto& worker = entry.spec.session_worker;
+  const bool pinned = !worker.empty();
+  if (entry.start_deadline_ms > 0 || entry.step_deadline_ms > 0 || pinned) {
     with_deadline_.insert(entry.spec.attempt_id);
   }
   log_locked(entry.view);
-  queue->attempt_ids.push_back(entry.spec.attempt_id);
-  // The oldest parked poll takes it, answered once the lock is released.
+  if (pinned) {
+    queue->pinned[worker].push_back(entry.spec.attempt_id);
+    ++queue->pinned_ids;
+  } else {
+    queue->attempt_ids.push_back(entry.spec.attempt_id);
+  }
+  // The oldest parked poll that may take it takes it (for a pinned attempt,
+  // the oldest of its worker's), answered once the lock is released.
   std::vector<std::pair<poll_answer, std::vector<claimed_task>>> answers;
-  while (!queue->parked.empty() && !queue->attempt_ids.empty()) {
-    auto oldest = queue->parked.begin();
-    auto claimed =
-        claim_now_locked(*queue, oldest->second.worker, oldest->second.poll_id,
-                         oldest->second.max_tasks);
+  auto it = queue->parked.begin();
+  while (it != queue->parked.end()) {
+    if (pinned && it->second.worker != worker) {
+      ++it;
+      continue;
+    }
+    auto claimed = claim_now_locked(*queue, it->second.worker,
+                                    it->second.poll_id, it->second.max_tasks);
     if (claimed.empty()) {
       break;  // what was queued had ended
     }
-    answers.emplace_back(unpark_locked(*queue, oldest), std::move(claimed));
+    answers.emplace_back(unpark_locked(*queue, it), std::move(claimed));
+    if (pinned || queue->attempt_ids.empty()) {
+      break;
+    }
+    it = queue->parked.begin();
   }
   lock.unlock();
   for (auto& [answer, claimed] : answers) {
@@ -110,18 +150,35 @@ std::vector<claimed_task> task_service::claim_now_locked(
   }
   queue.last_poll_ms = now();
   max_tasks = std::max<std::size_t>(max_tasks, 1);
-  while (!queue.attempt_ids.empty() && claimed.size() < max_tasks) {
-    auto id = std::move(queue.attempt_ids.front());
-    queue.attempt_ids.pop_front();
+  // Takes the next attempt of `ids` when it is still queued here; false
+  // when `ids` is empty.
+  auto take = [&](std::deque<std::string>& ids) {
+    if (ids.empty()) {
+      return false;
+    }
+    auto id = std::move(ids.front());
+    ids.pop_front();
     auto it = live_.find(id);
     if (it == live_.end() || it->second.view.state != attempt_state::queued) {
-      continue;  // ended while queued (timeout, cancel, replaced)
+      return true;  // ended while queued (timeout, cancel, replaced)
     }
     if (options_.serves && !options_.serves(it->second.spec.run_id)) {
       end_locked(it, attempt_state::expired, report_verdict::stale_attempt);
-      continue;
+      return true;
     }
     claimed.push_back(claim_locked(it->second, worker, poll_id));
+    return true;
+  };
+  // The worker's pinned attempts first: nobody else may take them.
+  if (auto mine = queue.pinned.find(worker); mine != queue.pinned.end()) {
+    while (claimed.size() < max_tasks && take(mine->second)) {
+      --queue.pinned_ids;
+    }
+    if (mine->second.empty()) {
+      queue.pinned.erase(mine);
+    }
+  }
+  while (claimed.size() < max_tasks && take(queue.attempt_ids)) {
   }
   return claimed;
 }
@@ -135,6 +192,12 @@ task_service::poll_answer task_service::unpark_locked(
   if (count != parked_by_tenant_.end() && --count->second == 0) {
     parked_by_tenant_.erase(count);
   }
+  auto key = worker_key(it->second.tenant, it->second.worker);
+  auto by_worker = parked_by_worker_.find(key);
+  if (by_worker != parked_by_worker_.end() && --by_worker->second == 0) {
+    parked_by_worker_.erase(by_worker);
+  }
+  heard_locked(it->second.tenant, it->second.worker);
   queue.parked.erase(it);
   return answer;
 }
@@ -145,6 +208,7 @@ poll_parking task_service::park_or_answer(
     std::size_t max_tasks, std::size_t tenant_parked_max, poll_answer answer,
     std::uint64_t& ticket) {
   std::unique_lock<std::mutex> lock(mutex_);
+  heard_locked(tenant, worker);
   auto& queue = queue_locked(tenant, queue_name);
   auto claimed = claim_now_locked(queue, worker, poll_id, max_tasks);
   if (!claimed.empty() || wait_ms <= 0 || polls_released_ || stopping_) {
@@ -160,6 +224,7 @@ poll_parking task_service::park_or_answer(
     return poll_parking::over_limit;
   }
   ++parked;
+  ++parked_by_worker_[worker_key(tenant, worker)];
   ticket = ++next_ticket_;
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::milliseconds(std::min<std::int64_t>(

@@ -16,6 +16,8 @@ const char* to_string(timeout_kind kind) {
       return "schedule-to-close";
     case timeout_kind::heartbeat:
       return "heartbeat";
+    case timeout_kind::worker_lost:
+      return "worker-lost";
   }
   return "unknown";
 }

@@ -9,6 +9,14 @@
 // every other timeout, ends the attempt and reports a timeout to the run, whose
 // engine records it and schedules a new attempt (a new attempt id).
 //
+// Worker sessions: an attempt pinned to a worker (task_spec::session_worker)
+// waits apart and is claimed only by that worker's polls. The service
+// remembers when it last heard each worker (a poll, a parked poll, a
+// heartbeat, a report); a pinned attempt that waits past its worker timeout
+// without hearing from the worker, and a session attempt whose lease
+// lapses, end as worker_lost: a final failure with code
+// session_failed_code.
+//
 // Fencing: an outcome or heartbeat is taken only from the lease owner of an
 // attempt that is still live. The first outcome of an attempt ends it; every
 // later report, and every report for an attempt that lost its lease or whose
@@ -66,6 +74,10 @@ enum class timeout_kind : std::uint8_t {
   start_to_close,
   schedule_to_close,
   heartbeat,
+  // A step of a worker session whose worker went unheard: its lease lapsed,
+  // or it did not poll, heartbeat or report for the session's worker
+  // timeout while a step pinned to it waited. Fails the session.
+  worker_lost,
 };
 // "schedule-to-start", ...
 const char* to_string(timeout_kind kind);
@@ -85,6 +97,11 @@ struct task_spec {
   step_timeouts timeouts;
   // When the step's first attempt was scheduled (schedule-to-close).
   std::int64_t step_scheduled_at_ms = 0;
+  // A step of a worker session (ctx.session) has a worker timeout > 0. It
+  // is pinned to `session_worker`: only that worker's polls claim it. An
+  // empty worker: the session's first step, which any worker may claim.
+  std::string session_worker;
+  std::int64_t worker_timeout_ms = 0;
 };
 
 enum class attempt_state : std::uint8_t {
@@ -115,7 +132,8 @@ struct attempt_view {
   std::int64_t last_heartbeat_ms = 0;
   std::uint32_t heartbeats = 0;
   step_progress progress;
-  std::string timeout;  // the timeout kind that ended it, if one did
+  std::string timeout;         // the timeout kind that ended it, if one did
+  std::string session_worker;  // the worker a session step is pinned to
 
   json to_json() const;
 };
@@ -184,6 +202,10 @@ struct task_service_options {
   std::int64_t stuck_after_ms = 60'000;
   // A queue not polled for this long counts as unpolled.
   std::int64_t unpolled_after_ms = 30'000;
+  // Workers whose last contact the service remembers (for worker sessions);
+  // past it the least recently heard half is forgotten, and a step pinned
+  // to a forgotten worker waits its whole worker timeout from its enqueue.
+  std::size_t workers_heard_max = 100'000;
   std::int64_t poll_wait_ms_max = limits::poll_wait_ms_max;
   // Whether this node serves `run_id`'s shard now (empty: every run). An
   // attempt of a run whose shard went to another node (a move, a failover)
@@ -327,6 +349,9 @@ class task_service {
   };
   struct queue_state {
     std::deque<std::string> attempt_ids;
+    // Attempts pinned to one worker (worker sessions), by worker.
+    std::unordered_map<std::string, std::deque<std::string>> pinned;
+    std::size_t pinned_ids = 0;  // in every deque of `pinned`
     // Parked polls by ticket: the oldest first.
     std::map<std::uint64_t, parked_poll> parked;
     std::int64_t last_poll_ms = 0;
@@ -351,10 +376,24 @@ class task_service {
   std::int64_t now() const { return clock_->now_ms(); }
   static std::string queue_key(const std::string& tenant,
                                const std::string& queue);
+  static std::string worker_key(const std::string& tenant,
+                                const std::string& worker);
   void reap_loop();
-  // The timeout that has ended `entry` by `at_ms`, if any.
-  static std::optional<timeout_kind> lapse_of(const attempt& entry,
-                                              std::int64_t at_ms);
+  // REQUIRES: mutex_ held. The timeout that has ended `entry` by `at_ms`,
+  // if any.
+  std::optional<timeout_kind> lapse_locked(const attempt& entry,
+                                           std::int64_t at_ms) const;
+  // What a run is told of an attempt that `kind` ended.
+  static step_outcome lapse_outcome(const attempt& entry, timeout_kind kind);
+  // REQUIRES: mutex_ held. Takes a queued pinned attempt out of its
+  // worker's deque.
+  void unpin_locked(const task_spec& spec);
+  // REQUIRES: mutex_ held. The worker polled, heartbeat or reported now.
+  void heard_locked(const std::string& tenant, const std::string& worker);
+  // REQUIRES: mutex_ held. Whether a step pinned to `entry`'s worker, still
+  // queued, has waited past its session's worker timeout for that worker.
+  bool pinned_worker_lost_locked(const attempt& entry,
+                                 std::int64_t at_ms) const;
   std::vector<expiry> collect_expired();
   // REQUIRES: mutex_ held. The tasks of (worker, poll_id) still leased to
   // the worker.
@@ -425,6 +464,10 @@ class task_service {
   std::deque<std::string> log_order_;
   // (worker, poll id) -> the attempts that poll claimed and still holds
   std::unordered_map<std::string, std::vector<std::string>> polls_;
+  // (tenant, worker) -> when it last polled, heartbeat or reported, and
+  // how many polls it has parked now (a parked poll is a worker heard).
+  std::unordered_map<std::string, std::int64_t> heard_;
+  std::unordered_map<std::string, std::size_t> parked_by_worker_;
   std::uint64_t redeliveries_ = 0;
   std::uint64_t refused_ = 0;
   std::uint64_t completed_ = 0;

@@ -195,6 +195,56 @@ class [[nodiscard]] sleep_awaitable {
   detail::call_outcome outcome_;
 };
 
+// How a worker session runs (see worker_session).
+struct session_options {
+  session_options(const char* queue) : task_queue(queue) {}
+  session_options(std::string queue) : task_queue(std::move(queue)) {}
+  session_options(std::string queue, std::chrono::milliseconds timeout)
+      : task_queue(std::move(queue)), worker_timeout(timeout) {}
+
+  std::string task_queue;  // 1..128 bytes
+  // How long the session's worker may go without a poll, heartbeat or
+  // report while a step of the session waits for it, before the session
+  // counts it lost. 1 ms..limits::duration_ms_max.
+  std::chrono::milliseconds worker_timeout{60'000};
+};
+
+// A worker session: a series of registered steps that all run on one
+// remote worker, for work that must stay where its files or its device
+// are. The session binds to the worker that reports its first step's
+// first outcome, recorded with that outcome; every later step of it waits
+// on the session's task queue for that worker alone. When the worker is
+// lost (a session step's lease lapses, or a step waits longer than the
+// worker timeout without hearing from it), the step fails with
+// step_failed_error code session_failed_code, and so does every later
+// step of the session, at once; the flow may open another session.
+// Steps run at least once as always: a step the lost worker ran may have
+// had its effects. Valid only inside the flow that opened it.
+class worker_session {
+ public:
+  worker_session(detail::driver& driver, std::uint32_t number) noexcept
+      : driver_(&driver), number_(number) {}
+
+  // Runs the step registered under `options.name` on the session's worker,
+  // on the session's task queue whatever queue it is registered to; its
+  // retries and timeouts are the registration's.
+  template <class R = json, class... Args>
+  step_awaitable<R> step(step_options options, Args&&... args) {
+    json packed = json::array();
+    (packed.push_back(json(std::forward<Args>(args))), ...);
+    return step_awaitable<R>(
+        *driver_,
+        detail::step_call{std::move(options), {}, std::move(packed), number_});
+  }
+
+  // The session's number in its run, from 1 in the order opened.
+  std::uint32_t number() const noexcept { return number_; }
+
+ private:
+  detail::driver* driver_;
+  std::uint32_t number_;
+};
+
 // The flow's handle on its run. Every method records what it returns, so a
 // replay sees the same values. Valid only inside the flow it was passed to.
 class context {
@@ -234,6 +284,31 @@ class context {
     (packed.push_back(json(std::forward<Args>(args))), ...);
     return step_awaitable<R>(
         *driver_, detail::step_call{std::move(options), {}, std::move(packed)});
+  }
+
+  // Opens a worker session on a task queue (see worker_session). Throws
+  // invalid_argument_error for a queue name or a worker timeout out of
+  // range, opening nothing.
+  worker_session session(session_options options) {
+    if (options.task_queue.empty() ||
+        options.task_queue.size() > limits::task_queue_bytes_max) {
+      throw invalid_argument_error(
+          "ctx.session: a task queue name must be 1 to " +
+          std::to_string(limits::task_queue_bytes_max) + " bytes, not " +
+          std::to_string(options.task_queue.size()));
+    }
+    auto timeout_ms = options.worker_timeout.count();
+    auto problem =
+        limits::duration_problem("ctx.session: the worker timeout", timeout_ms);
+    if (problem.empty() && timeout_ms < 1) {
+      problem = "ctx.session: the worker timeout must be at least 1 ms";
+    }
+    if (!problem.empty()) {
+      throw invalid_argument_error(problem);
+    }
+    return worker_session(
+        *driver_,
+        driver_->open_session(std::move(options.task_queue), timeout_ms));
   }
 
   // A durable timer `duration` from now (a negative one fires at once).

@@ -118,6 +118,12 @@ class retryable_error : public std::runtime_error {
   std::chrono::milliseconds retry_after_;
 };
 
+// The code of a step of a worker session (durin/flow.hpp: ctx.session)
+// that failed because the session's worker was lost, or because an earlier
+// step of its session failed so: the session can run nothing more, and the
+// flow may open another.
+inline constexpr const char* session_failed_code = "session-failed";
+
 // Raised at a flow's `co_await ctx.step(...)` when the step failed for good
 // (fatal error, attempts exhausted, or unknown step name). Replays raise it
 // again from the recorded failure.

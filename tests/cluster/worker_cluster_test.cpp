@@ -49,19 +49,24 @@ class ClusterWorkerTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(cluster_.wait_for_routing()); }
 
-  // Starts `acme.remote-echo` runs of `steps` steps, each with an instance
-  // id (so it lives in the id's shard) and through node k % 3, until every
-  // shard has one; their run ids.
-  std::vector<std::string> runs_in_every_shard(int steps) {
+  // Starts `acme.remote-echo` runs of `steps` steps (or runs of `flow`
+  // with `input`), each with an instance id (so it lives in the id's
+  // shard) and through node k % 3, until every shard has one; their run
+  // ids.
+  std::vector<std::string> runs_in_every_shard(
+      int steps, const std::string& flow = "acme.remote-echo",
+      json input = nullptr) {
     std::vector<std::string> ids;
     std::set<std::uint32_t> shards;
     for (int k = 0; k < 200 && shards.size() < shard_count; ++k) {
       auto client = cluster_.client(k % 3);
-      auto started =
-          client.post("/v1/runs", {{"flow", "acme.remote-echo"},
-                                   {"input", {{"count", steps}, {"value", k}}},
-                                   {"instanceId", "echo-" + std::to_string(k)},
-                                   {"wait", false}});
+      auto started = client.post(
+          "/v1/runs",
+          {{"flow", flow},
+           {"input",
+            input.is_null() ? json{{"count", steps}, {"value", k}} : input},
+           {"instanceId", "echo-" + std::to_string(k)},
+           {"wait", false}});
       if (started.status != 202u) {
         // A store still opening after the routing settled: the next id.
         std::this_thread::sleep_for(50ms);
@@ -158,6 +163,66 @@ TEST_F(ClusterWorkerTest, AWorkerPollingOneNodeCompletesTheStepsOfEveryShard) {
     EXPECT_EQ(run.value["status"], "completed") << run.body;
     EXPECT_EQ(run.value["output"]["count"], 2) << run.body;
   }
+}
+
+// Worker sessions (issue 17) in a cluster: two workers poll the queue
+// through different nodes; every step of a session, whichever node serves
+// its run, goes to the worker that reported the session's first step.
+TEST_F(ClusterWorkerTest, EveryStepOfAWorkerSessionGoesToOneWorkerOnAnyNode) {
+  const auto ids =
+      runs_in_every_shard(0, "acme.session", {{"steps", 3}, {"sessions", 1}});
+  const auto owner = owners();
+  const std::vector<std::pair<std::string, int>> workers = {{"wa", 0},
+                                                            {"wb", 1}};
+  std::map<std::string, int> took;
+  std::set<std::string> finished;
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  for (int poll = 0;
+       finished.size() < ids.size() && std::chrono::steady_clock::now() < until;
+       ++poll) {
+    const auto& [name, via] = workers[poll % 2];
+    auto client = cluster_.client(via);
+    auto got = client.post("/v1/task-queues/sessions/poll",
+                           {{"workerId", name},
+                            {"pollRequestId", name + std::to_string(poll)},
+                            {"waitMs", 200},
+                            {"maxTasks", 4}});
+    ASSERT_EQ(got.status, 200u) << got.body;
+    json reports = json::array();
+    for (const auto& task : got.value["tasks"]) {
+      took[name] += 1;
+      reports.push_back(
+          {{"attemptId", task["attemptId"]},
+           {"outcome", "complete"},
+           {"result", {{"by", name}, {"index", task["args"][0]}}}});
+    }
+    if (!reports.empty()) {
+      auto done = client.post("/v1/tasks/report",
+                              {{"workerId", name}, {"reports", reports}});
+      ASSERT_EQ(done.status, 200u) << done.body;
+    }
+    for (const auto& id : ids) {
+      if (client.get("/v1/runs/" + id).value["status"] == "completed") {
+        finished.insert(id);
+      }
+    }
+  }
+  ASSERT_EQ(finished.size(), ids.size());
+  std::set<int> nodes;
+  for (const auto& id : ids) {
+    auto run = cluster_.client(2).get("/v1/runs/" + id).value;
+    const auto& sessions = run["output"]["sessions"];
+    ASSERT_EQ(sessions.size(), 1u) << run.dump();
+    const auto& results = sessions[0]["results"];
+    ASSERT_EQ(results.size(), 3u) << run.dump();
+    for (const auto& result : results) {
+      EXPECT_EQ(result["by"], results[0]["by"]) << run.dump();
+    }
+    nodes.insert(owner.at(shard_of_run(id)));
+  }
+  EXPECT_EQ(nodes, (std::set<int>{0, 1, 2}));
+  EXPECT_GT(took["wa"], 0);
+  EXPECT_GT(took["wb"], 0);
 }
 
 TEST_F(ClusterWorkerTest, AParkedPollGetsATaskOfAnotherNodeWithinASlice) {

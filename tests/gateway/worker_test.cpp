@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <random>
 #include <set>
@@ -45,6 +46,7 @@ class worker_process {
                  std::move(env), false) {}
 
   void kill9() { process_.kill9(); }
+  pid_t pid() const { return process_.pid(); }
   // SIGTERM: a graceful stop; the exit code, -1 when it did not exit.
   int terminate() { return process_.terminate(std::chrono::seconds(10)); }
 
@@ -271,6 +273,92 @@ TEST(WorkerProcessTest, KilledWorkerAttemptIsDeliveredAgainAndTheRunCompletes) {
   ASSERT_TRUE(listed.is_object());
   EXPECT_EQ(listed["stats"]["redeliveries"], 1);
   EXPECT_EQ(healthy.terminate(), 0);
+}
+
+// Worker sessions (issue 17): each run's steps in its session all run in
+// one of two worker processes polling the queue.
+TEST(WorkerProcessTest, EveryStepOfAWorkerSessionRunsInOneWorkerProcess) {
+  testing::temp_dir dir;
+  serve_process node(dir.path());
+  api_client client(node.address(), node.admin_key());
+  worker_process a(node, "sessions", {}, 4, "session-a");
+  worker_process b(node, "sessions", {}, 4, "session-b");
+  std::vector<std::string> ids;
+  for (int i = 0; i < 6; ++i) {
+    ids.push_back(start_run(client, "acme.session", {{"steps", 4}})["id"]);
+  }
+  for (const auto& id : ids) {
+    auto run = wait_run(client, id);
+    ASSERT_EQ(run["status"], "completed") << run.dump();
+    const auto& sessions = run["output"]["sessions"];
+    ASSERT_EQ(sessions.size(), 1u) << run.dump();
+    const auto& results = sessions[0]["results"];
+    ASSERT_EQ(results.size(), 4u) << run.dump();
+    auto pid = results[0]["pid"].get<pid_t>();
+    EXPECT_TRUE(pid == a.pid() || pid == b.pid()) << run.dump();
+    for (const auto& result : results) {
+      EXPECT_EQ(result["pid"], pid) << run.dump();
+    }
+  }
+  EXPECT_EQ(a.terminate(), 0);
+  EXPECT_EQ(b.terminate(), 0);
+}
+
+// The worker a session is bound to is killed with SIGKILL mid-session: its
+// step's lease lapses, the session fails (nothing of it goes to the other
+// worker), and the flow runs the steps left in a new session there.
+TEST(WorkerProcessTest,
+     AKilledSessionWorkerFailsItsSessionAndTheFlowOpensAnother) {
+  testing::temp_dir dir;
+  serve_process node(dir.path(), {"DURIN_SESSION_HEARTBEAT_MS=1000"});
+  api_client client(node.address(), node.admin_key());
+  std::map<std::string, std::unique_ptr<worker_process>> workers;
+  for (const auto* id : {"session-x", "session-y"}) {
+    workers[id] = std::make_unique<worker_process>(
+        node, "sessions", std::vector<std::string>{}, 1, id);
+  }
+  auto id =
+      start_run(
+          client, "acme.session",
+          {{"steps", 4}, {"delayMs", 700}, {"workerTimeoutMs", 2000}})["id"]
+          .get<std::string>();
+  std::string bound;
+  ASSERT_TRUE(testing::eventually(
+      [&] {
+        auto history = client.get("/v1/runs/" + id + "/history").value;
+        for (const auto& event : history["events"]) {
+          if (event["kind"] == "session-bound") {
+            bound = event["value"]["worker"];
+          }
+        }
+        return !bound.empty();
+      },
+      std::chrono::seconds(30)));
+  ASSERT_EQ(workers.count(bound), 1u) << bound;
+  auto killed_pid = workers[bound]->pid();
+  workers[bound]->kill9();
+  auto finished = wait_run(client, id);
+  ASSERT_EQ(finished["status"], "completed") << finished.dump();
+  const auto& output = finished["output"];
+  EXPECT_EQ(output["steps"], 4);
+  const auto& sessions = output["sessions"];
+  ASSERT_EQ(sessions.size(), 2u) << output.dump();
+  EXPECT_NE(sessions[0]["failure"].get<std::string>().find("'" + bound +
+                                                           "' was lost"),
+            std::string::npos)
+      << output.dump();
+  for (const auto& result : sessions[0]["results"]) {
+    EXPECT_EQ(result["pid"].get<pid_t>(), killed_pid) << output.dump();
+  }
+  ASSERT_FALSE(sessions[1]["results"].empty());
+  for (const auto& result : sessions[1]["results"]) {
+    EXPECT_NE(result["pid"].get<pid_t>(), killed_pid) << output.dump();
+  }
+  for (auto& [name, worker] : workers) {
+    if (name != bound) {
+      EXPECT_EQ(worker->terminate(), 0);
+    }
+  }
 }
 
 // Each run's receipts are the one charge of each of its step ids; the step

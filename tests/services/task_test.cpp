@@ -752,5 +752,242 @@ TEST_F(TaskTest, StepMetadataOutsideAStepThrows) {
   EXPECT_THROW((void)heartbeat(), std::logic_error);
 }
 
+// Worker sessions (ctx.session): `steps` steps in one session, going on
+// past failed ones, then one step in a second session.
+flow<json> two_sessions(context& ctx, json input) {
+  auto first = ctx.session({"sq", 5000ms});
+  json results = json::array();
+  json failures = json::array();
+  for (int i = 0; i < input.value("steps", 3); ++i) {
+    try {
+      results.push_back(co_await first.step<json>("remote", i));
+    } catch (const step_failed_error& e) {
+      failures.push_back(
+          {{"step", i}, {"code", e.code()}, {"attempts", e.attempts()}});
+    }
+  }
+  auto second = ctx.session({"sq", 5000ms});
+  auto last = co_await second.step<json>("remote", "second");
+  co_return json{
+      {"results", results}, {"failures", failures}, {"second", last}};
+}
+
+flow<json> bad_session(context& ctx, json) {
+  auto session = ctx.session({"", 5000ms});
+  co_return co_await session.step<json>("remote", 1);
+}
+
+class SessionTest : public TaskTest {
+ protected:
+  std::unique_ptr<runtime> open_sessions(step_timeouts timeouts = {}) {
+    auto flows = remote_flows(timeouts);
+    flows.flow("two-sessions", two_sessions);
+    flows.flow("bad-session", bad_session);
+    return open(flows);
+  }
+
+  static std::optional<claimed_task> poll_sessions(runtime& rt,
+                                                   const std::string& who,
+                                                   std::int64_t wait_ms) {
+    return tasks_of(rt).poll("default", "sq", who, "", wait_ms);
+  }
+
+  // Returns once the task service's expiry thread has looked for lapsed
+  // attempts at least once after this call began: a parked poll (on a
+  // queue of its own, by a worker of its own) is answered only by that
+  // thread, and the second is parked after the first's pass ended.
+  static void reaper_pass(runtime& rt) {
+    for (int i = 0; i < 2; ++i) {
+      auto answered = std::make_shared<std::promise<void>>();
+      auto future = answered->get_future();
+      auto parking = tasks_of(rt).poll_async(
+          "default", "barrier", "barrier-worker", "", 30, 1, 1000,
+          [answered](std::vector<claimed_task>) { answered->set_value(); });
+      ASSERT_EQ(parking, services::poll_parking::parked);
+      ASSERT_EQ(future.wait_for(wait_max), std::future_status::ready);
+    }
+  }
+
+  // Waits until `count` attempts are queued.
+  static void wait_queued(runtime& rt, std::size_t count) {
+    ASSERT_TRUE(testing::eventually(
+        [&] { return tasks_of(rt).stats().queued == count; }, wait_max));
+  }
+};
+
+TEST_F(SessionTest, EveryStepOfASessionGoesToTheWorkerOfItsFirstReport) {
+  auto rt = open_sessions();
+  auto run = rt->start("two-sessions", json{{"steps", 3}});
+  ASSERT_TRUE(run.ok()) << run.error().to_string();
+  for (int i = 0; i < 3; ++i) {
+    wait_queued(*rt, 1);
+    if (i > 0) {
+      // Pinned to w1: another worker of the queue never gets it.
+      EXPECT_FALSE(poll_sessions(*rt, "w2", 0).has_value()) << i;
+    }
+    auto task = poll_sessions(*rt, "w1", 5000);
+    ASSERT_TRUE(task.has_value()) << i;
+    EXPECT_EQ(task->spec.session_worker, i == 0 ? "" : "w1");
+    EXPECT_EQ(task->spec.args, json::array({i}));
+    auto [verdict, answer] =
+        report(*rt, task->spec.attempt_id, "w1", succeeded(json(i * 10)));
+    EXPECT_TRUE(answer.recorded) << answer.reason;
+  }
+  // The second session is bound anew, to whoever reports its first step.
+  wait_queued(*rt, 1);
+  auto last = poll_sessions(*rt, "w2", 5000);
+  ASSERT_TRUE(last.has_value());
+  EXPECT_EQ(last->spec.session_worker, "");
+  EXPECT_TRUE(report(*rt, last->spec.attempt_id, "w2", succeeded("second"))
+                  .second.recorded);
+  auto done = rt->wait(run->id, wait_max);
+  ASSERT_TRUE(done.ok());
+  ASSERT_EQ(done->status, run_status::completed) << done->error->message;
+  EXPECT_EQ(done->output["results"], json::array({0, 10, 20}));
+  EXPECT_EQ(done->output["failures"], json::array());
+  auto bound = events_of(*rt, run->id, "session-bound");
+  ASSERT_EQ(bound.size(), 2u);
+  EXPECT_EQ(bound[0].detail["call"], 1);
+  EXPECT_EQ(bound[0].detail["value"], (json{{"session", 1}, {"worker", "w1"}}));
+  EXPECT_EQ(bound[1].detail["call"], 4);
+  EXPECT_EQ(bound[1].detail["value"], (json{{"session", 2}, {"worker", "w2"}}));
+}
+
+TEST_F(SessionTest,
+       AStepWaitingForALostWorkerFailsTheSessionAndEveryLaterStepOfIt) {
+  auto rt = open_sessions();
+  auto run = rt->start("two-sessions", json{{"steps", 3}});
+  ASSERT_TRUE(run.ok());
+  wait_queued(*rt, 1);
+  auto first = poll_sessions(*rt, "w1", 5000);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_TRUE(report(*rt, first->spec.attempt_id, "w1", succeeded("one"))
+                  .second.recorded);
+  wait_queued(*rt, 1);
+  // w1 goes silent; w2 polls. Within the worker timeout nothing is lost.
+  clock_->advance_ms(4000);
+  EXPECT_FALSE(poll_sessions(*rt, "w2", 0).has_value());
+  reaper_pass(*rt);
+  EXPECT_EQ(tasks_of(*rt).stats().queued, 1u);
+  clock_->advance_ms(1500);
+  // Past it, the step fails, the session's next step fails at once, and
+  // the second session's step waits for any worker.
+  wait_queued(*rt, 1);
+  auto last = poll_sessions(*rt, "w2", 5000);
+  ASSERT_TRUE(last.has_value());
+  EXPECT_EQ(last->spec.args, json::array({"second"}));
+  EXPECT_EQ(last->spec.session_worker, "");
+  EXPECT_TRUE(report(*rt, last->spec.attempt_id, "w2", succeeded("two"))
+                  .second.recorded);
+  auto done = rt->wait(run->id, wait_max);
+  ASSERT_TRUE(done.ok());
+  ASSERT_EQ(done->status, run_status::completed);
+  EXPECT_EQ(done->output["results"], json::array({"one"}));
+  EXPECT_EQ(done->output["failures"],
+            json::array(
+                {{{"step", 1}, {"code", "session-failed"}, {"attempts", 1}},
+                 {{"step", 2}, {"code", "session-failed"}, {"attempts", 0}}}));
+  auto failed = events_of(*rt, run->id, "step-failed");
+  ASSERT_EQ(failed.size(), 2u);
+  EXPECT_NE(failed[0].detail["error"]["message"].get<std::string>().find(
+                "'w1' was lost"),
+            std::string::npos)
+      << failed[0].detail.dump();
+  EXPECT_EQ(failed[1].detail["attempt"], 0);
+  auto transport = tasks_of(*rt).transport_of(run->id);
+  ASSERT_EQ(transport.attempts.size(), 3u);
+  EXPECT_EQ(transport.attempts[1].timeout, "worker-lost");
+  EXPECT_EQ(transport.attempts[1].session_worker, "w1");
+}
+
+TEST_F(SessionTest, ASessionStepWhoseLeaseLapsesFailsTheSession) {
+  step_timeouts timeouts;
+  timeouts.heartbeat = 1000ms;
+  auto rt = open_sessions(timeouts);
+  auto run = rt->start("two-sessions", json{{"steps", 2}});
+  ASSERT_TRUE(run.ok());
+  wait_queued(*rt, 1);
+  auto first = poll_sessions(*rt, "w1", 5000);
+  ASSERT_TRUE(first.has_value());
+  // Its worker dies holding the session's first step: no other worker
+  // gets that step again, the session fails.
+  clock_->advance_ms(1200);
+  wait_queued(*rt, 1);
+  auto last = poll_sessions(*rt, "w2", 5000);
+  ASSERT_TRUE(last.has_value());
+  EXPECT_EQ(last->spec.args, json::array({"second"}));
+  EXPECT_TRUE(report(*rt, last->spec.attempt_id, "w2", succeeded("two"))
+                  .second.recorded);
+  auto done = rt->wait(run->id, wait_max);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->output["failures"].size(), 2u) << done->output.dump();
+  EXPECT_EQ(done->output["failures"][0]["code"], "session-failed");
+  EXPECT_TRUE(events_of(*rt, run->id, "step-attempt-failed").empty());
+}
+
+TEST_F(SessionTest,
+       APinnedStepWaitsForItsWorkerThroughManyTimeoutsWhileItPolls) {
+  auto rt = open_sessions();
+  auto run = rt->start("two-sessions", json{{"steps", 2}});
+  ASSERT_TRUE(run.ok());
+  wait_queued(*rt, 1);
+  auto first = poll_sessions(*rt, "w1", 5000);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_TRUE(report(*rt, first->spec.attempt_id, "w1", succeeded("one"))
+                  .second.recorded);
+  wait_queued(*rt, 1);
+  // Four worker timeouts pass; w1 polls another queue every 3 s of them.
+  for (int i = 0; i < 4; ++i) {
+    clock_->advance_ms(3000);
+    EXPECT_FALSE(
+        tasks_of(*rt).poll("default", "other", "w1", "", 0).has_value());
+    reaper_pass(*rt);
+    EXPECT_EQ(tasks_of(*rt).stats().queued, 1u) << i;
+  }
+  auto second = poll_sessions(*rt, "w1", 5000);
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->spec.session_worker, "w1");
+  EXPECT_EQ(second->spec.args, json::array({1}));
+  EXPECT_EQ(second->spec.attempt, 1u);
+}
+
+TEST_F(SessionTest, ASessionKeepsItsWorkerAcrossARestart) {
+  std::string id;
+  {
+    auto rt = open_sessions();
+    auto run = rt->start("two-sessions", json{{"steps", 2}});
+    ASSERT_TRUE(run.ok());
+    id = run->id;
+    wait_queued(*rt, 1);
+    auto first = poll_sessions(*rt, "w1", 5000);
+    ASSERT_TRUE(first.has_value());
+    EXPECT_TRUE(report(*rt, first->spec.attempt_id, "w1", succeeded("one"))
+                    .second.recorded);
+    wait_queued(*rt, 1);
+  }
+  // Replay binds the session from its history: the step in flight is
+  // pinned to w1 again.
+  auto rt = open_sessions();
+  wait_queued(*rt, 1);
+  EXPECT_FALSE(poll_sessions(*rt, "w2", 0).has_value());
+  auto again = poll_sessions(*rt, "w1", 5000);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->spec.session_worker, "w1");
+  EXPECT_EQ(again->spec.run_id, id);
+  EXPECT_EQ(again->spec.args, json::array({1}));
+}
+
+TEST_F(SessionTest, ASessionWithoutATaskQueueIsRefusedNamingIt) {
+  auto rt = open_sessions();
+  auto run = rt->start("bad-session", json());
+  ASSERT_TRUE(run.ok());
+  auto done = rt->wait(run->id, wait_max);
+  ASSERT_TRUE(done.ok());
+  ASSERT_EQ(done->status, run_status::failed);
+  EXPECT_EQ(done->error->code, "invalid-argument");
+  EXPECT_NE(done->error->message.find("ctx.session"), std::string::npos)
+      << done->error->message;
+}
+
 }  // namespace
 }  // namespace durin

@@ -33,6 +33,8 @@ struct step_call {
   step_options options;
   std::function<json()> body;
   json args;
+  // The worker session it runs in (driver::open_session); 0: none.
+  std::uint32_t session = 0;
 };
 
 enum class value_kind : std::uint8_t { now = 1, random = 2, side_effect = 3 };
@@ -83,6 +85,13 @@ class driver {
   // Starts a step, or replays it. True when `out` holds the outcome already
   // (recorded in history); false when the flow must park until it is durable.
   virtual bool begin_step(step_call call, call_outcome* out) = 0;
+
+  // Opens a worker session of remote steps on `task_queue` and returns its
+  // number (from 1). Not recorded: the same code opens the same sessions
+  // in the same order on replay, and the history of their steps says which
+  // worker each is bound to and whether it failed.
+  virtual std::uint32_t open_session(std::string task_queue,
+                                     std::int64_t worker_timeout_ms) = 0;
 
   // Starts a durable timer due `duration_ms` after the recorded current time,
   // or at `absolute_ms` when that is >= 0. Same return as begin_step.
