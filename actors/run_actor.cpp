@@ -708,11 +708,13 @@ void end_if_orphaned(self_pointer self, const std::string& parent_run_id,
   close_as_orphan(self, parent_run_id, parent_close);
 }
 
-// A write failed and may or may not have landed: drop the engine and
-// reload the truth from the store after a backoff.
+// A write failed and may or may not have landed (or the flow cannot go on
+// now): drop the engine and reload the truth from the store after a backoff.
 void reload_later(self_pointer self) {
   auto& st = self->state;
-  std::fprintf(stderr, "durin: run %s: write failed, reloading in %lld ms\n",
+  std::fprintf(stderr,
+               "durin: run %s: reloading in %lld ms (a write failed, or a "
+               "search attribute's type is being agreed)\n",
                st.run_id.c_str(), static_cast<long long>(st.reload_backoff_ms));
   st.engine.reset();
   st.reloading = true;
@@ -732,7 +734,7 @@ void drain(self_pointer self) {
     maybe_leave(self);
     return;
   }
-  if (st.engine->storage_failed()) {
+  if (st.engine->must_reload()) {
     reload_later(self);
     return;
   }

@@ -219,9 +219,10 @@ struct engine_environment {
       draw_child_run_id;
   std::function<std::string()> draw_run_id_here;
   // Fixes the types of attributes the flow upserts for the run's tenant
-  // (services/search_types.hpp): "" when they agree, else why not. Null:
-  // no types are kept.
-  std::function<std::string(const search_attributes&)> claim_search_types;
+  // (services/search_types.hpp): ok when they agree, invalid-argument
+  // saying why not, unavailable when the cluster has not agreed them yet
+  // (the claim sets that going). Null: no types are kept.
+  std::function<status(const search_attributes&)> claim_search_types;
 };
 
 // What one event counts towards history_bytes_max: its names, payload and
@@ -300,8 +301,12 @@ class run_engine final : public detail::driver {
   bool finished() const { return finished_; }
   bool blocked() const { return !blocked_reason_.empty(); }
   const std::string& blocked_reason() const { return blocked_reason_; }
-  // True when a write failed: the actor must reload the run from storage.
-  bool storage_failed() const { return storage_failed_; }
+  // True when the actor must drop this engine and reload the run from
+  // storage: a write failed, or the flow could not go on now (a type the
+  // cluster could not agree) and no write is in flight.
+  bool must_reload() const {
+    return storage_failed_ || (reload_wanted_ && !in_flight_);
+  }
   // True while idle on a timer due later than the passivation threshold.
   bool can_passivate() const;
   // True while idle on a hook it owns and has subscribed to: its payloads
@@ -448,7 +453,7 @@ class run_engine final : public detail::driver {
   bool check_replay(std::uint64_t call, call_kind kind, std::string_view name);
   void block(std::string reason);
   bool stopped() const {
-    return finished_ || cancelled_ || ending_ || blocked();
+    return finished_ || cancelled_ || ending_ || blocked() || reload_wanted_;
   }
   // Why the commit staged now would take the history beyond its limits;
   // empty when it fits.
@@ -545,6 +550,7 @@ class run_engine final : public detail::driver {
   // The run's failure (history limit) is staged or in flight.
   bool ending_ = false;
   bool storage_failed_ = false;
+  bool reload_wanted_ = false;
   // history_bytes_of every event durable or in flight.
   std::uint64_t history_bytes_ = 0;
   engine_random random_;

@@ -55,10 +55,19 @@ void run_engine::upsert_search_attributes(search_attributes attributes) {
     return;
   }
   // Live only: a replay's types were fixed when it was recorded. A refusal
-  // numbers nothing, so the flow may catch it and go on.
+  // numbers nothing, so the flow may catch it and go on. A type the
+  // cluster has not agreed yet is no fault of the flow, and this thread
+  // must not wait for etcd: the run stops here and is reloaded after a
+  // backoff (the agreement goes on meanwhile), to ask again from the same
+  // point.
   if (env_.claim_search_types) {
-    if (auto problem = env_.claim_search_types(attributes); !problem.empty()) {
-      throw invalid_argument_error(std::string(what) + ": " + problem);
+    if (auto claimed = env_.claim_search_types(attributes); !claimed) {
+      if (claimed.error().code == errc::unavailable) {
+        reload_wanted_ = true;
+        return;
+      }
+      throw invalid_argument_error(std::string(what) + ": " +
+                                   claimed.error().message);
     }
   }
   ++next_call_;

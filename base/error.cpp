@@ -50,6 +50,8 @@ std::string_view to_code(errc code) noexcept {
       return "query-refused";
     case errc::handler_not_found:
       return "handler-not-found";
+    case errc::unavailable:
+      return "unavailable";
   }
   return "internal";
 }

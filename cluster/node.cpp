@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "cluster/search_agreement.hpp"
 #include "services/node.hpp"
 #include "services/runtime_access.hpp"
 
@@ -52,6 +53,12 @@ gateway::placement& cluster_node::attach(gateway::api& routes) {
   members_->on_move([this](std::uint32_t shard, const shard_config& config) {
     mover_->observe(shard, config);
   });
+  // make() does no I/O and the endpoints were checked by membership::open.
+  if (auto agree = search_agreement(options_.members.etcd,
+                                    layout(options_.members.cluster))) {
+    node.search.set_agreement(std::move(*agree));
+  }
+  search_types_ = &node.search;
   return *peers_;
 }
 
@@ -86,6 +93,9 @@ void cluster_node::leave() {
   // mover.
   if (keys_) {
     keys_->stop();
+  }
+  if (search_types_ != nullptr) {
+    search_types_->set_agreement(nullptr);
   }
   if (members_) {
     members_->stop();

@@ -14,6 +14,7 @@
 #include "cluster/shard_move.hpp"
 #include "gateway/key_sync.hpp"
 #include "gateway/server.hpp"
+#include "services/search_types.hpp"
 
 namespace durin::cluster {
 
@@ -59,6 +60,7 @@ class cluster_node final : public gateway::cluster_member {
   std::unique_ptr<shard_mover> mover_;
   std::unique_ptr<replicator> replication_;
   std::unique_ptr<gateway::key_sync> keys_;
+  services::search_types* search_types_ = nullptr;  // agreed through etcd
 };
 
 }  // namespace durin::cluster

@@ -161,7 +161,7 @@ error error_of(const http_response& response, errc unknown) {
   }
   out.code = errc::invalid_argument;
   for (auto candidate = static_cast<int>(errc::invalid_argument);
-       candidate <= static_cast<int>(errc::handler_not_found); ++candidate) {
+       candidate <= static_cast<int>(errc::unavailable); ++candidate) {
     if (to_code(static_cast<errc>(candidate)) == code) {
       out.code = static_cast<errc>(candidate);
     }

@@ -186,6 +186,7 @@ unsigned http_status_of(errc code) {
     case errc::storage_error:
     case errc::shutting_down:
     case errc::start_outcome_unknown:
+    case errc::unavailable:
       return 503;
     case errc::step_failed:
     case errc::flow_error:

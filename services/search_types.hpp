@@ -4,47 +4,111 @@
 // (store::search_attribute_types). Starts and upserts claim their types
 // here before anything is written; queries ask it to type their literals.
 //
-// Thread-safety: every method may be called from any thread (one mutex;
-// run actors call claim, held for a map lookup only).
+// In a cluster the first use of a name is agreed cluster-wide through an
+// `agreement` (cluster/search_agreement.hpp: a create-if-absent in etcd),
+// asked once per (tenant, name) a node does not know yet; every node then
+// holds the type the first claimant anywhere fixed, so two nodes never
+// type one name differently. Without an agreement (one node) the node's
+// own first use fixes it.
 //
-// Not durable by itself: the run records are. A type claimed by a start
-// that is then refused, or by an upsert whose write fails, stays fixed
-// until the node restarts. Each node of a cluster keeps its own view; two
-// nodes whose first uses of a name differ keep different types (a query
-// then matches, on each node, only the runs of that node's type).
+// Thread-safety: every method may be called from any thread (one mutex,
+// never held across an agreement's call). claim and agree never block on
+// the cluster: agreements run on the types' own thread (started with the
+// first agreement), so that run actors and the gateway's handlers do not
+// wait for etcd. type_of does, for a name the node does not know: lists
+// run on threads that may block.
+//
+// Not durable by itself: the run records (and in a cluster, etcd) are. A
+// type claimed by a start that is then refused, or by an upsert whose
+// write fails, stays fixed.
 #pragma once
 
+#include <condition_variable>
+#include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <vector>
 
+#include "durin/error.hpp"
 #include "durin/search.hpp"
 
 namespace durin::services {
 
 class search_types {
  public:
+  // With `want`: the type fixed for the name cluster-wide, which is `want`
+  // when the name had none. Without: the type fixed, or nullopt when none
+  // is. An error (unavailable) when the cluster could not be asked.
+  using agreement = std::function<result<std::optional<search_attribute_type>>(
+      std::string_view tenant, std::string_view name,
+      std::optional<search_attribute_type> want)>;
+
+  search_types() = default;
+  search_types(const search_types&) = delete;
+  search_types& operator=(const search_types&) = delete;
+  ~search_types();
+
+  // Calls `then` with ok once every name of `attributes` has a type this
+  // node knows for `tenant`: at once, on the calling thread, when it knows
+  // them all or has no agreement; else on the types' thread, after asking
+  // the cluster, with unavailable when it did not answer. Fixes nothing
+  // locally; claim does. `then` must not block.
+  void agree(std::string_view tenant, const search_attributes& attributes,
+             std::function<void(status)> then);
+
   // Fixes the type of each of `attributes` for `tenant` where it is new;
-  // "" when every type agrees with the one fixed, else a message naming
-  // the first attribute that does not (nothing is fixed then), or the
-  // limit search_attribute_names_per_tenant_max.
-  std::string claim(std::string_view tenant,
-                    const search_attributes& attributes);
+  // ok when every type agrees with the one fixed, else invalid-argument
+  // naming the first attribute that does not (nothing is fixed then), or
+  // the limit search_attribute_names_per_tenant_max. Unavailable, at once,
+  // when a name must be agreed with the cluster first: that agreement is
+  // then under way, so that a claim a little later finds the name known.
+  status claim(std::string_view tenant, const search_attributes& attributes);
 
   // As claim, from stored runs: never refuses (the store holds it anyway);
   // a name already fixed keeps its type.
   void learn(std::string_view tenant, std::string_view name,
              search_attribute_type type);
 
+  // The name's type; a name unknown here is asked of the agreement, if any
+  // (and remembered once fixed). nullopt when no type is fixed or the
+  // cluster could not be asked.
   std::optional<search_attribute_type> type_of(std::string_view tenant,
                                                std::string_view name) const;
 
+  // Set by a cluster node before it serves; null again when it leaves,
+  // which answers the agreements still queued unavailable and waits for
+  // the one under way.
+  void set_agreement(agreement agree);
+
  private:
   using names = std::map<std::string, search_attribute_type, std::less<>>;
+  std::optional<search_attribute_type> known_locked(
+      std::string_view tenant, std::string_view name) const;
+
+  struct job {
+    std::string tenant;
+    std::vector<std::pair<std::string, search_attribute_type>> wanted;
+    std::function<void(status)> then;
+  };
+  // The names of `attributes` the node does not know for `tenant`.
+  std::vector<std::pair<std::string, search_attribute_type>> unknown_locked(
+      std::string_view tenant, const search_attributes& attributes) const;
+  void run_jobs();
+  status agree_now(const agreement& agree, const job& work);
+  void stop_jobs();
+
   mutable std::mutex mutex_;
-  std::map<std::string, names, std::less<>> tenants_;
+  mutable std::map<std::string, names, std::less<>> tenants_;
+  agreement agree_;
+  std::deque<job> jobs_;
+  std::condition_variable jobs_ready_;
+  bool stopping_ = false;
+  std::thread worker_;
 };
 
 }  // namespace durin::services

@@ -111,6 +111,10 @@ status check_start(const node& node, const start_request& start) {
         errc::invalid_input,
         "input for flow '" + flow + "' does not convert: " + e.what());
   }
+  if (auto problem = search_attributes_problem("", start.options.search);
+      !problem.empty()) {
+    return make_error(errc::invalid_argument, problem);
+  }
   return {};
 }
 
@@ -145,14 +149,11 @@ result<persistence::run_record> new_record(
       !problem.empty()) {
     return make_error(errc::invalid_argument, problem);
   }
-  if (auto problem = search_attributes_problem("", start.options.search);
-      !problem.empty()) {
-    return make_error(errc::invalid_argument, problem);
-  }
-  // Last: a start refused above fixes no type.
-  if (auto problem = node.search.claim(record.tenant, start.options.search);
-      !problem.empty()) {
-    return make_error(errc::invalid_argument, problem);
+  // Last: a start refused above fixes no type here (in a cluster, what
+  // start_run agreed stays agreed).
+  if (auto claimed = node.search.claim(record.tenant, start.options.search);
+      !claimed) {
+    return claimed.error();
   }
   record.search = start.options.search;
   return record;
@@ -356,11 +357,8 @@ bool key_kept_with_admission(const node& node, const start_request& start) {
                                  node.map.of_run(start.run_id);
 }
 
-void start_run(node& node, start_request start, done_fn done) {
-  if (auto checked = check_start(node, start); !checked) {
-    done(checked.error());
-    return;
-  }
+// The rest of a start whose attributes' types this node knows.
+void start_agreed(node& node, start_request start, done_fn done) {
   const auto& options = start.options;
   auto keyed = start_token_of(options, node.options);
   if (!keyed) {
@@ -412,6 +410,26 @@ void start_run(node& node, start_request start, done_fn done) {
     start_plain(node, std::move(*record), std::move(info), start.answer,
                 std::move(done));
   }
+}
+
+void start_run(node& node, start_request start, done_fn done) {
+  if (auto checked = check_start(node, start); !checked) {
+    done(checked.error());
+    return;
+  }
+  // A name new to this node is agreed with the cluster first, off this
+  // thread (it may be a run actor's): the start goes on where it answers.
+  auto tenant = start.options.tenant;
+  auto search = start.options.search;
+  node.search.agree(tenant, search,
+                    [&node, start = std::move(start),
+                     done = std::move(done)](status agreed) mutable {
+                      if (!agreed) {
+                        done(agreed.error());
+                        return;
+                      }
+                      start_agreed(node, std::move(start), std::move(done));
+                    });
 }
 
 result<run_info> get_run(const node& node, std::string_view run_id,

@@ -37,6 +37,8 @@ enum class errc : std::uint8_t {
   update_rejected,          // the flow's validation refused the update
   query_refused,            // the query's handler tried to change state
   handler_not_found,        // the run has no update or query of that name
+  unavailable,  // a service the call needs (a cluster's etcd) did not
+                // answer; nothing changed, the call may be repeated
 };
 
 // The stable wire name, e.g. errc::flow_not_found -> "flow-not-found".

@@ -197,7 +197,7 @@ TEST_F(RunEngineTest, FailedWriteAsksForAReloadAndResumesNothing) {
   out = engine->take_output();
   ASSERT_TRUE(out.commit.has_value());
   engine->on_committed(make_error(errc::storage_error, "disk full"));
-  EXPECT_TRUE(engine->storage_failed());
+  EXPECT_TRUE(engine->must_reload());
   out = engine->take_output();
   EXPECT_FALSE(out.commit.has_value());
   EXPECT_FALSE(out.finished);

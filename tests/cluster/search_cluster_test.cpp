@@ -87,5 +87,36 @@ TEST_F(SearchClusterTest, OneQueryThroughAnyNodeFindsRunsOfEveryNodesShards) {
   }
 }
 
+TEST_F(SearchClusterTest, ANameTypedThroughOneNodeHasThatTypeThroughEveryNode) {
+  json first = {{"flow", "acme.tagged"},
+                {"input", json::object()},
+                {"wait", false},
+                {"searchAttributes", {{"grade", "gold"}}}};
+  auto started = cluster_.client(0).post("/v1/runs", first);
+  ASSERT_EQ(started.status, 202u) << started.body;
+  // Several starts through each other node: whichever node admits them
+  // (the owner of the run's shard) holds the type node 0 fixed.
+  for (int via = 1; via < 3; ++via) {
+    auto client = cluster_.client(via);
+    for (int i = 0; i < 3; ++i) {
+      json other = first;
+      other["searchAttributes"] = {{"grade", 5 + i}};
+      auto refused = client.post("/v1/runs", other);
+      EXPECT_EQ(refused.status, 400u)
+          << "via node " << via << ": " << refused.body;
+      EXPECT_NE(refused.value["message"].get<std::string>().find(
+                    "'grade' is keyword"),
+                std::string::npos)
+          << refused.body;
+    }
+    auto query = client.get("/v1/runs?query=" + encoded("grade = 5"));
+    EXPECT_EQ(query.status, 400u) << "via node " << via << ": " << query.body;
+    auto found = client.get("/v1/runs?query=" + encoded("grade = 'gold'"));
+    ASSERT_EQ(found.status, 200u) << found.body;
+    ASSERT_EQ(found.value["runs"].size(), 1u) << found.body;
+    EXPECT_EQ(found.value["runs"][0]["id"], started.value["id"]);
+  }
+}
+
 }  // namespace
 }  // namespace durin::testing

@@ -13,6 +13,7 @@
 
 #include "bin/example_flows.hpp"
 #include "durin/durin.hpp"
+#include "tests/support/search_flows.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace durin {
@@ -54,20 +55,7 @@ flow<json> tag_then_remove(context& ctx, json) {
   co_return json{{"refused", refused}};
 }
 
-// Upserts what its input says, as a keyword or an int, and reports what
-// the upsert threw.
-flow<json> upsert_one(context& ctx, json input) {
-  auto name = input.value("name", std::string("priority"));
-  auto value = input["value"].is_string()
-                   ? search_value::keyword(input["value"].get<std::string>())
-                   : search_value::of_int(input["value"].get<std::int64_t>());
-  try {
-    ctx.upsert_search_attributes({{name, value}});
-  } catch (const invalid_argument_error& e) {
-    co_return json{{"refused", e.what()}};
-  }
-  co_return json{{"refused", nullptr}};
-}
+using testing::upsert_one;
 
 class SearchTest : public ::testing::Test {
  protected:

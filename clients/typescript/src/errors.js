@@ -161,8 +161,8 @@ export class QueryRefusedError extends UnprocessableError {
 }
 
 // 503: the server could not do it now (storage-error, shutting-down,
-// start-outcome-unknown with `error.runId`). Indefinite: a change may or may
-// not have happened; retry with the same idempotency key.
+// unavailable, start-outcome-unknown with `error.runId`). Indefinite: a change
+// may or may not have happened; retry with the same idempotency key.
 export class UnavailableError extends DurinApiError {
   static kind = "UnavailableError";
 }

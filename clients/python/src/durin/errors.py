@@ -126,8 +126,8 @@ class QueryRefusedError(UnprocessableError):
 
 
 class UnavailableError(DurinApiError):
-    """503: storage-error, shutting-down, start-outcome-unknown (with
-    ``error["runId"]``). Indefinite: a change may or may not have happened;
+    """503: storage-error, shutting-down, unavailable, start-outcome-unknown
+    (with ``error["runId"]``). Indefinite: a change may or may not have happened;
     retry with the same idempotency key."""
 
 
