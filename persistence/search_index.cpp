@@ -2,18 +2,22 @@
 // (tenant, attribute name, type, value, run) of every stored run record
 // (key layout: keys::search_entry, persistence/README.md).
 //
-// Why a family of its own: its keys share no prefix with any other family's
-// and are read only by range, so it needs none of the `runs` family's bloom
-// filters, and a shard move or a replica copies it with the rest (files and
-// checkpoints take every family; replicated batches name it by id).
+// Why a family of its own, not a key range of `runs`: every reader of `runs`
+// (scan_runs, the counts by status, the attribute types at open) walks the
+// whole family and would meet the entries; read only by range, the index
+// needs none of `runs`' bloom filters; and a shard move or a replica copies
+// it with the rest (files and checkpoints take every family; replicated
+// batches name it by id, the same on every replica: it is created last).
 //
 // Invariant: the index is a function of the run records. store::write adds
 // the index's changes to the very WriteBatch that puts the records
 // (index_search_attributes), reading the stored record under the lock that
 // orders writes, so no reader ever sees a record without its entries or an
-// entry of a value the record no longer has. write_batch::put_run cannot do
-// it: a run's batches are built before the previous one is durable (the run
-// actor does not wait), so the stored record is not yet the one replaced.
+// entry of a value the record no longer has. Not in write_batch::put_run,
+// which sees only the new record: its entries to delete are those of the
+// record it replaces, which every writer of a run record would then have to
+// know and hand down. At the write, the store reads the stored record
+// itself, exactly the one replaced, since writes are ordered by that lock.
 // A database written before the index existed gets it built once at open
 // (ensure_search_index), recorded in `meta/search_index_version`.
 #include <rocksdb/db.h>

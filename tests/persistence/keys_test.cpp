@@ -200,6 +200,11 @@ TEST(KeysTest, SearchEntryIsTenantNameTypeValueThenRun) {
   EXPECT_EQ(keys::search_entry("t", "b", search_value::of_bool(true), "r"),
             "\x00\x01t\x00\x01"
             "b\x04\x01\x00\x01r"s);
+  // The example of persistence/README.md.
+  EXPECT_EQ(
+      keys::search_entry("t", "priority", search_value::of_int(3), "run_1"),
+      "\x00\x01t\x00\x08priority\x02\x80\x00\x00\x00\x00\x00\x00\x03"
+      "\x00\x05run_1"s);
   // -0 and +0 are equal in every comparison: one key.
   EXPECT_EQ(keys::search_value_prefix("t", "d", search_value::of_double(-0.0)),
             keys::search_value_prefix("t", "d", search_value::of_double(0.0)));
