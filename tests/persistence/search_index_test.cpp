@@ -11,9 +11,12 @@
 #include <rocksdb/iterator.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <future>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -21,7 +24,10 @@
 
 #include "base/time_text.hpp"
 #include "persistence/codec.hpp"
+#include "persistence/committer.hpp"
+#include "persistence/fence.hpp"
 #include "persistence/keys.hpp"
+#include "persistence/replication.hpp"
 #include "persistence/run_query.hpp"
 #include "persistence/store.hpp"
 #include "tests/persistence/test_support.hpp"
@@ -288,6 +294,88 @@ TEST_F(SearchIndexTest, AStoreWrittenBeforeTheIndexGetsItAtOpen) {
             ids_of(list("priority = 3", "t", run_list_path::scan_only).runs));
   EXPECT_EQ(indexed.runs.size(), 43u);
   EXPECT_EQ(indexed.records_read, 43u);
+}
+
+// Keeps every write the committer ships, and answers it at once.
+class recorded_replication final : public replication {
+ public:
+  struct write {
+    std::uint64_t epoch = 0;
+    std::uint64_t position = 0;
+    std::string data;
+  };
+  void ship(std::uint64_t epoch, std::uint64_t position, std::string data,
+            done_fn done) override {
+    {
+      std::lock_guard lock(mutex_);
+      writes_.push_back({epoch, position, std::move(data)});
+    }
+    done({});
+  }
+  void lost(std::uint64_t, std::uint64_t) override {}
+  std::vector<write> writes() {
+    std::lock_guard lock(mutex_);
+    return writes_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<write> writes_;
+};
+
+TEST(SearchIndexReplicaTest, ABackupGetsTheIndexInThePrimarysShippedWrites) {
+  using namespace std::chrono_literals;
+  testing::temp_dir primary_dir;
+  testing::temp_dir backup_dir;
+  auto shipped = std::make_shared<recorded_replication>();
+  auto primary_fence = std::make_shared<fence>();
+  primary_fence->set_replication(shipped);
+  auto primary = store::open(primary_dir.path(), {.fence = primary_fence});
+  ASSERT_TRUE(primary.ok()) << primary.error().message;
+  primary_fence->grant(1, std::chrono::steady_clock::now() + 60s);
+  ASSERT_TRUE(durin::testing::eventually([&] { return (*primary)->ready(); }));
+  auto backup_fence = std::make_shared<fence>();
+  auto backup = store::open(backup_dir.path(), {.fence = backup_fence});
+  ASSERT_TRUE(backup.ok()) << backup.error().message;
+  ASSERT_TRUE((*backup)->follow().ok());
+  {
+    committer writer(**primary);
+    for (int n = 1; n <= 20; ++n) {
+      auto run =
+          make_run(n % 5 + 1, "t", {{"priority", search_value::of_int(n)}});
+      if (n % 4 == 0) {
+        run.search.clear();
+      }
+      auto batch = (*primary)->batch();
+      batch.put_run(run);
+      std::promise<status> answered;
+      writer.submit(std::move(batch), [&](const status& outcome) {
+        answered.set_value(outcome);
+      });
+      ASSERT_TRUE(answered.get_future().get().ok());
+    }
+  }
+  for (const auto& write : shipped->writes()) {
+    ASSERT_TRUE((*backup)
+                    ->apply_replicated(write.epoch, write.position, write.data)
+                    .ok());
+  }
+  auto entries_of = [](store& copy) {
+    std::vector<std::string> out;
+    std::unique_ptr<rocksdb::Iterator> it(copy.raw_db().NewIterator(
+        rocksdb::ReadOptions(), copy.handle(family::search)));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      out.push_back(it->key().ToString());
+    }
+    return out;
+  };
+  // The last writes of runs 1 and 2 (n = 20, 16) cleared them.
+  EXPECT_EQ(entries_of(**primary).size(), 3u);
+  EXPECT_EQ(entries_of(**backup), entries_of(**primary));
+  auto primary_sum = (*primary)->checksum();
+  auto backup_sum = (*backup)->checksum();
+  ASSERT_TRUE(primary_sum.ok() && backup_sum.ok());
+  EXPECT_EQ(*primary_sum, *backup_sum);
 }
 
 // ---- randomised agreement
