@@ -31,6 +31,7 @@
 #include "persistence/run_query.hpp"
 #include "persistence/store.hpp"
 #include "tests/persistence/test_support.hpp"
+#include "tests/support/faulty_file_system.hpp"
 
 namespace durin::persistence {
 namespace {
@@ -376,6 +377,50 @@ TEST(SearchIndexReplicaTest, ABackupGetsTheIndexInThePrimarysShippedWrites) {
   auto backup_sum = (*backup)->checksum();
   ASSERT_TRUE(primary_sum.ok() && backup_sum.ok());
   EXPECT_EQ(*primary_sum, *backup_sum);
+}
+
+// A write that fails takes the index's changes back out of its batch, so
+// that the batch written again is indexed against the records stored then.
+TEST(SearchIndexFaultTest, AFailedWriteTakesItsIndexChangesBackOut) {
+  using namespace std::chrono_literals;
+  using disk = durin::testing::faulty_file_system;
+  testing::temp_dir dir;
+  auto faulty = std::make_shared<disk>();
+  auto opened = store::open(dir.path(), {.file_system = faulty,
+                                         .reopen_backoff_ms_min = 5,
+                                         .reopen_backoff_ms_max = 50});
+  ASSERT_TRUE(opened.ok()) << opened.error().message;
+  auto& shard = **opened;
+  auto run = make_run(1, "t", {{"priority", search_value::of_int(1)}});
+  auto first = shard.batch();
+  first.put_run(run);
+  ASSERT_TRUE(shard.write(first).ok());
+
+  run.search["priority"] = search_value::of_int(2);
+  auto second = shard.batch();
+  second.put_run(run);
+  faulty->fail(disk::operation::write, disk::fault::io_error, 1.0, 1);
+  const auto failed = shard.write(second);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.error().code, errc::storage_error);
+  EXPECT_EQ(second.count(), 1u);  // the run record alone again
+  ASSERT_TRUE(durin::testing::eventually([&] { return shard.ready(); }, 5s));
+
+  ASSERT_TRUE(shard.write(second).ok());
+  const auto query = parsed("priority = 2");
+  auto listed =
+      shard.scan_runs("", std::nullopt, std::nullopt, 10, 100'000,
+                      std::string("t"), SIZE_MAX, std::nullopt, &query);
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(ids_of(listed->runs), std::vector<std::string>{run_id(1)});
+  std::vector<keys::search_key> entries;
+  std::unique_ptr<rocksdb::Iterator> it(shard.raw_db().NewIterator(
+      rocksdb::ReadOptions(), shard.handle(family::search)));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    entries.push_back(*keys::decode_search_entry(it->key().ToStringView()));
+  }
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].value, search_value::of_int(2));
 }
 
 // ---- randomised agreement
