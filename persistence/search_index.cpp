@@ -61,6 +61,9 @@ constexpr std::size_t candidates_max = 20'000;
 // The entry keys of one run's attributes, sorted.
 std::vector<std::string> entries_of(std::string_view run_id,
                                     const codec::run_search& run) {
+  if (!keys::fits(run.tenant)) {
+    return {};  // never put (write_batch::put_run refuses it): no key
+  }
   std::vector<std::string> out;
   out.reserve(run.search.size());
   for (const auto& [name, value] : run.search) {

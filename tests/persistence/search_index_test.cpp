@@ -258,6 +258,16 @@ TEST_F(SearchIndexTest, ATenantNeverSeesAnotherTenantsRuns) {
       list("customer = 'acme'", "t3", run_list_path::best).runs.empty());
 }
 
+TEST_F(SearchIndexTest, ARunWithAttributesAndATenantNoKeyHoldsIsRefused) {
+  auto batch = store_->batch();
+  batch.put_run(make_run(1, std::string(70'000, 't'),
+                         {{"priority", search_value::of_int(1)}}));
+  const auto written = store_->write(batch);
+  ASSERT_FALSE(written.ok());
+  EXPECT_EQ(written.error().code, errc::invalid_argument);
+  EXPECT_TRUE(entries().empty());
+}
+
 TEST_F(SearchIndexTest, AStoreWrittenBeforeTheIndexGetsItAtOpen) {
   std::vector<run_record> runs;
   for (int n = 1; n <= 300; ++n) {
