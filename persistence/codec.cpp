@@ -118,6 +118,14 @@ class reader {
     return value;
   }
 
+  // Passes over a string field without copying it.
+  void skip_string(const char* field) {
+    const std::uint32_t length = u32(field);
+    if (have(length, field)) {
+      rest_.remove_prefix(length);
+    }
+  }
+
   void fail(std::string problem) {
     if (problem_.empty()) {
       problem_ = std::move(problem);
@@ -356,6 +364,46 @@ std::string encode(const run_record& record) {
     put_search(out, record.search);
   }
   return end_frame(std::move(out));
+}
+
+result<run_search> decode_run_search(std::string_view bytes) {
+  auto body = open_frame(bytes, "run record");
+  if (!body) {
+    return body.error();
+  }
+  reader in(*body);
+  for (const char* field : {"id", "flow"}) {
+    in.skip_string(field);
+  }
+  (void)in.u8("status");
+  for (const char* field : {"input", "output", "error_code", "error_message"}) {
+    in.skip_string(field);
+  }
+  for (const char* field :
+       {"created_at_ms", "started_at_ms", "completed_at_ms"}) {
+    (void)in.u64(field);
+  }
+  (void)in.u32("spec_version");
+  run_search out;
+  out.tenant = in.string("tenant");
+  in.skip_string("start_token");
+  if (!in.at_end()) {
+    in.skip_string("schedule_id");
+    (void)in.u64("occurrence_ms");
+    if (!in.at_end()) {
+      in.skip_string("parent_run_id");
+      (void)in.u8("parent_close");
+      in.skip_string("continued_from");
+      if (!in.at_end()) {
+        in.skip_string("memo");
+        out.search = read_search(in);
+      }
+    }
+  }
+  if (auto problem = in.problem()) {
+    return corrupt("run record", *problem);
+  }
+  return out;
 }
 
 result<run_record> decode_run(std::string_view bytes) {

@@ -31,6 +31,16 @@ status validate(const event_record& event);
 std::string encode(const run_record& record);
 result<run_record> decode_run(std::string_view bytes);
 
+// The tenant and search attributes of an encoded run record, read without
+// copying its other fields: the search index reads them on every write of
+// a run. The frame and every field it passes are checked as decode_run
+// checks them (corrupt-record); the groups' emptiness rules are not.
+struct run_search {
+  std::string tenant;
+  search_attributes search;
+};
+result<run_search> decode_run_search(std::string_view bytes);
+
 std::string encode(const event_record& event);
 result<event_record> decode_event(std::string_view bytes);
 

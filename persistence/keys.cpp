@@ -2,6 +2,7 @@
 #include "persistence/keys.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 
 #include "persistence/assert.hpp"
@@ -221,6 +222,147 @@ std::string schedule(std::string_view tenant, std::string_view schedule_id) {
 
 std::optional<token_address> decode_schedule(std::string_view key) {
   return decode_token(key);
+}
+
+// ---- search
+// ------------------------------------------------------------------
+
+namespace {
+
+constexpr std::uint64_t sign_bit = std::uint64_t{1} << 63;
+
+// The bits of `number` as an unsigned number that sorts as the doubles do.
+std::uint64_t ordered_double(double number) {
+  if (number == 0) {
+    number = 0;  // -0 equals +0 in every comparison, so it is one key
+  }
+  const auto bits = std::bit_cast<std::uint64_t>(number);
+  return (bits & sign_bit) != 0 ? ~bits : bits | sign_bit;
+}
+
+double double_of(std::uint64_t ordered) {
+  return std::bit_cast<double>((ordered & sign_bit) != 0 ? ordered & ~sign_bit
+                                                         : ~ordered);
+}
+
+void put_search_value(std::string& out, const search_value& value) {
+  switch (value.type) {
+    case search_attribute_type::keyword:
+      for (const char byte : value.text) {
+        out.push_back(byte);
+        if (byte == '\0') {
+          out.push_back('\xFF');
+        }
+      }
+      out.push_back('\0');
+      out.push_back('\x01');
+      return;
+    case search_attribute_type::integer:
+    case search_attribute_type::time:
+      put_u64(out, static_cast<std::uint64_t>(value.integer) ^ sign_bit);
+      return;
+    case search_attribute_type::number:
+      put_u64(out, ordered_double(value.number));
+      return;
+    case search_attribute_type::boolean:
+      out.push_back(value.boolean ? '\x01' : '\0');
+      return;
+  }
+}
+
+// Reads what put_search_value wrote for `type`, advancing past it.
+std::optional<search_value> take_search_value(std::string_view& key,
+                                              search_attribute_type type) {
+  search_value value;
+  value.type = type;
+  switch (type) {
+    case search_attribute_type::keyword:
+      for (std::size_t at = 0; at + 1 < key.size(); ++at) {
+        if (key[at] != '\0') {
+          value.text.push_back(key[at]);
+        } else if (key[at + 1] == '\xFF') {
+          value.text.push_back('\0');
+          ++at;
+        } else if (key[at + 1] == '\x01') {
+          key.remove_prefix(at + 2);
+          return value;
+        } else {
+          return std::nullopt;
+        }
+      }
+      return std::nullopt;
+    case search_attribute_type::integer:
+    case search_attribute_type::time: {
+      auto bits = take_u64(key);
+      if (!bits) {
+        return std::nullopt;
+      }
+      value.integer = static_cast<std::int64_t>(*bits ^ sign_bit);
+      return value;
+    }
+    case search_attribute_type::number: {
+      auto bits = take_u64(key);
+      if (!bits) {
+        return std::nullopt;
+      }
+      value.number = double_of(*bits);
+      return value;
+    }
+    case search_attribute_type::boolean:
+      if (key.empty() || static_cast<unsigned char>(key[0]) > 1) {
+        return std::nullopt;
+      }
+      value.boolean = key[0] == '\x01';
+      key.remove_prefix(1);
+      return value;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string search_type_prefix(std::string_view tenant, std::string_view name,
+                               search_attribute_type type) {
+  std::string key;
+  key.reserve(2 * u16_bytes + tenant.size() + name.size() + 1 + u64_bytes);
+  put_length_prefixed(key, tenant);
+  put_length_prefixed(key, name);
+  key.push_back(static_cast<char>(type));
+  return key;
+}
+
+std::string search_value_prefix(std::string_view tenant, std::string_view name,
+                                const search_value& value) {
+  std::string key = search_type_prefix(tenant, name, value.type);
+  put_search_value(key, value);
+  return key;
+}
+
+std::string search_entry(std::string_view tenant, std::string_view name,
+                         const search_value& value, std::string_view run_id) {
+  std::string key = search_value_prefix(tenant, name, value);
+  put_length_prefixed(key, run_id);
+  return key;
+}
+
+std::optional<search_key> decode_search_entry(std::string_view key) {
+  auto tenant = take_length_prefixed(key);
+  auto name = tenant ? take_length_prefixed(key) : std::nullopt;
+  if (!name || key.empty()) {
+    return std::nullopt;
+  }
+  const auto type = static_cast<std::uint8_t>(key[0]);
+  if (type < 1 || type > search_attribute_type_max) {
+    return std::nullopt;
+  }
+  key.remove_prefix(1);
+  auto value = take_search_value(key, static_cast<search_attribute_type>(type));
+  auto run_id = value ? take_length_prefixed(key) : std::nullopt;
+  if (!run_id || !key.empty()) {
+    return std::nullopt;
+  }
+  return search_key{std::move(*tenant), std::move(*name), std::move(*value),
+                    std::move(*run_id)};
 }
 
 void put_u16(std::string& out, std::uint16_t value) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "durin/search.hpp"
 #include "persistence/records.hpp"
 
 namespace durin::persistence::keys {
@@ -79,6 +80,32 @@ std::string schedule(std::string_view tenant, std::string_view schedule_id);
 // The (tenant, schedule id) a `schedules` key names; nullopt otherwise.
 std::optional<token_address> decode_schedule(std::string_view key);
 // ---- end of schedules ---------------------------------------------
+
+// `search` (the search attribute index, persistence/search_index.cpp):
+// lp(tenant) lp(name) u8 type, the value in an order-preserving encoding,
+// then lp(run id); the value of an entry is empty. Values of one (tenant,
+// name, type) sort as the query language compares them, so a comparison
+// is one key range. The encoding: keyword, its bytes with 00 written as
+// 00 FF, then 00 01 (so "ab" < "ab\0" < "abc"); int and time, the i64 with
+// its sign bit flipped, as u64 BE; double, the IEEE bits as u64 BE with
+// the sign bit flipped for a positive number and every bit flipped for a
+// negative one (-0 is written as +0, which it equals); bool, u8 0 or 1.
+// REQUIRES: tenant and name fit a key; a keyword value, when escaped.
+std::string search_type_prefix(std::string_view tenant, std::string_view name,
+                               search_attribute_type type);
+// The prefix of every entry of `value`: search_type_prefix + its encoding.
+std::string search_value_prefix(std::string_view tenant, std::string_view name,
+                                const search_value& value);
+std::string search_entry(std::string_view tenant, std::string_view name,
+                         const search_value& value, std::string_view run_id);
+struct search_key {
+  std::string tenant;
+  std::string name;
+  search_value value;
+  std::string run_id;
+};
+// nullopt for bytes that search_entry cannot have made.
+std::optional<search_key> decode_search_entry(std::string_view key);
 
 // Big-endian helpers, shared with the codec. REQUIRES (get_*): `bytes`
 // points at 2, 4 or 8 readable bytes.

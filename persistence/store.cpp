@@ -375,7 +375,7 @@ status store::check_schema() {
         !written.ok()) {
       return storage_failure("meta: write the schema version", written);
     }
-    return {};
+    return ensure_search_index();
   }
   const std::string& value = **stored;
   if (value.size() != 4) {
@@ -390,7 +390,10 @@ status store::check_schema() {
                           std::to_string(found) + "; this build reads " +
                           std::to_string(schema_version));
   }
-  return load_log_position();
+  if (auto loaded = load_log_position(); !loaded) {
+    return loaded;
+  }
+  return ensure_search_index();
 }
 
 status store::load_log_position() {
@@ -633,18 +636,34 @@ status store::write(write_batch& batch, bool sync) {
       return unavailable();
     }
     // Under the watch's lock, so a first count sees this write exactly
-    // once (before or after it, never between).
+    // once (before or after it, never between), and the search index reads
+    // the records this write replaces with no other write between.
     std::lock_guard lock(watch_->mutex);
+    // The index's changes join the batch (search_index.cpp), and leave it
+    // again when the write fails, so that a batch written again is indexed
+    // against the records then stored.
+    batch.batch_->SetSavePoint();
+    if (const auto indexed = index_search_attributes(*batch.batch_);
+        !indexed.ok()) {
+      (void)batch.batch_->RollbackToSavePoint();
+      if (indexed.IsNotSupported()) {
+        return make_error(errc::invalid_argument,
+                          "batch refused: " + indexed.ToString());
+      }
+      return storage_failure("write batch: search index", indexed);
+    }
     rocksdb::WriteOptions options = sync_write();
     options.sync = sync;
     const rocksdb::Status written = db_->Write(options, batch.batch_.get());
     if (!written.ok()) {
+      (void)batch.batch_->RollbackToSavePoint();
       // Not ready from now on: nothing more is read or written until the
       // database reopens (store.hpp).
       report_fault(generation_.load(std::memory_order_acquire),
                    plain_words(written) + " (a write failed)");
       return storage_failure("write batch", written);
     }
+    (void)batch.batch_->PopSavePoint();
     observe_runs(batch);
     return {};
   });

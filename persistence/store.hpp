@@ -48,6 +48,7 @@ class DB;
 class ColumnFamilyHandle;
 class FileSystem;
 class Logger;
+struct ReadOptions;
 class Slice;
 class Status;
 class WriteBatch;
@@ -70,8 +71,22 @@ enum class family : std::uint8_t {
   tenants,    // tenants (gateway/)
   api_keys,   // API keys (gateway/)
   schedules,  // schedules and their firings (services/schedule_service)
+  // The search attribute index (persistence/search_index.cpp). Last, so
+  // that a database made before it gets it with the next id, the id a new
+  // database gives it too: replicas' batches name families by id.
+  search,
 };
-inline constexpr std::size_t family_count = 11;
+inline constexpr std::size_t family_count = 12;
+
+// How scan_runs finds the runs of a query.
+enum class run_list_path : std::uint8_t {
+  // The search index, when the query's top level holds a comparison of an
+  // attribute it answers (=, IN, <, >, <=, >=) and the candidates are few
+  // enough; else every record.
+  best,
+  // Every record: what tests and benchmarks compare the index with.
+  scan_only,
+};
 
 struct store_options {
   // Tests only: the file system RocksDB uses, e.g. a fault injector
@@ -183,12 +198,20 @@ class store {
   // max == 0 or scan_max == 0 is invalid-argument. With `schedule_id`, only
   // the runs that schedule started; with `query`, only the runs it matches
   // (persistence/run_query.hpp), evaluated only on runs of `tenant`.
+  //
+  // A query with a comparison the search index answers (run_list_path::best)
+  // reads only the runs the index names for it, in the same order, and gives
+  // the same page and the same `next_before_id`; `scan_max` then bounds the
+  // runs read, not every record passed, so a page ended by `scan_max` may
+  // end at another run than the scan's (both list every run once).
   struct run_scan {
     std::vector<run_record> runs;
     // The stored size of each of `runs`: what `bytes_max` counts, for a
     // caller merging scans under the same budget.
     std::vector<std::size_t> run_bytes;
     std::string next_before_id;
+    // Run records read: what scan_max counts. For tests and benchmarks.
+    std::size_t records_read = 0;
   };
   result<run_scan> scan_runs(std::string_view before_id,
                              std::optional<run_status> status,
@@ -197,7 +220,8 @@ class store {
                              std::optional<std::string> tenant = {},
                              std::size_t bytes_max = SIZE_MAX,
                              std::optional<std::string> schedule_id = {},
-                             const run_query* query = nullptr) const;
+                             const run_query* query = nullptr,
+                             run_list_path path = run_list_path::best) const;
 
   // Every (tenant, attribute name) the stored runs carry, once, with the
   // type of its first run in key order: what the node's search attribute types
@@ -338,6 +362,27 @@ class store {
  private:
   store() = default;
   status check_schema();  // REQUIRES: as open_database
+  // Builds the search index from the run records unless `meta` says it is
+  // built (a database written before the index existed). REQUIRES: as
+  // open_database. search_index.cpp.
+  status ensure_search_index();
+  // Appends to `batch` what its puts of run records change in the search
+  // index: entries of a run's attributes it no longer has deleted, new
+  // ones put. Reads the stored records, so REQUIRES: the store pinned and
+  // the watch's lock held (no other write between this and the write).
+  rocksdb::Status index_search_attributes(rocksdb::WriteBatch& batch);
+  // scan_runs through the search index; nullopt when the index cannot
+  // answer the request well (scan instead).
+  struct run_list_request;  // store_internal.hpp
+  result<std::optional<run_scan>> scan_by_index(
+      const run_list_request& request) const;
+  // The page of the runs of `run_keys` (keys::run, newest first) that the
+  // request admits, read at `read`'s snapshot. REQUIRES: the store pinned.
+  result<run_scan> read_candidate_runs(
+      const run_list_request& request, const rocksdb::ReadOptions& read,
+      const std::vector<std::string>& run_keys) const;
+  // scan_runs through every record. REQUIRES: the store pinned.
+  result<run_scan> scan_every_run(const run_list_request& request) const;
   result<std::optional<std::string>> read_meta(std::string_view name) const;
   rocksdb::Status write_meta(std::string_view name, std::string_view value);
   struct health_state;

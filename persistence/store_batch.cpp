@@ -86,6 +86,13 @@ void write_batch::put_run(const run_record& record) {
     refuse("run " + printable(record.id) + ": " + valid.error().message);
     return;
   }
+  if (!record.search.empty() && !keys::fits(record.tenant)) {
+    // Its search index entries (keys::search_entry) could not name it.
+    refuse("run " + printable(record.id) + ": tenant of " +
+           std::to_string(record.tenant.size()) +
+           " bytes is too long for a key");
+    return;
+  }
   const auto put =
       put_to(family::runs, keys::run(record.id), codec::encode(record));
   if (!put.ok()) {

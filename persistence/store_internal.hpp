@@ -13,8 +13,10 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -28,8 +30,8 @@ namespace store_detail {
 
 // Indexed by `family`; the names are on disk and never change.
 inline constexpr std::array<const char*, family_count> family_names = {
-    "runs",  "history",  "timers",  "active",   "meta",     "tokens",
-    "inbox", "requests", "tenants", "api_keys", "schedules"};
+    "runs",  "history",  "timers",  "active",   "meta",      "tokens",
+    "inbox", "requests", "tenants", "api_keys", "schedules", "search"};
 const char* name_of(family which);
 
 // `text` quoted for an error message: printable ASCII as is, other bytes as
@@ -84,6 +86,34 @@ inline std::string_view view(const rocksdb::Slice& slice) {
 }
 
 }  // namespace store_detail
+
+// What a list asks of scan_runs, shared by its two paths (store_reads.cpp
+// scans, search_index.cpp reads the index) so that both list by one rule.
+struct store::run_list_request {
+  std::string_view before_id;
+  std::optional<run_status> status;
+  std::optional<std::string> flow;
+  std::size_t max = 1;
+  std::size_t scan_max = 1;
+  std::optional<std::string> tenant;
+  std::size_t bytes_max = SIZE_MAX;
+  std::optional<std::string> schedule_id;
+  const run_query* query = nullptr;
+
+  // Whether a readable record of the right id belongs in the list.
+  bool admits(const run_record& record) const {
+    return (!status || record.status == *status) &&
+           (!flow || record.flow == *flow) &&
+           (!tenant || record.tenant == *tenant) &&
+           (!schedule_id || record.schedule_id == *schedule_id) &&
+           (query == nullptr || matches(*query, record));
+  }
+  // Whether a page with `scan` so far, `bytes` of them, ends here.
+  bool ends(const run_scan& scan, std::size_t bytes) const {
+    return scan.runs.size() >= max || scan.records_read >= scan_max ||
+           bytes >= bytes_max;
+  }
+};
 
 // Readiness, and the recovery thread that restores it. `mutex` orders
 // changes of readiness; `ready` is read without it by every operation.

@@ -183,7 +183,8 @@ result<store::run_scan> store::scan_runs(
     std::string_view before_id, std::optional<run_status> status,
     std::optional<std::string> flow, std::size_t max, std::size_t scan_max,
     std::optional<std::string> tenant, std::size_t bytes_max,
-    std::optional<std::string> schedule_id, const run_query* query) const {
+    std::optional<std::string> schedule_id, const run_query* query,
+    run_list_path path) const {
   return guarded("scan runs", [&]() -> result<run_scan> {
     auto pinned = hold();
     if (!pinned) {
@@ -198,58 +199,69 @@ result<store::run_scan> store::scan_runs(
                         "cursor of " + std::to_string(before_id.size()) +
                             " bytes is not a run id");
     }
-    run_scan scan;
-    std::unique_ptr<rocksdb::Iterator> it(
-        db_->NewIterator(rocksdb::ReadOptions(), handle(family::runs)));
-    if (before_id.empty()) {
-      it->SeekToLast();
-    } else {
-      // Strictly older: step past the cursor's own record if it exists.
-      const std::string start = keys::run(before_id);
-      it->SeekForPrev(start);
-      if (it->Valid() && view(it->key()) == start) {
-        it->Prev();
+    const run_list_request request{
+        before_id,         status,    std::move(flow),        max,  scan_max,
+        std::move(tenant), bytes_max, std::move(schedule_id), query};
+    if (path == run_list_path::best) {
+      auto indexed = scan_by_index(request);
+      if (!indexed) {
+        return indexed.error();
+      }
+      if (indexed->has_value()) {
+        return std::move(**indexed);
       }
     }
-    std::size_t examined = 0;
-    std::size_t bytes = 0;
-    std::string last_examined;
-    for (; it->Valid(); it->Prev()) {
-      ++examined;
-      const auto id = keys::decode_run(view(it->key()));
-      // A malformed key (keys::run never writes one) cannot be a cursor; if
-      // it is the last examined, the listing ends there.
-      last_examined = id ? *id : std::string();
-      auto decoded = id ? codec::decode_run(view(it->value()))
-                        : result<run_record>(make_error(errc::corrupt_record,
-                                                        "malformed key"));
-      // Skipped, not fatal: one bad record must not hide every other run.
-      const bool readable = decoded.ok() && decoded->id == *id;
-      if (readable && (!status || decoded->status == *status) &&
-          (!flow || decoded->flow == *flow) &&
-          (!tenant || decoded->tenant == *tenant) &&
-          (!schedule_id || decoded->schedule_id == *schedule_id) &&
-          (query == nullptr || matches(*query, *decoded))) {
-        scan.runs.push_back(std::move(*decoded));
-        scan.run_bytes.push_back(it->value().size());
-        bytes += it->value().size();
-      }
-      if (scan.runs.size() >= max || examined >= scan_max ||
-          bytes >= bytes_max) {
-        it->Prev();
-        break;
-      }
-    }
-    if (!it->status().ok()) {
-      return storage_failure("runs: scan", it->status());
-    }
-    // The iterator now sits on the next older record, if any: only then can
-    // more remain.
-    if (it->Valid()) {
-      scan.next_before_id = last_examined;
-    }
-    return scan;
+    return scan_every_run(request);
   });
+}
+
+result<store::run_scan> store::scan_every_run(
+    const run_list_request& request) const {
+  run_scan scan;
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), handle(family::runs)));
+  if (request.before_id.empty()) {
+    it->SeekToLast();
+  } else {
+    // Strictly older: step past the cursor's own record if it exists.
+    const std::string start = keys::run(request.before_id);
+    it->SeekForPrev(start);
+    if (it->Valid() && view(it->key()) == start) {
+      it->Prev();
+    }
+  }
+  std::size_t bytes = 0;
+  std::string last_examined;
+  for (; it->Valid(); it->Prev()) {
+    ++scan.records_read;
+    const auto id = keys::decode_run(view(it->key()));
+    // A malformed key (keys::run never writes one) cannot be a cursor; if
+    // it is the last examined, the listing ends there.
+    last_examined = id ? *id : std::string();
+    auto decoded = id ? codec::decode_run(view(it->value()))
+                      : result<run_record>(
+                            make_error(errc::corrupt_record, "malformed key"));
+    // Skipped, not fatal: one bad record must not hide every other run.
+    const bool readable = decoded.ok() && decoded->id == *id;
+    if (readable && request.admits(*decoded)) {
+      scan.runs.push_back(std::move(*decoded));
+      scan.run_bytes.push_back(it->value().size());
+      bytes += it->value().size();
+    }
+    if (request.ends(scan, bytes)) {
+      it->Prev();
+      break;
+    }
+  }
+  if (!it->status().ok()) {
+    return storage_failure("runs: scan", it->status());
+  }
+  // The iterator now sits on the next older record, if any: only then can
+  // more remain.
+  if (it->Valid()) {
+    scan.next_before_id = last_examined;
+  }
+  return scan;
 }
 
 result<std::vector<store::search_type_entry>> store::search_attribute_types()

@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <limits>
 #include <random>
 #include <string>
@@ -185,6 +187,92 @@ TEST(KeysTest, DecodeTimerRejectsUnknownKindAndDueAboveInt64) {
   std::string huge_due = keys::timer({9, "r", 2, timer_kind::sleep});
   huge_due[0] = '\x80';
   EXPECT_FALSE(keys::decode_timer(huge_due));
+}
+
+TEST(KeysTest, SearchEntryIsTenantNameTypeValueThenRun) {
+  EXPECT_EQ(keys::search_entry("t", "n", search_value::of_int(1), "r"),
+            "\x00\x01t\x00\x01n\x02\x80\x00\x00\x00\x00\x00\x00\x01"
+            "\x00\x01r"s);
+  EXPECT_EQ(keys::search_entry("t", "k", search_value::keyword("a\0b"s), "r"),
+            "\x00\x01t\x00\x01k\x01"
+            "a\x00\xff"
+            "b\x00\x01\x00\x01r"s);
+  EXPECT_EQ(keys::search_entry("t", "b", search_value::of_bool(true), "r"),
+            "\x00\x01t\x00\x01"
+            "b\x04\x01\x00\x01r"s);
+  // The example of persistence/README.md.
+  EXPECT_EQ(
+      keys::search_entry("t", "priority", search_value::of_int(3), "run_1"),
+      "\x00\x01t\x00\x08priority\x02\x80\x00\x00\x00\x00\x00\x00\x03"
+      "\x00\x05run_1"s);
+  // -0 and +0 are equal in every comparison: one key.
+  EXPECT_EQ(keys::search_value_prefix("t", "d", search_value::of_double(-0.0)),
+            keys::search_value_prefix("t", "d", search_value::of_double(0.0)));
+}
+
+// Values of one type must sort as the query language compares them, since
+// a comparison is read as one key range.
+TEST(KeysTest, SearchEntriesSortAsTheirValuesCompare) {
+  std::mt19937_64 random(testing::test_seed());
+  auto keyword = [&] {
+    std::string text;
+    for (auto n = random() % 5; n > 0; --n) {
+      text.push_back(
+          "\0\x01\xff"
+          "ab"[random() % 5]);
+    }
+    return search_value::keyword(text);
+  };
+  auto number = [&] {
+    static const double special[] = {-1e300,   -1.5, -0.0, 0.0,
+                                     4.9e-324, 2.5,  1e300};
+    return search_value::of_double(
+        random() % 2 == 0
+            ? special[random() % 7]
+            : std::ldexp(static_cast<double>(random() % 2001) - 1000.0,
+                         static_cast<int>(random() % 40) - 20));
+  };
+  auto integer = [&] {
+    static const std::int64_t special[] = {INT64_MIN, -1, 0, 1, INT64_MAX};
+    return search_value::of_int(random() % 2 == 0
+                                    ? special[random() % 5]
+                                    : static_cast<std::int64_t>(random()));
+  };
+  for (int round = 0; round < 5000; ++round) {
+    const int type = round % 3;
+    auto make = [&] {
+      return type == 0 ? keyword() : type == 1 ? number() : integer();
+    };
+    const search_value a = make();
+    const search_value b = make();
+    const bool less = type == 0   ? a.text < b.text
+                      : type == 1 ? a.number < b.number
+                                  : a.integer < b.integer;
+    const bool equal = type == 0   ? a.text == b.text
+                       : type == 1 ? a.number == b.number
+                                   : a.integer == b.integer;
+    const auto key_a = keys::search_entry("t", "x", a, "r");
+    const auto key_b = keys::search_entry("t", "x", b, "r");
+    EXPECT_EQ(key_a < key_b, less) << round;
+    EXPECT_EQ(key_a == key_b, equal) << round;
+    auto decoded = keys::decode_search_entry(key_a);
+    ASSERT_TRUE(decoded.has_value());
+    EXPECT_EQ(decoded->run_id, "r");
+    EXPECT_EQ(decoded->value.type, a.type);
+    EXPECT_TRUE(type == 0   ? decoded->value.text == a.text
+                : type == 1 ? decoded->value.number == a.number
+                            : decoded->value.integer == a.integer);
+  }
+}
+
+TEST(KeysTest, DecodeSearchEntryRefusesEveryTruncation) {
+  const auto key =
+      keys::search_entry("t", "k", search_value::keyword("ab"), "run_1");
+  for (std::size_t size = 0; size < key.size(); ++size) {
+    EXPECT_FALSE(keys::decode_search_entry(key.substr(0, size)).has_value())
+        << size;
+  }
+  EXPECT_TRUE(keys::decode_search_entry(key).has_value());
 }
 
 TEST(KeysTest, BigEndianHelpersRoundTrip) {

@@ -112,15 +112,16 @@ TEST_F(StoreTest, OpenCreatesExactlyTheDocumentedFamilies) {
       rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), dir_.path(), &names)
           .ok());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"active", "api_keys", "default",
-                                             "history", "inbox", "meta",
-                                             "requests", "runs", "schedules",
-                                             "tenants", "timers", "tokens"}));
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "active", "api_keys", "default", "history", "inbox",
+                       "meta", "requests", "runs", "schedules", "search",
+                       "tenants", "timers", "tokens"}));
   EXPECT_EQ(store_->handle(family::runs)->GetName(), "runs");
   EXPECT_EQ(store_->handle(family::history)->GetName(), "history");
   EXPECT_EQ(store_->handle(family::timers)->GetName(), "timers");
   EXPECT_EQ(store_->handle(family::active)->GetName(), "active");
   EXPECT_EQ(store_->handle(family::meta)->GetName(), "meta");
+  EXPECT_EQ(store_->handle(family::search)->GetName(), "search");
   EXPECT_EQ(store_->dir(), dir_.path());
 }
 
