@@ -85,21 +85,8 @@ run_query parsed(const std::string& text) {
   return query.ok() ? std::move(*query) : run_query{};
 }
 
-class SearchIndexTest : public ::testing::Test {
+class SearchIndexTest : public testing::reopenable_store {
  protected:
-  void SetUp() override { open(); }
-
-  void open() {
-    auto opened = store::open(dir_.path());
-    ASSERT_TRUE(opened.ok()) << opened.error().message;
-    store_ = std::move(*opened);
-  }
-
-  void reopen() {
-    store_.reset();
-    open();
-  }
-
   void put(const std::vector<run_record>& runs) {
     auto batch = store_->batch();
     for (const auto& run : runs) {
@@ -134,9 +121,6 @@ class SearchIndexTest : public ::testing::Test {
     }
     return out;
   }
-
-  testing::temp_dir dir_;
-  std::unique_ptr<store> store_;
 };
 
 TEST_F(SearchIndexTest, AListByAnIndexedAttributeReadsOnlyTheRunsThatHaveIt) {

@@ -56,21 +56,8 @@ std::string run_id(int n) {
   return text;
 }
 
-class StoreTest : public ::testing::Test {
+class StoreTest : public testing::reopenable_store {
  protected:
-  void SetUp() override { open(); }
-
-  void open() {
-    auto opened = store::open(dir_.path());
-    ASSERT_TRUE(opened.ok()) << opened.error().message;
-    store_ = std::move(*opened);
-  }
-
-  void reopen() {
-    store_.reset();
-    open();
-  }
-
   void commit(write_batch& batch) {
     auto written = store_->write(batch);
     ASSERT_TRUE(written.ok()) << written.error().message;
@@ -99,9 +86,6 @@ class StoreTest : public ::testing::Test {
     }
     return ids;
   }
-
-  testing::temp_dir dir_;
-  std::unique_ptr<store> store_;
 };
 
 // ---- opening and schema ----------------------------------------------------

@@ -11,12 +11,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <ostream>
 #include <random>
 #include <string>
 
 #include "durin/error.hpp"
 #include "durin/run.hpp"
+#include "persistence/store.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace durin {
@@ -50,5 +52,26 @@ inline std::uint64_t test_seed() {
   ::testing::Test::RecordProperty("seed", std::to_string(seed));
   return seed;
 }
+
+// A real store on a fresh directory that a test may close and open again
+// (reopen), as a restart would.
+class reopenable_store : public ::testing::Test {
+ protected:
+  void SetUp() override { open(); }
+
+  void open() {
+    auto opened = store::open(dir_.path());
+    ASSERT_TRUE(opened.ok()) << opened.error().message;
+    store_ = std::move(*opened);
+  }
+
+  void reopen() {
+    store_.reset();
+    open();
+  }
+
+  temp_dir dir_;
+  std::unique_ptr<store> store_;
+};
 
 }  // namespace durin::persistence::testing
