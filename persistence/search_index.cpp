@@ -33,6 +33,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/fnv1a.hpp"
 #include "persistence/codec.hpp"
 #include "persistence/keys.hpp"
 #include "persistence/storage_error.hpp"
@@ -82,6 +83,11 @@ std::vector<std::string> entries_of(std::string_view run_id,
   return run ? entries_of(run_id, *run) : std::vector<std::string>();
 }
 
+// The key of a run's entry count (store::entry_counts_).
+std::uint64_t run_hash(std::string_view run_id) {
+  return base::fnv1a(run_id);
+}
+
 // The puts and deletes of run records in a batch, in order, as views into
 // the batch (valid until it changes).
 class run_writes final : public rocksdb::WriteBatch::Handler {
@@ -128,9 +134,70 @@ class run_writes final : public rocksdb::WriteBatch::Handler {
   std::vector<write> writes_;
 };
 
+// The runs whose entries a batch puts or deletes (one delta each), as a
+// backup that applies the primary's batch must count them.
+class entry_writes final : public rocksdb::WriteBatch::Handler {
+ public:
+  // store::entry_deltas
+  using deltas = std::vector<std::pair<std::uint64_t, std::int64_t>>;
+
+  entry_writes(std::uint32_t search_family, deltas& out)
+      : search_family_(search_family), deltas_(out) {}
+
+  rocksdb::Status PutCF(std::uint32_t family_id, const rocksdb::Slice& key,
+                        const rocksdb::Slice&) override {
+    note(family_id, key, 1);
+    return rocksdb::Status::OK();
+  }
+  rocksdb::Status DeleteCF(std::uint32_t family_id,
+                           const rocksdb::Slice& key) override {
+    note(family_id, key, -1);
+    return rocksdb::Status::OK();
+  }
+  rocksdb::Status SingleDeleteCF(std::uint32_t family_id,
+                                 const rocksdb::Slice& key) override {
+    return DeleteCF(family_id, key);
+  }
+
+ private:
+  void note(std::uint32_t family_id, const rocksdb::Slice& key,
+            std::int64_t by) {
+    if (family_id != search_family_) {
+      return;
+    }
+    if (auto entry = keys::decode_search_entry(view(key))) {
+      deltas_.emplace_back(run_hash(entry->run_id), by);
+    }
+  }
+  std::uint32_t search_family_;
+  deltas& deltas_;
+};
+
 }  // namespace
 
-rocksdb::Status store::index_search_attributes(rocksdb::WriteBatch& batch) {
+void store::count_entries(const entry_deltas& deltas) {
+  for (const auto& [run, by] : deltas) {
+    auto& count = entry_counts_[run];
+    // Never below zero: a count only too high costs a read, never more.
+    count = by < 0 && count < static_cast<std::uint64_t>(-by)
+                ? 0
+                : count + static_cast<std::uint64_t>(by);
+    if (count == 0) {
+      entry_counts_.erase(run);
+    }
+  }
+}
+
+store::entry_deltas store::replicated_entries(
+    const rocksdb::WriteBatch& batch) const {
+  entry_deltas deltas;
+  entry_writes found(handle(family::search)->GetID(), deltas);
+  (void)batch.Iterate(&found);
+  return deltas;
+}
+
+rocksdb::Status store::index_search_attributes(rocksdb::WriteBatch& batch,
+                                               entry_deltas& deltas) const {
   run_writes found(handle(family::runs)->GetID());
   if (auto walked = batch.Iterate(&found); !walked.ok()) {
     return walked;
@@ -144,7 +211,14 @@ rocksdb::Status store::index_search_attributes(rocksdb::WriteBatch& batch) {
     if (!id) {
       continue;  // keys::run never makes such a key; no entry can name it
     }
+    auto after = write.value ? entries_of(*id, *write.value)
+                             : std::vector<std::string>();
     auto before = current.find(write.key);
+    const std::uint64_t run = run_hash(*id);
+    if (before == current.end() && after.empty() &&
+        !entry_counts_.contains(run)) {
+      continue;  // no entries before or after: most runs have no attributes
+    }
     if (before == current.end()) {
       rocksdb::PinnableSlice stored;
       const auto read =
@@ -158,8 +232,6 @@ rocksdb::Status store::index_search_attributes(rocksdb::WriteBatch& batch) {
                                                  : std::vector<std::string>())
                    .first;
     }
-    auto after = write.value ? entries_of(*id, *write.value)
-                             : std::vector<std::string>();
     std::vector<std::string> gone;
     std::set_difference(before->second.begin(), before->second.end(),
                         after.begin(), after.end(), std::back_inserter(gone));
@@ -169,6 +241,10 @@ rocksdb::Status store::index_search_attributes(rocksdb::WriteBatch& batch) {
     std::vector<std::string> added;
     std::set_difference(after.begin(), after.end(), before->second.begin(),
                         before->second.end(), std::back_inserter(added));
+    if (added.size() != gone.size()) {
+      deltas.emplace_back(run, static_cast<std::int64_t>(added.size()) -
+                                   static_cast<std::int64_t>(gone.size()));
+    }
     for (auto& entry : added) {
       changes.emplace_back(std::move(entry), true);
     }
@@ -210,7 +286,7 @@ status store::ensure_search_index() {
   }
   if (stored->has_value() && (*stored)->size() == 4 &&
       keys::get_u32((*stored)->data()) == index_version) {
-    return {};
+    return count_stored_entries();
   }
   rocksdb::WriteBatch batch;
   auto* index = handle(family::search);
@@ -261,6 +337,24 @@ status store::ensure_search_index() {
   if (!written.ok()) {
     return storage_failure("search index: write", written);
   }
+  return count_stored_entries();
+}
+
+status store::count_stored_entries() {
+  entry_deltas deltas;
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), handle(family::search)));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    if (auto entry = keys::decode_search_entry(view(it->key()))) {
+      deltas.emplace_back(run_hash(entry->run_id), 1);
+    }
+  }
+  if (!it->status().ok()) {
+    return storage_failure("search index: count", it->status());
+  }
+  std::lock_guard lock(watch_->mutex);
+  entry_counts_.clear();
+  count_entries(deltas);
   return {};
 }
 

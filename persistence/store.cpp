@@ -422,18 +422,6 @@ status store::load_log_position() {
   return {};
 }
 
-// What runs_by_status keeps. `mutex` orders writes against the first
-// count, so the counts see each write exactly once.
-struct store::run_watch {
-  std::mutex mutex;
-  // Set once counted; the counts are then read without the lock (a scrape
-  // must not wait for an fsync), and written under it.
-  std::atomic<bool> counting{false};
-  std::array<std::atomic<std::uint64_t>, 9> counts{};
-  // Status of every unfinished run, to know which count a write moves from.
-  std::unordered_map<std::string, run_status> open_runs;
-};
-
 namespace {
 
 // The id and status of an encoded run record, read without decoding the
@@ -643,7 +631,8 @@ status store::write(write_batch& batch, bool sync) {
     // again when the write fails, so that a batch written again is indexed
     // against the records then stored.
     batch.batch_->SetSavePoint();
-    if (const auto indexed = index_search_attributes(*batch.batch_);
+    entry_deltas deltas;
+    if (const auto indexed = index_search_attributes(*batch.batch_, deltas);
         !indexed.ok()) {
       (void)batch.batch_->RollbackToSavePoint();
       if (indexed.IsNotSupported()) {
@@ -664,6 +653,7 @@ status store::write(write_batch& batch, bool sync) {
       return storage_failure("write batch", written);
     }
     (void)batch.batch_->PopSavePoint();
+    count_entries(deltas);
     observe_runs(batch);
     return {};
   });

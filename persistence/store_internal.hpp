@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 
 #include "durin/error.hpp"
 #include "persistence/store.hpp"
@@ -132,6 +133,18 @@ struct store::health_state {
   health_listener listener;
   std::thread thread;
 };
+// What runs_by_status keeps. `mutex` orders writes against the first
+// count, so the counts see each write exactly once.
+struct store::run_watch {
+  std::mutex mutex;
+  // Set once counted; the counts are then read without the lock (a scrape
+  // must not wait for an fsync), and written under it.
+  std::atomic<bool> counting{false};
+  std::array<std::atomic<std::uint64_t>, 9> counts{};
+  // Status of every unfinished run, to know which count a write moves from.
+  std::unordered_map<std::string, run_status> open_runs;
+};
+
 // Tells the store of every background error of one database generation and
 // turns RocksDB's own recovery off (see db_options). Defined in
 // store_faults.cpp.

@@ -119,10 +119,15 @@ status store::apply_replicated(std::uint64_t epoch, std::uint64_t position,
     }
     auto options = sync_write();
     options.sync = sync;
+    const auto deltas = replicated_entries(batch);
     const rocksdb::Status written = db_->Write(options, &batch);
     if (!written.ok()) {
       return make_error(errc::storage_error,
                         "write a replicated batch: " + plain_words(written));
+    }
+    {
+      std::lock_guard lock(watch_->mutex);  // the entry counts
+      count_entries(deltas);
     }
     advanced_to(position, epoch);
     return {};

@@ -217,6 +217,36 @@ TEST_F(SearchIndexTest, TheIndexFollowsUpsertsAndRemovals) {
   EXPECT_TRUE(entries().empty());
 }
 
+// A write of a run with no attributes reads no stored record unless the
+// store counts entries of that run: the counts are made again at open, so
+// a run indexed before a restart loses its entries with its attributes.
+TEST_F(SearchIndexTest,
+       ARunIndexedBeforeAReopenLosesItsEntriesWithItsAttributes) {
+  auto kept = make_run(1, "t", {{"priority", search_value::of_int(3)}});
+  auto cleared = make_run(2, "t",
+                          {{"priority", search_value::of_int(4)},
+                           {"customer", search_value::keyword("acme")}});
+  auto plain = make_run(3, "t");
+  put({kept, cleared, plain});
+  ASSERT_EQ(entries().size(), 3u);
+  reopen();
+  cleared.search.clear();
+  plain.status = run_status::completed;
+  put({cleared, plain});
+  auto left = entries();
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].run_id, run_id(1));
+  // A run that never had attributes gets entries when it gains some.
+  plain.search = {{"customer", search_value::keyword("late")}};
+  put({plain});
+  EXPECT_EQ(ids_of(list("customer = 'late'", "t", run_list_path::best).runs),
+            std::vector<std::string>{run_id(3)});
+  kept.search.clear();
+  plain.search.clear();
+  put({kept, plain});
+  EXPECT_TRUE(entries().empty());
+}
+
 TEST_F(SearchIndexTest, ATenantNeverSeesAnotherTenantsRuns) {
   std::vector<run_record> runs;
   for (int n = 1; n <= 40; ++n) {
@@ -371,6 +401,19 @@ TEST(SearchIndexReplicaTest, ABackupGetsTheIndexInThePrimarysShippedWrites) {
   auto backup_sum = (*backup)->checksum();
   ASSERT_TRUE(primary_sum.ok() && backup_sum.ok());
   EXPECT_EQ(*primary_sum, *backup_sum);
+
+  // The backup takes over: runs that got their entries through shipped
+  // writes lose them when their attributes go.
+  primary_fence->close();
+  backup_fence->grant(2, std::chrono::steady_clock::now() + 60s);
+  (*backup)->unfollow();
+  ASSERT_TRUE(durin::testing::eventually([&] { return (*backup)->ready(); }));
+  auto batch = (*backup)->batch();
+  for (int n = 1; n <= 5; ++n) {
+    batch.put_run(make_run(n, "t"));
+  }
+  ASSERT_TRUE((*backup)->write(batch).ok());
+  EXPECT_TRUE(entries_of(**backup).empty());
 }
 
 // A write that fails takes the index's changes back out of its batch, so
