@@ -1,5 +1,7 @@
 #include "services/search_types.hpp"
 
+#include <cstdio>
+
 #include "durin/limits.hpp"
 
 namespace durin::services {
@@ -20,6 +22,31 @@ search_types::unknown_locked(std::string_view tenant,
   return unknown;
 }
 
+void search_types::push_job_locked(
+    std::string tenant,
+    std::vector<std::pair<std::string, search_attribute_type>> wanted,
+    std::function<void(status)> then) {
+  if (!worker_.joinable()) {
+    worker_ = std::thread([this] { run_jobs(); });
+  }
+  jobs_.push_back({std::move(tenant), std::move(wanted), std::move(then)});
+  jobs_ready_.notify_one();
+}
+
+void search_types::confirm_own_locked() {
+  for (const auto& [tenant, known] : tenants_) {
+    std::vector<std::pair<std::string, search_attribute_type>> own;
+    for (const auto& [name, fixed] : known) {
+      if (!fixed.agreed) {
+        own.emplace_back(name, fixed.type);
+      }
+    }
+    if (!own.empty()) {
+      push_job_locked(tenant, std::move(own), [](status) {});
+    }
+  }
+}
+
 void search_types::agree(std::string_view tenant,
                          const search_attributes& attributes,
                          std::function<void(status)> then) {
@@ -27,12 +54,7 @@ void search_types::agree(std::string_view tenant,
     std::lock_guard lock(mutex_);
     auto unknown = unknown_locked(tenant, attributes);
     if (agree_ && !unknown.empty()) {
-      if (!worker_.joinable()) {
-        worker_ = std::thread([this] { run_jobs(); });
-      }
-      jobs_.push_back(
-          {std::string(tenant), std::move(unknown), std::move(then)});
-      jobs_ready_.notify_one();
+      push_job_locked(std::string(tenant), std::move(unknown), std::move(then));
       return;
     }
   }
@@ -54,18 +76,20 @@ status search_types::claim(std::string_view tenant,
                           "' is being agreed with the cluster");
   }
   auto& known = tenants_[std::string(tenant)];
+  std::size_t added = 0;
   for (const auto& [name, value] : attributes) {
     auto found = known.find(name);
-    if (found != known.end() && found->second != value.type) {
+    if (found == known.end()) {
+      ++added;
+    } else if (found->second.type != value.type) {
       return make_error(errc::invalid_argument,
                         "search attribute '" + name + "' is " +
-                            std::string(to_string(found->second)) +
+                            std::string(to_string(found->second.type)) +
                             " in this tenant; got a " +
                             std::string(to_string(value.type)));
     }
   }
-  if (known.size() + unknown.size() >
-      limits::search_attribute_names_per_tenant_max) {
+  if (known.size() + added > limits::search_attribute_names_per_tenant_max) {
     return make_error(
         errc::invalid_argument,
         "a tenant uses at most " +
@@ -73,7 +97,7 @@ status search_types::claim(std::string_view tenant,
             " search attribute names");
   }
   for (const auto& [name, value] : attributes) {
-    known.emplace(name, value.type);
+    known.emplace(name, fixed_type{value.type});
   }
   return {};
 }
@@ -99,13 +123,16 @@ void search_types::run_jobs() {
 // is fixed cluster-wide, so it is remembered even if a later name fails.
 status search_types::agree_now(const agreement& agree, const job& work) {
   for (const auto& [name, want] : work.wanted) {
+    search_attribute_type proposed = want;
     {
       std::lock_guard lock(mutex_);
       if (known_locked(work.tenant, name) || !agree) {
         continue;  // agreed by an earlier job meanwhile
       }
+      // This node's stored runs have a say before any new claim.
+      proposed = own_locked(work.tenant, name).value_or(want);
     }
-    auto fixed = agree(work.tenant, name, want);
+    auto fixed = agree(work.tenant, name, proposed);
     if (!fixed) {
       return make_error(errc::unavailable,
                         "the type of search attribute '" + name +
@@ -113,7 +140,7 @@ status search_types::agree_now(const agreement& agree, const job& work) {
                             fixed.error().message);
     }
     std::lock_guard lock(mutex_);
-    tenants_[work.tenant].emplace(name, fixed->value_or(want));
+    (void)agreed_locked(work.tenant, name, fixed->value_or(proposed));
   }
   return {};
 }
@@ -143,7 +170,14 @@ void search_types::stop_jobs() {
 void search_types::learn(std::string_view tenant, std::string_view name,
                          search_attribute_type type) {
   std::lock_guard lock(mutex_);
-  tenants_[std::string(tenant)].emplace(std::string(name), type);
+  auto [at, added] = tenants_[std::string(tenant)].emplace(std::string(name),
+                                                           fixed_type{type});
+  if (added && agree_) {
+    // A shard recovered on a cluster node: its runs' type is proposed now,
+    // before a claim can fix another.
+    push_job_locked(std::string(tenant), {{std::string(name), type}},
+                    [](status) {});
+  }
 }
 
 std::optional<search_attribute_type> search_types::known_locked(
@@ -153,33 +187,80 @@ std::optional<search_attribute_type> search_types::known_locked(
     return std::nullopt;
   }
   auto found = known->second.find(name);
-  if (found == known->second.end()) {
+  if (found == known->second.end() || (agree_ && !found->second.agreed)) {
     return std::nullopt;
   }
-  return found->second;
+  return found->second.type;
+}
+
+std::optional<search_attribute_type> search_types::own_locked(
+    std::string_view tenant, std::string_view name) const {
+  auto known = tenants_.find(tenant);
+  if (known == tenants_.end()) {
+    return std::nullopt;
+  }
+  auto found = known->second.find(name);
+  if (found == known->second.end() || found->second.agreed) {
+    return std::nullopt;
+  }
+  return found->second.type;
+}
+
+search_attribute_type search_types::agreed_locked(
+    std::string_view tenant, std::string_view name,
+    search_attribute_type type) const {
+  auto& known = tenants_[std::string(tenant)];
+  auto [at, added] = known.try_emplace(std::string(name), fixed_type{type});
+  auto& fixed = at->second;
+  if (!added && !fixed.agreed && fixed.type != type) {
+    std::fprintf(stderr,
+                 "durin: search attribute '%.*s' of tenant '%.*s' is %s in "
+                 "the cluster; runs stored here have it as %s and match no "
+                 "query on it\n",
+                 static_cast<int>(name.size()), name.data(),
+                 static_cast<int>(tenant.size()), tenant.data(),
+                 std::string(to_string(type)).c_str(),
+                 std::string(to_string(fixed.type)).c_str());
+  }
+  fixed = {type, true};
+  misses_.erase({std::string(tenant), std::string(name)});
+  return type;
 }
 
 std::optional<search_attribute_type> search_types::type_of(
     std::string_view tenant, std::string_view name) const {
   agreement agree;
+  std::optional<search_attribute_type> own;
+  const auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard lock(mutex_);
     if (auto type = known_locked(tenant, name)) {
       return type;
     }
     agree = agree_;
+    own = own_locked(tenant, name);
+    if (!agree) {
+      return std::nullopt;
+    }
+    auto missed = misses_.find({std::string(tenant), std::string(name)});
+    if (!own && missed != misses_.end() && missed->second > now) {
+      return std::nullopt;
+    }
   }
-  if (!agree) {
-    return std::nullopt;
-  }
-  auto fixed = agree(tenant, name, std::nullopt);
-  if (!fixed || !*fixed) {
-    return std::nullopt;
+  // With a type of its own the node proposes it (as joining would).
+  auto fixed = agree(tenant, name, own);
+  if (!fixed) {
+    return own;  // the cluster could not be asked
   }
   std::lock_guard lock(mutex_);
-  return tenants_[std::string(tenant)]
-      .emplace(std::string(name), **fixed)
-      .first->second;
+  if (!*fixed) {
+    if (misses_.size() >= misses_max) {
+      misses_.clear();
+    }
+    misses_[{std::string(tenant), std::string(name)}] = now + miss_ttl;
+    return std::nullopt;
+  }
+  return agreed_locked(tenant, name, **fixed);
 }
 
 void search_types::set_agreement(agreement agree) {
@@ -187,6 +268,10 @@ void search_types::set_agreement(agreement agree) {
   {
     std::lock_guard lock(mutex_);
     agree_ = std::move(agree);
+    misses_.clear();
+    if (!leaving) {
+      confirm_own_locked();
+    }
   }
   if (leaving) {
     stop_jobs();

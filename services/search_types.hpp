@@ -18,11 +18,23 @@
 // wait for etcd. type_of does, for a name the node does not know: lists
 // run on threads that may block.
 //
+// A type this node fixed alone (its stored runs' types, learned at open or
+// when a shard is recovered; or a claim while it had no agreement) counts
+// as unknown while the node has an agreement, until the cluster confirms
+// it: a node that ran alone, then joined a cluster, or a shard moved in,
+// types nothing by its own history where the cluster fixed another type.
+// Such a type is what the node proposes when it asks, before any claim's,
+// and the cluster's answer replaces it (a difference is logged: the runs
+// stored with the other type then match no typed literal of that name).
+// Joining (set_agreement) asks for every such type at once, in the
+// background.
+//
 // Not durable by itself: the run records (and in a cluster, etcd) are. A
 // type claimed by a start that is then refused, or by an upsert whose
 // write fails, stays fixed.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -76,19 +88,42 @@ class search_types {
 
   // The name's type; a name unknown here is asked of the agreement, if any
   // (and remembered once fixed). nullopt when no type is fixed or the
-  // cluster could not be asked.
+  // cluster could not be asked (then this node's own type, if it has
+  // one). That no type is fixed is remembered for miss_ttl, so that lists
+  // naming a name nobody uses ask etcd once a second, not each time; a
+  // name fixed meanwhile by another node is seen within that time.
+  static constexpr std::chrono::milliseconds miss_ttl{1000};
   std::optional<search_attribute_type> type_of(std::string_view tenant,
                                                std::string_view name) const;
 
-  // Set by a cluster node before it serves; null again when it leaves,
-  // which answers the agreements still queued unavailable and waits for
-  // the one under way.
+  // Set by a cluster node before it serves (which asks the cluster for
+  // every type this node fixed alone); null again when it leaves, which
+  // answers the agreements still queued unavailable and waits for the one
+  // under way.
   void set_agreement(agreement agree);
 
  private:
-  using names = std::map<std::string, search_attribute_type, std::less<>>;
+  struct fixed_type {
+    search_attribute_type type;
+    bool agreed = false;  // by the cluster; else by this node alone
+  };
+  using names = std::map<std::string, fixed_type, std::less<>>;
+  // The type, if fixed and (with an agreement) agreed.
   std::optional<search_attribute_type> known_locked(
       std::string_view tenant, std::string_view name) const;
+  // The type this node fixed alone, if any: what it proposes.
+  std::optional<search_attribute_type> own_locked(std::string_view tenant,
+                                                  std::string_view name) const;
+  // Remembers what the cluster fixed, replacing this node's own type.
+  search_attribute_type agreed_locked(std::string_view tenant,
+                                      std::string_view name,
+                                      search_attribute_type type) const;
+  // A job that asks for every type this node fixed alone.
+  void confirm_own_locked();
+  void push_job_locked(
+      std::string tenant,
+      std::vector<std::pair<std::string, search_attribute_type>> wanted,
+      std::function<void(status)> then);
 
   struct job {
     std::string tenant;
@@ -104,6 +139,12 @@ class search_types {
 
   mutable std::mutex mutex_;
   mutable std::map<std::string, names, std::less<>> tenants_;
+  // (tenant, name) the cluster had no type for, and until when to believe
+  // it. Cleared when it grows past misses_max.
+  static constexpr std::size_t misses_max = 4096;
+  mutable std::map<std::pair<std::string, std::string>,
+                   std::chrono::steady_clock::time_point>
+      misses_;
   agreement agree_;
   std::deque<job> jobs_;
   std::condition_variable jobs_ready_;

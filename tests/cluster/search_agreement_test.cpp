@@ -9,6 +9,8 @@
 // nobody listens on.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <memory>
 #include <thread>
 
 #include "cluster/etcd.hpp"
@@ -151,6 +153,91 @@ TEST_F(SearchAgreementTest, AnUpsertWaitsWhileEtcdDoesNotAnswerThenGoesOn) {
   ASSERT_EQ(done->search_attributes.count("tier"), 1u);
   EXPECT_EQ(done->search_attributes.at("tier").type,
             search_attribute_type::keyword);
+}
+
+TEST_F(SearchAgreementTest, ATypeANodeFixedAloneIsProposedWhenItJoins) {
+  testing::etcd_process etcd;
+  auto alone = open(first_dir_);
+  ASSERT_TRUE(alone);
+  ASSERT_TRUE(start(*alone, {{"tier", search_value::keyword("gold")}}).ok());
+  // Its runs were stored before any cluster: joining proposes their type,
+  // before any other node's claim could fix another.
+  agree_through(*alone, etcd.endpoint());
+  auto client = cluster::etcd_client::make(etcd.endpoint());
+  ASSERT_TRUE(client.ok());
+  EXPECT_TRUE(durin::testing::eventually([&] {
+    auto held = client->range("/durin/agree/search-types/7:default/tier");
+    return held.ok() && held->kvs.size() == 1 &&
+           held->kvs[0].value == "keyword";
+  }));
+  auto other = open(second_dir_);
+  ASSERT_TRUE(other);
+  agree_through(*other, etcd.endpoint());
+  auto refused = start(*other, {{"tier", search_value::of_int(5)}});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, errc::invalid_argument);
+}
+
+TEST_F(SearchAgreementTest, TheClustersTypeReplacesATypeANodeFixedAlone) {
+  testing::etcd_process etcd;
+  auto member = open(first_dir_);
+  ASSERT_TRUE(member);
+  agree_through(*member, etcd.endpoint());
+  ASSERT_TRUE(start(*member, {{"tier", search_value::of_int(5)}}).ok());
+
+  auto alone = open(second_dir_);
+  ASSERT_TRUE(alone);
+  ASSERT_TRUE(start(*alone, {{"tier", search_value::keyword("gold")}}).ok());
+  // Restarted as a cluster node: its stored runs' type is learned at open,
+  // and is not the cluster's.
+  alone.reset();
+  alone = open(second_dir_);
+  ASSERT_TRUE(alone);
+  agree_through(*alone, etcd.endpoint());
+  auto& types = runtime_access::services(*alone).search;
+  EXPECT_TRUE(durin::testing::eventually([&] {
+    return types.type_of("default", "tier") == search_attribute_type::integer;
+  }));
+  auto refused = start(*alone, {{"tier", search_value::keyword("silver")}});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, errc::invalid_argument);
+  EXPECT_TRUE(start(*alone, {{"tier", search_value::of_int(6)}}).ok());
+  run_filter filter;
+  filter.query = "tier >= 5";
+  auto listed = alone->list(filter);
+  ASSERT_TRUE(listed.ok()) << listed.error().to_string();
+  EXPECT_EQ(listed->runs.size(), 1u);
+}
+
+TEST_F(SearchAgreementTest,
+       ANameNobodyUsesIsAskedOfEtcdOnceAMissTimeNotEachList) {
+  testing::etcd_process etcd;
+  auto rt = open(first_dir_);
+  auto other = open(second_dir_);
+  ASSERT_TRUE(rt && other);
+  auto agree =
+      cluster::search_agreement(etcd.endpoint(), cluster::layout("agree"), 500);
+  ASSERT_TRUE(agree.ok());
+  auto asked = std::make_shared<std::atomic<int>>(0);
+  runtime_access::services(*rt).search.set_agreement(
+      [asked, inner = std::move(*agree)](
+          std::string_view tenant, std::string_view name,
+          std::optional<search_attribute_type> want) {
+        asked->fetch_add(1);
+        return inner(tenant, name, want);
+      });
+  agree_through(*other, etcd.endpoint());
+  auto& types = runtime_access::services(*rt).search;
+  for (int list = 0; list < 20; ++list) {
+    EXPECT_FALSE(types.type_of("default", "nobody").has_value());
+  }
+  EXPECT_EQ(asked->load(), 1);
+  // Fixed meanwhile through another node: seen once the miss is old.
+  ASSERT_TRUE(start(*other, {{"nobody", search_value::of_int(1)}}).ok());
+  EXPECT_TRUE(durin::testing::eventually([&] {
+    return types.type_of("default", "nobody") == search_attribute_type::integer;
+  }));
+  EXPECT_GE(asked->load(), 2);
 }
 
 }  // namespace
