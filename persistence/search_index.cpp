@@ -460,6 +460,84 @@ rocksdb::Status read_candidates(rocksdb::Iterator& it,
   return rocksdb::Status::OK();
 }
 
+// The run keys an equality's (or IN's) entries name, newest first, from
+// just below `before_key` (all when empty): a value's entries end in the
+// run's key (keys::search_entry), so each value's are read backwards and
+// the values merged, and a page reads the entries of its own runs and few
+// more, however deep it is.
+class newest_entries {
+ public:
+  newest_entries(rocksdb::DB& db, const rocksdb::ReadOptions& read,
+                 rocksdb::ColumnFamilyHandle* family,
+                 const std::vector<key_range>& ranges,
+                 std::string_view before_key) {
+    for (const auto& range : ranges) {
+      cursor at{
+          std::unique_ptr<rocksdb::Iterator>(db.NewIterator(read, family)),
+          range.begin};
+      const std::string below = before_key.empty()
+                                    ? range.end
+                                    : range.begin + std::string(before_key);
+      if (below.empty()) {
+        at.it->SeekToLast();
+      } else {
+        at.it->SeekForPrev(below);
+        if (at.it->Valid() && view(at.it->key()) >= below) {
+          at.it->Prev();
+        }
+      }
+      cursors_.push_back(std::move(at));
+    }
+  }
+
+  rocksdb::Status next(std::optional<std::string>& key) {
+    for (;;) {
+      cursor* newest = nullptr;
+      for (auto& at : cursors_) {
+        if (!at.it->Valid()) {
+          if (!at.it->status().ok()) {
+            return at.it->status();
+          }
+          continue;
+        }
+        if (!view(at.it->key()).starts_with(at.prefix)) {
+          continue;  // before this value's first entry
+        }
+        if (newest == nullptr || run_key(at) > run_key(*newest)) {
+          newest = &at;
+        }
+      }
+      if (newest == nullptr) {
+        key.reset();
+        return rocksdb::Status::OK();
+      }
+      std::string found(run_key(*newest));
+      newest->it->Prev();
+      ++entries_read_;
+      // IN may name a value twice: its runs come twice, one after another.
+      if (found != last_ && keys::decode_run(found)) {
+        last_ = found;
+        key = std::move(found);
+        return rocksdb::Status::OK();
+      }
+    }
+  }
+
+  std::size_t entries_read() const { return entries_read_; }
+
+ private:
+  struct cursor {
+    std::unique_ptr<rocksdb::Iterator> it;
+    std::string prefix;
+  };
+  static std::string_view run_key(const cursor& at) {
+    return view(at.it->key()).substr(at.prefix.size());
+  }
+  std::vector<cursor> cursors_;
+  std::string last_;
+  std::size_t entries_read_ = 0;
+};
+
 }  // namespace
 
 result<std::optional<store::run_scan>> store::scan_by_index(
@@ -477,12 +555,28 @@ result<std::optional<store::run_scan>> store::scan_by_index(
   read.snapshot = snapshot.snapshot();
   const std::string before_key =
       request.before_id.empty() ? std::string() : keys::run(request.before_id);
+  const auto op = comparisons.front()->op;
+  if (comparisons.size() == 1 && (op == query_op::eq || op == query_op::in)) {
+    // Nothing to choose between: its entries are read in the page's order.
+    newest_entries entries(*db_, read, handle(family::search),
+                           ranges_of(*request.tenant, *comparisons.front()),
+                           before_key);
+    auto page = read_candidate_runs(
+        request, read,
+        [&](std::optional<std::string>& key) { return entries.next(key); });
+    if (!page) {
+      return page.error();
+    }
+    page->entries_read = entries.entries_read();
+    return std::optional<run_scan>(std::move(*page));
+  }
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(read, handle(family::search)));
   // The comparison with the fewest entries: each after the first is read
   // only until it has as many as the best so far.
   std::optional<std::vector<std::string>> best;
   std::size_t best_entries = 0;
+  std::size_t entries_read = 0;
   for (const auto* comparison : comparisons) {
     if (best && best_entries == 0) {
       break;
@@ -496,6 +590,7 @@ result<std::optional<store::run_scan>> store::scan_by_index(
     if (!done.ok()) {
       return storage_failure("search index: read", done);
     }
+    entries_read += entries;
     if (found) {
       best = std::move(found);
       best_entries = entries;
@@ -507,30 +602,45 @@ result<std::optional<store::run_scan>> store::scan_by_index(
   // The scan's order: newest (greatest key) first, each run once.
   std::sort(best->begin(), best->end(), std::greater<>());
   best->erase(std::unique(best->begin(), best->end()), best->end());
-  auto page = read_candidate_runs(request, read, *best);
+  std::size_t taken = 0;
+  auto page =
+      read_candidate_runs(request, read, [&](std::optional<std::string>& key) {
+        if (taken < best->size()) {
+          key = std::move((*best)[taken++]);
+        } else {
+          key.reset();
+        }
+        return rocksdb::Status::OK();
+      });
   if (!page) {
     return page.error();
   }
+  page->entries_read = entries_read;
   return std::optional<run_scan>(std::move(*page));
 }
 
 result<store::run_scan> store::read_candidate_runs(
     const run_list_request& request, const rocksdb::ReadOptions& read,
-    const std::vector<std::string>& run_keys) const {
+    const next_run_key& next_key) const {
   run_scan scan;
   std::size_t bytes = 0;
-  const std::string* last = nullptr;
+  std::optional<std::string> key;
   bool ended = false;
-  for (const auto& key : run_keys) {
+  for (;;) {
+    if (const auto next = next_key(key); !next.ok()) {
+      return storage_failure("search index: read", next);
+    }
+    if (!key) {
+      break;
+    }
     ++scan.records_read;
-    last = &key;
     rocksdb::PinnableSlice value;
-    const auto got = db_->Get(read, handle(family::runs), key, &value);
+    const auto got = db_->Get(read, handle(family::runs), *key, &value);
     if (!got.ok() && !got.IsNotFound()) {
       return storage_failure("runs: read", got);
     }
     // As the scan: a record that does not decode is passed over.
-    const auto id = keys::decode_run(key);
+    const auto id = keys::decode_run(*key);
     auto decoded =
         got.ok() && id
             ? codec::decode_run(view(value))
@@ -552,15 +662,15 @@ result<store::run_scan> store::read_candidate_runs(
   // whether or not it matches: so does this.
   std::unique_ptr<rocksdb::Iterator> runs(
       db_->NewIterator(read, handle(family::runs)));
-  runs->SeekForPrev(*last);
-  if (runs->Valid() && view(runs->key()) == *last) {
+  runs->SeekForPrev(*key);  // the last run read
+  if (runs->Valid() && view(runs->key()) == *key) {
     runs->Prev();
   }
   if (!runs->status().ok()) {
     return storage_failure("runs: scan", runs->status());
   }
   if (runs->Valid()) {
-    scan.next_before_id = keys::decode_run(*last).value_or(std::string());
+    scan.next_before_id = keys::decode_run(*key).value_or(std::string());
   }
   return scan;
 }

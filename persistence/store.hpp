@@ -213,6 +213,8 @@ class store {
     std::string next_before_id;
     // Run records read: what scan_max counts. For tests and benchmarks.
     std::size_t records_read = 0;
+    // Search index entries read (0 for a scan). For tests and benchmarks.
+    std::size_t entries_read = 0;
   };
   result<run_scan> scan_runs(std::string_view before_id,
                              std::optional<run_status> status,
@@ -390,11 +392,14 @@ class store {
   struct run_list_request;  // store_internal.hpp
   result<std::optional<run_scan>> scan_by_index(
       const run_list_request& request) const;
-  // The page of the runs of `run_keys` (keys::run, newest first) that the
-  // request admits, read at `read`'s snapshot. REQUIRES: the store pinned.
-  result<run_scan> read_candidate_runs(
-      const run_list_request& request, const rocksdb::ReadOptions& read,
-      const std::vector<std::string>& run_keys) const;
+  // The page of the runs whose keys (keys::run, newest first, each once)
+  // `next_key` gives (nullopt after the last), that the request admits,
+  // read at `read`'s snapshot. REQUIRES: the store pinned.
+  using next_run_key =
+      std::function<rocksdb::Status(std::optional<std::string>& key)>;
+  result<run_scan> read_candidate_runs(const run_list_request& request,
+                                       const rocksdb::ReadOptions& read,
+                                       const next_run_key& next_key) const;
   // scan_runs through every record. REQUIRES: the store pinned.
   result<run_scan> scan_every_run(const run_list_request& request) const;
   result<std::optional<std::string>> read_meta(std::string_view name) const;

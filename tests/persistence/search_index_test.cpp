@@ -247,6 +247,42 @@ TEST_F(SearchIndexTest,
   EXPECT_TRUE(entries().empty());
 }
 
+// One equality (or IN) is read in the page's order, from the cursor on:
+// a page reads its own runs' entries and one more, however deep it is, and
+// a match set larger than the candidates a list may collect still pages
+// through the index.
+TEST_F(SearchIndexTest, APageOfOneEqualityReadsOnlyItsOwnEntriesHoweverDeep) {
+  std::vector<run_record> runs;
+  for (int n = 1; n <= 31'500; ++n) {
+    runs.push_back(make_run(
+        n, "t", {{"kw", search_value::keyword(n % 3 == 0 ? "x" : "y")}}));
+  }
+  put(runs);
+  for (const std::string text : {"kw = 'y'", "kw IN ('y', 'y')"}) {
+    std::string cursor;
+    std::size_t seen = 0;
+    int pages = 0;
+    do {
+      const auto page = list(text, "t", run_list_path::best, cursor, 500);
+      ASSERT_EQ(page.runs.size(), 500u) << text;
+      // The page's 500, and the one after its last read to know it is not
+      // the end (twice with the value named twice).
+      EXPECT_LE(page.entries_read, 1002u) << text << " page " << pages;
+      EXPECT_EQ(page.records_read, 500u) << text;
+      if (pages == 30) {  // deep in: the scan's page is the same
+        const auto scanned =
+            list(text, "t", run_list_path::scan_only, cursor, 500);
+        EXPECT_EQ(ids_of(page.runs), ids_of(scanned.runs));
+        EXPECT_EQ(page.next_before_id, scanned.next_before_id);
+      }
+      seen += page.runs.size();
+      cursor = page.next_before_id;
+      ++pages;
+    } while (!cursor.empty());
+    EXPECT_EQ(seen, 21'000u) << text;  // more than candidates_max
+  }
+}
+
 TEST_F(SearchIndexTest, ATenantNeverSeesAnotherTenantsRuns) {
   std::vector<run_record> runs;
   for (int n = 1; n <= 40; ++n) {
