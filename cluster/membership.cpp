@@ -1,7 +1,9 @@
 #include "cluster/membership.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include "cluster/copy_marks.hpp"
 #include "gateway/auth.hpp"
@@ -11,6 +13,10 @@ namespace durin::cluster {
 namespace {
 
 using json = nlohmann::json;
+
+// How long a primary handing a shard over waits for its shipped writes to
+// be answered before it lets go (they normally take a few ms).
+constexpr std::chrono::milliseconds handover_settle_max{500};
 
 std::int64_t margin_of(const membership_options& options) {
   if (options.margin_ms > 0) {
@@ -406,6 +412,16 @@ void membership::acquire_round() {
                      options_.node_id.c_str(), shard, config.target.c_str());
         resigned_[shard].store(taken.epoch, std::memory_order_release);
         fences_[shard]->close();
+        // Writes that landed here before the close reach the target before
+        // it promotes: it then continues this copy's log, which follows it
+        // without a re-copy. Bounded: a backup that does not answer is
+        // dropped by the shipping itself within its timeout.
+        const auto* shipping = fences_[shard]->replication();
+        const auto until = clock::now() + handover_settle_max;
+        while (shipping != nullptr && !shipping->settled() &&
+               clock::now() < until) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
       }
       if (taken.lease == lease &&
           resigned_[shard].load(std::memory_order_acquire) == taken.epoch) {

@@ -303,6 +303,12 @@ class shard_shipping final : public persistence::replication {
     owner_.members.resign(shard_, epoch);
   }
 
+  bool settled() const override {
+    auto& waiting = *owner_.waits[shard_];
+    std::lock_guard lock(waiting.mutex);
+    return waiting.queue.empty();
+  }
+
  private:
   std::shared_ptr<replicator::impl> keep_;
   replicator::impl& owner_;

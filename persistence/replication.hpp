@@ -38,6 +38,11 @@ class replication {
   // store reopens while backups have it, so the position must never be
   // written again at this epoch: the shard is given up at `epoch`.
   virtual void lost(std::uint64_t epoch, std::uint64_t position) = 0;
+
+  // True when every write shipped has been answered: a primary handing
+  // its shard over waits for it, so that the target has every write this
+  // copy has and the two copies stay one log (no re-copy).
+  virtual bool settled() const { return true; }
 };
 
 }  // namespace durin::persistence
