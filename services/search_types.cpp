@@ -6,6 +6,22 @@
 
 namespace durin::services {
 
+namespace {
+
+// The (tenant, name) entry of search_types::tenants_, or null.
+template <class Tenants>
+auto entry_of(Tenants& tenants, std::string_view tenant, std::string_view name)
+    -> decltype(&tenants.begin()->second.begin()->second) {
+  auto known = tenants.find(tenant);
+  if (known == tenants.end()) {
+    return nullptr;
+  }
+  auto found = known->second.find(name);
+  return found == known->second.end() ? nullptr : &found->second;
+}
+
+}  // namespace
+
 search_types::~search_types() {
   stop_jobs();
 }
@@ -182,28 +198,20 @@ void search_types::learn(std::string_view tenant, std::string_view name,
 
 std::optional<search_attribute_type> search_types::known_locked(
     std::string_view tenant, std::string_view name) const {
-  auto known = tenants_.find(tenant);
-  if (known == tenants_.end()) {
+  const auto* fixed = entry_of(tenants_, tenant, name);
+  if (fixed == nullptr || (agree_ && !fixed->agreed)) {
     return std::nullopt;
   }
-  auto found = known->second.find(name);
-  if (found == known->second.end() || (agree_ && !found->second.agreed)) {
-    return std::nullopt;
-  }
-  return found->second.type;
+  return fixed->type;
 }
 
 std::optional<search_attribute_type> search_types::own_locked(
     std::string_view tenant, std::string_view name) const {
-  auto known = tenants_.find(tenant);
-  if (known == tenants_.end()) {
+  const auto* fixed = entry_of(tenants_, tenant, name);
+  if (fixed == nullptr || fixed->agreed) {
     return std::nullopt;
   }
-  auto found = known->second.find(name);
-  if (found == known->second.end() || found->second.agreed) {
-    return std::nullopt;
-  }
-  return found->second.type;
+  return fixed->type;
 }
 
 search_attribute_type search_types::agreed_locked(
