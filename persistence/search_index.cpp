@@ -88,29 +88,26 @@ std::uint64_t run_hash(std::string_view run_id) {
   return base::fnv1a(run_id);
 }
 
-// The puts and deletes of run records in a batch, in order, as views into
-// the batch (valid until it changes).
-class run_writes final : public rocksdb::WriteBatch::Handler {
+// The puts and deletes of run records and of index entries in a batch, in
+// order, as views into the batch (valid until it changes).
+class batch_writes final : public rocksdb::WriteBatch::Handler {
  public:
   struct write {
     std::string_view key;
-    std::optional<std::string_view> value;  // nullopt: the run is deleted
+    std::optional<std::string_view> value;  // nullopt: deleted
   };
 
-  explicit run_writes(std::uint32_t runs_family) : runs_family_(runs_family) {}
+  batch_writes(std::uint32_t runs_family, std::uint32_t search_family)
+      : runs_family_(runs_family), search_family_(search_family) {}
 
   rocksdb::Status PutCF(std::uint32_t family_id, const rocksdb::Slice& key,
                         const rocksdb::Slice& value) override {
-    if (family_id == runs_family_) {
-      writes_.push_back({view(key), view(value)});
-    }
+    note(family_id, {view(key), view(value)});
     return rocksdb::Status::OK();
   }
   rocksdb::Status DeleteCF(std::uint32_t family_id,
                            const rocksdb::Slice& key) override {
-    if (family_id == runs_family_) {
-      writes_.push_back({view(key), std::nullopt});
-    }
+    note(family_id, {view(key), std::nullopt});
     return rocksdb::Status::OK();
   }
   rocksdb::Status SingleDeleteCF(std::uint32_t family_id,
@@ -120,57 +117,30 @@ class run_writes final : public rocksdb::WriteBatch::Handler {
   rocksdb::Status DeleteRangeCF(std::uint32_t family_id, const rocksdb::Slice&,
                                 const rocksdb::Slice&) override {
     // Runs are deleted one by one, so that their entries can go with them.
-    return family_id == runs_family_
+    return family_id == runs_family_ || family_id == search_family_
                ? rocksdb::Status::NotSupported(
-                     "a range delete of run records: the search index "
-                     "cannot follow it")
+                     "a range delete of run records or index entries: the "
+                     "search index cannot follow it")
                : rocksdb::Status::OK();
   }
 
-  const std::vector<write>& writes() const { return writes_; }
+  const std::vector<write>& runs() const { return runs_; }
+  // Their values are empty: a put's value is there only to tell it from a
+  // delete.
+  const std::vector<write>& entries() const { return entries_; }
 
  private:
+  void note(std::uint32_t family_id, write found) {
+    if (family_id == runs_family_) {
+      runs_.push_back(found);
+    } else if (family_id == search_family_) {
+      entries_.push_back(found);
+    }
+  }
   std::uint32_t runs_family_;
-  std::vector<write> writes_;
-};
-
-// The runs whose entries a batch puts or deletes (one delta each), as a
-// backup that applies the primary's batch must count them.
-class entry_writes final : public rocksdb::WriteBatch::Handler {
- public:
-  // store::entry_deltas
-  using deltas = std::vector<std::pair<std::uint64_t, std::int64_t>>;
-
-  entry_writes(std::uint32_t search_family, deltas& out)
-      : search_family_(search_family), deltas_(out) {}
-
-  rocksdb::Status PutCF(std::uint32_t family_id, const rocksdb::Slice& key,
-                        const rocksdb::Slice&) override {
-    note(family_id, key, 1);
-    return rocksdb::Status::OK();
-  }
-  rocksdb::Status DeleteCF(std::uint32_t family_id,
-                           const rocksdb::Slice& key) override {
-    note(family_id, key, -1);
-    return rocksdb::Status::OK();
-  }
-  rocksdb::Status SingleDeleteCF(std::uint32_t family_id,
-                                 const rocksdb::Slice& key) override {
-    return DeleteCF(family_id, key);
-  }
-
- private:
-  void note(std::uint32_t family_id, const rocksdb::Slice& key,
-            std::int64_t by) {
-    if (family_id != search_family_) {
-      return;
-    }
-    if (auto entry = keys::decode_search_entry(view(key))) {
-      deltas_.emplace_back(run_hash(entry->run_id), by);
-    }
-  }
   std::uint32_t search_family_;
-  deltas& deltas_;
+  std::vector<write> runs_;
+  std::vector<write> entries_;
 };
 
 }  // namespace
@@ -188,25 +158,24 @@ void store::count_entries(const entry_deltas& deltas) {
   }
 }
 
-store::entry_deltas store::replicated_entries(
-    const rocksdb::WriteBatch& batch) const {
-  entry_deltas deltas;
-  entry_writes found(handle(family::search)->GetID(), deltas);
-  (void)batch.Iterate(&found);
-  return deltas;
-}
-
-rocksdb::Status store::index_search_attributes(rocksdb::WriteBatch& batch,
-                                               entry_deltas& deltas) const {
-  run_writes found(handle(family::runs)->GetID());
+rocksdb::Status store::index_changes(const rocksdb::WriteBatch& batch,
+                                     index_change_list& changes,
+                                     entry_deltas& deltas,
+                                     std::vector<index_change>* own) const {
+  batch_writes found(handle(family::runs)->GetID(),
+                     handle(family::search)->GetID());
   if (auto walked = batch.Iterate(&found); !walked.ok()) {
     return walked;
+  }
+  if (own != nullptr) {
+    for (const auto& entry : found.entries()) {
+      own->emplace_back(std::string(entry.key), entry.value.has_value());
+    }
   }
   // Each run's entries after the batch's writes so far: a group write may
   // hold two records of one run, and only the first replaces the stored one.
   std::unordered_map<std::string_view, std::vector<std::string>> current;
-  std::vector<std::pair<std::string, bool>> changes;  // entry, put (or delete)
-  for (const auto& write : found.writes()) {
+  for (const auto& write : found.runs()) {
     auto id = keys::decode_run(write.key);
     if (!id) {
       continue;  // keys::run never makes such a key; no entry can name it
@@ -250,7 +219,16 @@ rocksdb::Status store::index_search_attributes(rocksdb::WriteBatch& batch,
     }
     before->second = std::move(after);
   }
-  current.clear();  // views into the batch, which changes now
+  return rocksdb::Status::OK();
+}
+
+rocksdb::Status store::index_search_attributes(rocksdb::WriteBatch& batch,
+                                               entry_deltas& deltas) const {
+  index_change_list changes;
+  if (auto found = index_changes(batch, changes, deltas, nullptr);
+      !found.ok()) {
+    return found;
+  }
   auto* index = handle(family::search);
   for (const auto& [entry, put] : changes) {
     const auto done = put ? batch.Put(index, entry, rocksdb::Slice())
@@ -260,6 +238,34 @@ rocksdb::Status store::index_search_attributes(rocksdb::WriteBatch& batch,
     }
   }
   return rocksdb::Status::OK();
+}
+
+result<bool> store::follow_index(rocksdb::WriteBatch& batch,
+                                 entry_deltas& deltas) const {
+  if (index_stale_) {
+    return false;  // built again when this copy is opened to serve
+  }
+  index_change_list expected;
+  index_change_list shipped;
+  if (auto found = index_changes(batch, expected, deltas, &shipped);
+      !found.ok()) {
+    return storage_failure("search index: follow a replicated write", found);
+  }
+  if (shipped == expected) {
+    return false;
+  }
+  // A primary of a build without the index (a rolling upgrade), or one
+  // whose index is not this copy's: the record and the index part here.
+  // The version goes in the same batch, so that the copy is indexed again
+  // at its next open to serve, whenever that is, and never serves lists
+  // from entries that miss runs.
+  deltas.clear();
+  const auto marked =
+      batch.Delete(handle(family::meta), keys::meta(index_version_name));
+  if (!marked.ok()) {
+    return storage_failure("search index: mark the copy's index stale", marked);
+  }
+  return true;
 }
 
 // ---- building the index at open ---------------------------------------------
@@ -355,6 +361,7 @@ status store::count_stored_entries() {
   std::lock_guard lock(watch_->mutex);
   entry_counts_.clear();
   count_entries(deltas);
+  index_stale_ = false;  // counted from an index built for these records
   return {};
 }
 

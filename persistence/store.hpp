@@ -379,9 +379,27 @@ class store {
   // write).
   rocksdb::Status index_search_attributes(rocksdb::WriteBatch& batch,
                                           entry_deltas& deltas) const;
-  // What a replicated batch (the primary's, index entries included)
-  // changes in the entry counts.
-  entry_deltas replicated_entries(const rocksdb::WriteBatch& batch) const;
+  // An index entry put (true) or deleted.
+  using index_change = std::pair<std::string, bool>;
+  using index_change_list = std::vector<index_change>;
+  // The index changes the run records `batch` puts and deletes make, in
+  // the order index_search_attributes appends them; `own`, when given,
+  // gets the index changes the batch holds already. REQUIRES: as
+  // index_search_attributes.
+  rocksdb::Status index_changes(const rocksdb::WriteBatch& batch,
+                                index_change_list& changes,
+                                entry_deltas& deltas,
+                                index_change_list* own) const;
+  // A backup's check of a replicated batch (the primary's, index changes
+  // included): true when they are not the changes its records make here
+  // (a primary of a build without the index, in a rolling upgrade), and
+  // then the batch also deletes `meta/search_index_version`, so that the
+  // copy is indexed afresh when it opens to serve (check_schema); the
+  // caller sets index_stale_ once that batch is written. `deltas` gets
+  // what it moves in the entry counts. REQUIRES: the watch's lock, no
+  // other writer (the replication applier).
+  result<bool> follow_index(rocksdb::WriteBatch& batch,
+                            entry_deltas& deltas) const;
   // After a write: the counts move by `deltas`. REQUIRES: the watch's lock.
   void count_entries(const entry_deltas& deltas);
   // The counts made afresh from the `search` family. REQUIRES: as
@@ -443,6 +461,9 @@ class store {
   // which costs a read, never a wrong index. Made at open, moved by every
   // write (store::write, apply_replicated) under the watch's lock.
   std::unordered_map<std::uint64_t, std::uint64_t> entry_counts_;
+  // A backup's index no longer follows its records (follow_index): checked
+  // no more until the copy is indexed again. Under the watch's lock.
+  bool index_stale_ = false;
 
   std::string dir_;
   // The Env over options_.file_system, when a test set one; outlives db_.

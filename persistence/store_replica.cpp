@@ -119,16 +119,20 @@ status store::apply_replicated(std::uint64_t epoch, std::uint64_t position,
     }
     auto options = sync_write();
     options.sync = sync;
-    const auto deltas = replicated_entries(batch);
+    // The watch's lock: the entry counts and index_stale_.
+    std::lock_guard lock(watch_->mutex);
+    entry_deltas deltas;
+    auto stale = follow_index(batch, deltas);
+    if (!stale) {
+      return stale.error();
+    }
     const rocksdb::Status written = db_->Write(options, &batch);
     if (!written.ok()) {
       return make_error(errc::storage_error,
                         "write a replicated batch: " + plain_words(written));
     }
-    {
-      std::lock_guard lock(watch_->mutex);  // the entry counts
-      count_entries(deltas);
-    }
+    count_entries(deltas);
+    index_stale_ = index_stale_ || *stale;
     advanced_to(position, epoch);
     return {};
   });

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -384,72 +385,212 @@ class recorded_replication final : public replication {
   std::vector<write> writes_;
 };
 
-TEST(SearchIndexReplicaTest, ABackupGetsTheIndexInThePrimarysShippedWrites) {
-  using namespace std::chrono_literals;
-  testing::temp_dir primary_dir;
-  testing::temp_dir backup_dir;
-  auto shipped = std::make_shared<recorded_replication>();
-  auto primary_fence = std::make_shared<fence>();
-  primary_fence->set_replication(shipped);
-  auto primary = store::open(primary_dir.path(), {.fence = primary_fence});
-  ASSERT_TRUE(primary.ok()) << primary.error().message;
-  primary_fence->grant(1, std::chrono::steady_clock::now() + 60s);
-  ASSERT_TRUE(durin::testing::eventually([&] { return (*primary)->ready(); }));
-  auto backup_fence = std::make_shared<fence>();
-  auto backup = store::open(backup_dir.path(), {.fence = backup_fence});
-  ASSERT_TRUE(backup.ok()) << backup.error().message;
-  ASSERT_TRUE((*backup)->follow().ok());
-  {
-    committer writer(**primary);
-    for (int n = 1; n <= 20; ++n) {
-      auto run =
-          make_run(n % 5 + 1, "t", {{"priority", search_value::of_int(n)}});
-      if (n % 4 == 0) {
-        run.search.clear();
+// A primary and a backup's copy of one shard: the primary's committer ships
+// through a recorded_replication, and the test applies what it shipped.
+class replica_pair {
+ public:
+  using as_shipped = std::function<std::string(std::string)>;
+
+  void start() {
+    using namespace std::chrono_literals;
+    primary_fence_->set_replication(shipped_);
+    auto primary = store::open(primary_dir_.path(), {.fence = primary_fence_});
+    ASSERT_TRUE(primary.ok()) << primary.error().message;
+    primary_ = std::move(*primary);
+    primary_fence_->grant(1, std::chrono::steady_clock::now() + 60s);
+    ASSERT_TRUE(durin::testing::eventually([&] { return primary_->ready(); }));
+    auto backup = store::open(backup_dir_.path(), {.fence = backup_fence_});
+    ASSERT_TRUE(backup.ok()) << backup.error().message;
+    backup_ = std::move(*backup);
+    ASSERT_TRUE(backup_->follow().ok());
+    writer_ = std::make_unique<committer>(*primary_);
+  }
+
+  void write(const run_record& run) {
+    auto batch = primary_->batch();
+    batch.put_run(run);
+    std::promise<status> answered;
+    writer_->submit(std::move(batch), [&](const status& outcome) {
+      answered.set_value(outcome);
+    });
+    ASSERT_TRUE(answered.get_future().get().ok());
+  }
+
+  // Applies the writes shipped since the last call, each as `change` makes
+  // it.
+  void apply(const as_shipped& change = {}) {
+    const auto writes = shipped_->writes();
+    for (; applied_ < writes.size(); ++applied_) {
+      const auto& write = writes[applied_];
+      ASSERT_TRUE(
+          backup_
+              ->apply_replicated(write.epoch, write.position,
+                                 change ? change(write.data) : write.data)
+              .ok());
+    }
+  }
+
+  // The backup takes the shard over, as a grant after a failover does.
+  void promote() {
+    using namespace std::chrono_literals;
+    writer_.reset();
+    primary_fence_->close();
+    backup_fence_->grant(2, std::chrono::steady_clock::now() + 60s);
+    backup_->unfollow();
+    ASSERT_TRUE(durin::testing::eventually([&] { return backup_->ready(); }));
+  }
+
+  store& primary() { return *primary_; }
+  store& backup() { return *backup_; }
+
+ private:
+  testing::temp_dir primary_dir_;
+  testing::temp_dir backup_dir_;
+  std::shared_ptr<recorded_replication> shipped_ =
+      std::make_shared<recorded_replication>();
+  std::shared_ptr<fence> primary_fence_ = std::make_shared<fence>();
+  std::shared_ptr<fence> backup_fence_ = std::make_shared<fence>();
+  std::unique_ptr<store> primary_;
+  std::unique_ptr<store> backup_;
+  std::unique_ptr<committer> writer_;
+  std::size_t applied_ = 0;
+};
+
+std::vector<std::string> index_entries(store& copy) {
+  std::vector<std::string> out;
+  std::unique_ptr<rocksdb::Iterator> it(copy.raw_db().NewIterator(
+      rocksdb::ReadOptions(), copy.handle(family::search)));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    out.push_back(it->key().ToString());
+  }
+  return out;
+}
+
+// Read raw: a backup's store is not ready, so get_meta refuses.
+bool index_version_stored(store& copy) {
+  std::string value;
+  return copy.raw_db()
+      .Get(rocksdb::ReadOptions(), copy.handle(family::meta),
+           keys::meta("search_index_version"), &value)
+      .ok();
+}
+
+// What a primary of a build without the index ships: `data` without the
+// `search` family's writes (families have the same ids on every replica).
+std::string without_index(store& copy, const std::string& data) {
+  class copier final : public rocksdb::WriteBatch::Handler {
+   public:
+    explicit copier(store& copy) : copy_(copy) {}
+    rocksdb::Status PutCF(std::uint32_t id, const rocksdb::Slice& key,
+                          const rocksdb::Slice& value) override {
+      auto* into = kept(id);
+      return into ? out.Put(into, key, value) : rocksdb::Status::OK();
+    }
+    rocksdb::Status DeleteCF(std::uint32_t id,
+                             const rocksdb::Slice& key) override {
+      auto* into = kept(id);
+      return into ? out.Delete(into, key) : rocksdb::Status::OK();
+    }
+    rocksdb::WriteBatch out;
+
+   private:
+    rocksdb::ColumnFamilyHandle* kept(std::uint32_t id) const {
+      for (std::size_t n = 0; n < family_count; ++n) {
+        auto* handle = copy_.handle(static_cast<family>(n));
+        if (handle->GetID() == id) {
+          return static_cast<family>(n) == family::search ? nullptr : handle;
+        }
       }
-      auto batch = (*primary)->batch();
-      batch.put_run(run);
-      std::promise<status> answered;
-      writer.submit(std::move(batch), [&](const status& outcome) {
-        answered.set_value(outcome);
-      });
-      ASSERT_TRUE(answered.get_future().get().ok());
+      ADD_FAILURE() << "a write to family id " << id;
+      return nullptr;
     }
-  }
-  for (const auto& write : shipped->writes()) {
-    ASSERT_TRUE((*backup)
-                    ->apply_replicated(write.epoch, write.position, write.data)
-                    .ok());
-  }
-  auto entries_of = [](store& copy) {
-    std::vector<std::string> out;
-    std::unique_ptr<rocksdb::Iterator> it(copy.raw_db().NewIterator(
-        rocksdb::ReadOptions(), copy.handle(family::search)));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      out.push_back(it->key().ToString());
-    }
-    return out;
+    store& copy_;
   };
+  copier copied(copy);
+  rocksdb::WriteBatch batch{data};
+  EXPECT_TRUE(batch.Iterate(&copied).ok());
+  return copied.out.Data();
+}
+
+TEST(SearchIndexReplicaTest, ABackupGetsTheIndexInThePrimarysShippedWrites) {
+  replica_pair pair;
+  ASSERT_NO_FATAL_FAILURE(pair.start());
+  for (int n = 1; n <= 20; ++n) {
+    auto run =
+        make_run(n % 5 + 1, "t", {{"priority", search_value::of_int(n)}});
+    if (n % 4 == 0) {
+      run.search.clear();
+    }
+    ASSERT_NO_FATAL_FAILURE(pair.write(run));
+  }
+  ASSERT_NO_FATAL_FAILURE(pair.apply());
   // The last writes of runs 1 and 2 (n = 20, 16) cleared them.
-  EXPECT_EQ(entries_of(**primary).size(), 3u);
-  EXPECT_EQ(entries_of(**backup), entries_of(**primary));
-  auto primary_sum = (*primary)->checksum();
-  auto backup_sum = (*backup)->checksum();
+  EXPECT_EQ(index_entries(pair.primary()).size(), 3u);
+  EXPECT_EQ(index_entries(pair.backup()), index_entries(pair.primary()));
+  EXPECT_TRUE(index_version_stored(pair.backup()));
+  auto primary_sum = pair.primary().checksum();
+  auto backup_sum = pair.backup().checksum();
   ASSERT_TRUE(primary_sum.ok() && backup_sum.ok());
   EXPECT_EQ(*primary_sum, *backup_sum);
 
   // The backup takes over: runs that got their entries through shipped
   // writes lose them when their attributes go.
-  primary_fence->close();
-  backup_fence->grant(2, std::chrono::steady_clock::now() + 60s);
-  (*backup)->unfollow();
-  ASSERT_TRUE(durin::testing::eventually([&] { return (*backup)->ready(); }));
-  auto batch = (*backup)->batch();
+  ASSERT_NO_FATAL_FAILURE(pair.promote());
+  auto batch = pair.backup().batch();
   for (int n = 1; n <= 5; ++n) {
     batch.put_run(make_run(n, "t"));
   }
-  ASSERT_TRUE((*backup)->write(batch).ok());
-  EXPECT_TRUE(entries_of(**backup).empty());
+  ASSERT_TRUE(pair.backup().write(batch).ok());
+  EXPECT_TRUE(index_entries(pair.backup()).empty());
+}
+
+// A rolling upgrade: a primary of an earlier build ships run records with
+// no index entries. The backup's index would miss those runs; it notices the
+// first such write, and its copy is indexed afresh before it serves.
+TEST(SearchIndexReplicaTest,
+     ABackupOfAPrimaryWithoutTheIndexBuildsItBeforeItServes) {
+  replica_pair pair;
+  ASSERT_NO_FATAL_FAILURE(pair.start());
+  auto strip = [&](std::string data) {
+    return without_index(pair.primary(), data);
+  };
+  for (int n = 1; n <= 5; ++n) {
+    ASSERT_NO_FATAL_FAILURE(
+        pair.write(make_run(n, "t", {{"priority", search_value::of_int(1)}})));
+  }
+  ASSERT_NO_FATAL_FAILURE(pair.apply());
+  ASSERT_TRUE(index_version_stored(pair.backup()));
+  // An earlier build changes a run the backup has entries of: the entries
+  // it ships (none) are not the ones the change makes here.
+  ASSERT_NO_FATAL_FAILURE(
+      pair.write(make_run(1, "t", {{"priority", search_value::of_int(2)}})));
+  ASSERT_NO_FATAL_FAILURE(pair.apply(strip));
+  EXPECT_FALSE(index_version_stored(pair.backup()));
+  // New runs with attributes, and a run whose attributes go.
+  for (int n = 6; n <= 9; ++n) {
+    ASSERT_NO_FATAL_FAILURE(
+        pair.write(make_run(n, "t", {{"priority", search_value::of_int(3)}})));
+  }
+  ASSERT_NO_FATAL_FAILURE(pair.write(make_run(2, "t")));
+  ASSERT_NO_FATAL_FAILURE(pair.apply(strip));
+  EXPECT_FALSE(index_version_stored(pair.backup()));
+  const auto shipped_records = pair.primary().checksum();
+
+  ASSERT_NO_FATAL_FAILURE(pair.promote());
+  EXPECT_TRUE(index_version_stored(pair.backup()));
+  EXPECT_EQ(index_entries(pair.backup()), index_entries(pair.primary()));
+  const auto query = parsed("priority = 3");
+  auto listed = pair.backup().scan_runs("", std::nullopt, std::nullopt, 100,
+                                        100'000, "t", SIZE_MAX, std::nullopt,
+                                        &query, run_list_path::best);
+  ASSERT_TRUE(listed.ok()) << listed.error().message;
+  EXPECT_EQ(listed->runs.size(), 4u);
+  EXPECT_EQ(listed->records_read, 4u);  // through the index
+  // The index is a function of the records: rebuilt, the copy equals the
+  // primary's, whose index was kept write by write.
+  auto backup_sum = pair.backup().checksum();
+  ASSERT_TRUE(shipped_records.ok() && backup_sum.ok());
+  EXPECT_EQ(*backup_sum, *shipped_records);
 }
 
 // A write that fails takes the index's changes back out of its batch, so
