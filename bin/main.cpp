@@ -230,7 +230,7 @@ struct cluster_flags {
   std::vector<std::string> nodes;                         // init
   std::uint32_t replicas = 0;  // init; 0: 2, or 1 for --nodes of one
   std::uint32_t shard = 0;     // move, accept-loss
-  std::string to;              // move
+  std::string to;              // move, accept-loss
   std::string node;            // drain
   bool remove = false;         // drain: its backup copies too
   int timeout_s = 120;         // move, drain
@@ -323,24 +323,25 @@ int cluster_accept_loss_command(const cluster_flags& flags) {
     return 2;
   }
   auto accepted =
-      durin::cluster::accept_loss(*etcd, flags.cluster, flags.shard);
+      durin::cluster::accept_loss(*etcd, flags.cluster, flags.shard, flags.to);
   if (!accepted) {
     std::cerr << durin::to_code(accepted.error().code) << ": "
               << accepted.error().message << "\n";
     return 1;
   }
-  auto epoch = durin::cluster::wait_for_move(
-      *etcd, flags.cluster, flags.shard, accepted->owner,
-      std::chrono::seconds(flags.timeout_s));
+  const std::string taker(accepted->loss_accepted_by());
+  auto epoch =
+      durin::cluster::wait_for_move(*etcd, flags.cluster, flags.shard, taker,
+                                    std::chrono::seconds(flags.timeout_s));
   if (!epoch) {
     std::cerr << "timeout: shard " << flags.shard << " is not served by '"
-              << accepted->owner << "' after " << flags.timeout_s
+              << taker << "' after " << flags.timeout_s
               << " s (the node must be live)\n";
     return 1;
   }
-  std::cout << "shard " << flags.shard << " served by " << accepted->owner
-            << " at epoch " << *epoch << ", without the history its copy lost"
-            << std::endl;
+  std::cout << "shard " << flags.shard << " served by " << taker << " at epoch "
+            << *epoch << ", without the history its copy "
+            << (taker == accepted->owner ? "lost" : "lacks") << std::endl;
   return 0;
 }
 
@@ -874,11 +875,18 @@ void add_local_commands(CLI::App& app, cli& c) {
                   "copy goes)");
   auto* accept_loss = cluster->add_subcommand(
       "accept-loss",
-      "let a shard's owner serve it although its copy lost the shard's "
-      "history (its data directory was deleted and no copy in step is "
-      "live): the runs it held are gone for good");
+      "let a shard no node serves be served although no copy in step is "
+      "live: by its owner, whose copy lost the shard's history (its data "
+      "directory was deleted), or by a backup (--to), whose copy lacks the "
+      "writes made since it left the in-sync set; what is missing is gone "
+      "for good");
   accept_loss->add_option("shard", c.cluster.shard, "the shard's number")
       ->required();
+  accept_loss->add_option(
+      "--to", c.cluster.to,
+      "a live backup to take the shard with what its copy holds, when no "
+      "copy in step is left (see the replicas' positions in `durin cluster "
+      "status`); the owner when not given");
   for (auto* sub : {move, drain, accept_loss}) {
     sub->add_option("--etcd", c.cluster.etcd, "etcd client URLs")->required();
     sub->add_option("--cluster", c.cluster.cluster, "the cluster's name")

@@ -162,6 +162,9 @@ std::string encode(const shard_config& shard) {
   if (shard.accept_loss_at != 0) {
     value["acceptLossAt"] = shard.accept_loss_at;
   }
+  if (!shard.accept_loss_by.empty()) {
+    value["acceptLossBy"] = shard.accept_loss_by;
+  }
   return value.dump();
 }
 
@@ -180,6 +183,7 @@ result<shard_config> decode_shard(std::string_view text) {
                     : shard_state::active;
   shard.target = parsed->value("target", std::string());
   shard.accept_loss_at = parsed->value("acceptLossAt", std::uint64_t{0});
+  shard.accept_loss_by = parsed->value("acceptLossBy", std::string());
   if (auto backups = parsed->find("backups");
       backups != parsed->end() && backups->is_array()) {
     for (const auto& node : *backups) {
@@ -224,6 +228,14 @@ bool shard_config::in_step(std::string_view node, std::int64_t lease) const {
   return std::any_of(in_sync.begin(), in_sync.end(), [&](const auto& entry) {
     return entry.node == node && entry.lease == lease;
   });
+}
+
+std::string_view shard_config::loss_accepted_by() const {
+  if (accept_loss_at == 0 || accept_loss_at != epoch) {
+    return {};
+  }
+  return accept_loss_by.empty() ? std::string_view(owner)
+                                : std::string_view(accept_loss_by);
 }
 
 namespace {

@@ -71,14 +71,20 @@ struct shard_config {
   // copy has every write the owner acknowledged (cluster/replication.hpp).
   std::vector<std::string> backups;
   std::vector<in_sync_entry> in_sync;
-  // `durin cluster accept-loss`: the owner may take the shard at epoch + 1
-  // although its copy lost the shard's history (cluster/copy_marks.hpp),
-  // when this is the config's epoch. 0: never.
+  // `durin cluster accept-loss`: when this is the config's epoch and no
+  // lease holds the shard, `accept_loss_by` (the owner when empty) may take
+  // it at epoch + 1 with whatever its copy holds: the owner although its
+  // copy lost the shard's history (cluster/copy_marks.hpp), a backup
+  // although its copy is not in step. 0: never.
   std::uint64_t accept_loss_at = 0;
+  std::string accept_loss_by;
   std::int64_t mod_revision = 0;  // of the key: the compare of every change
 
   bool is_backup(std::string_view node) const;
   bool in_step(std::string_view node, std::int64_t lease) const;
+  // The node the operator let take the shard with a loss (accept_loss_at),
+  // or empty when it did not at this epoch.
+  std::string_view loss_accepted_by() const;
 };
 
 struct shard_lease {

@@ -116,7 +116,8 @@ membership::membership(membership_options options, cluster_config config,
       keeper_(std::move(keeper)),
       held_(config_.shards),
       resigned_(config_.shards),
-      lost_(config_.shards) {
+      lost_(config_.shards),
+      behind_(config_.shards) {
   for (std::uint32_t shard = 0; shard < config_.shards; ++shard) {
     fences_.push_back(std::make_shared<persistence::fence>());
   }
@@ -394,11 +395,28 @@ void membership::acquire_round() {
            taken.lease == lease)) {
         release(shard, taken);
       } else if (taken.create_revision == 0 && config.mod_revision != 0 &&
-                 config.state == shard_state::active &&
-                 config.in_step(options_.node_id, lease) &&
-                 (config.target == options_.node_id ||
-                  !target_in_step(seen, config))) {
-        promote(shard, config);  // a hand-over's target only, while in step
+                 config.state == shard_state::active) {
+        if (config.in_step(options_.node_id, lease) &&
+            (config.target == options_.node_id ||
+             !target_in_step(seen, config))) {
+          promote(shard, config);  // a hand-over's target only, while in step
+        } else if (config.is_backup(options_.node_id) &&
+                   config.loss_accepted_by() == options_.node_id) {
+          promote(shard, config);  // the operator's choice, not in step
+        } else if (config.is_backup(options_.node_id) &&
+                   !live_backup_in_step(seen, config, {}) &&
+                   behind_[shard].exchange(config.epoch,
+                                           std::memory_order_acq_rel) !=
+                       config.epoch) {
+          std::fprintf(
+              stderr,
+              "durin: node %s keeps a copy of shard %u that is not in step, "
+              "and no copy in step is live: the shard waits for its owner %s; "
+              "`durin cluster accept-loss %u --to %s` lets this node serve "
+              "what its copy holds (the writes it lacks are lost)\n",
+              options_.node_id.c_str(), shard, config.owner.c_str(), shard,
+              options_.node_id.c_str());
+        }
       }
       continue;
     }
@@ -437,6 +455,10 @@ void membership::acquire_round() {
     if (live_backup_in_step(seen, config, options_.node_id)) {
       continue;  // the backup takes it (promote)
     }
+    if (const auto by = config.loss_accepted_by();
+        !by.empty() && by != options_.node_id) {
+      continue;  // the operator gave it to a backup's copy
+    }
     if (!copy_holds_history(shard, config)) {
       continue;
     }
@@ -451,6 +473,8 @@ void membership::acquire(std::uint32_t shard, const shard_config& config) {
   next.epoch = config.epoch + 1;
   // A new tenure: backups are in step with it only once they joined it.
   next.in_sync.clear();
+  next.accept_loss_at = 0;  // spent
+  next.accept_loss_by.clear();
   shard_lease held{options_.node_id, next.epoch, lease, 0};
   if (!mark_before_taking(shard)) {
     return;  // tried again next round
@@ -476,11 +500,13 @@ void membership::promote(std::uint32_t shard, const shard_config& config) {
   if (!config.owner.empty() && next.backups.size() + 1 < config_.replicas) {
     next.backups.push_back(config.owner);
   }
-  std::fprintf(stderr,
-               "durin: node %s takes shard %u from %s (%s; this copy is in "
-               "step)\n",
-               options_.node_id.c_str(), shard, config.owner.c_str(),
-               config.target.empty() ? "its lease is gone" : "handed over");
+  const char* why = !config.target.empty() ? "handed over; this copy is in step"
+                    : config.loss_accepted_by() == options_.node_id
+                        ? "the operator accepted the loss of the "
+                          "writes this copy lacks"
+                        : "its lease is gone; this copy is in step";
+  std::fprintf(stderr, "durin: node %s takes shard %u from %s (%s)\n",
+               options_.node_id.c_str(), shard, config.owner.c_str(), why);
   acquire(shard, next);
 }
 
@@ -490,7 +516,7 @@ bool membership::copy_holds_history(std::uint32_t shard,
     lost_[shard].store(0, std::memory_order_release);
     return true;
   }
-  if (config.accept_loss_at == config.epoch) {
+  if (config.loss_accepted_by() == options_.node_id) {
     std::fprintf(stderr,
                  "durin: node %s takes shard %u with an empty copy: the "
                  "operator accepted the loss of its history at epoch %llu\n",

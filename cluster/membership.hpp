@@ -227,6 +227,9 @@ class membership {
   copy_dir_of copy_dirs_;
   // The config epoch at which this node refused each shard (0: none).
   std::vector<std::atomic<std::uint64_t>> lost_;
+  // The config epoch at which this backup said its copy of each shard is
+  // not in step while no lease held the shard (0: none).
+  std::vector<std::atomic<std::uint64_t>> behind_;
   std::atomic<std::int64_t> lease_{0};
   std::atomic<std::int64_t> deadline_ticks_{0};
   clock::time_point joined_{};

@@ -465,7 +465,7 @@ result<shard_config> request_move(etcd_client& etcd, const std::string& cluster,
 }
 
 result<shard_config> accept_loss(etcd_client& etcd, const std::string& cluster,
-                                 std::uint32_t shard) {
+                                 std::uint32_t shard, const std::string& by) {
   const auto name = "shard " + std::to_string(shard);
   return change_config(
       etcd, cluster, shard, "command",
@@ -489,11 +489,28 @@ result<shard_config> accept_loss(etcd_client& etcd, const std::string& cluster,
                                 "'; move it back to '" + config.owner +
                                 "' to cancel that first");
         }
-        if (config.accept_loss_at == config.epoch) {
+        const std::string taker = by.empty() ? config.owner : by;
+        if (taker != config.owner && !config.is_backup(taker)) {
+          std::string copies = "'" + config.owner + "'";
+          for (const auto& backup : config.backups) {
+            copies += ", '" + backup + "'";
+          }
+          return make_error(errc::invalid_argument,
+                            "node '" + taker + "' keeps no copy of " + name +
+                                " (its copies are on " + copies + ")");
+        }
+        if (taker != config.owner && view.nodes.count(taker) == 0) {
+          return make_error(errc::invalid_argument,
+                            "node '" + taker + "' is not live in cluster '" +
+                                cluster + "' (it must run to take " + name +
+                                ")");
+        }
+        if (config.loss_accepted_by() == taker) {
           return std::optional<shard_config>();  // accepted already
         }
         shard_config next = config;
         next.accept_loss_at = config.epoch;
+        next.accept_loss_by = taker == config.owner ? "" : taker;
         return std::optional(next);
       });
 }

@@ -120,14 +120,18 @@ class shard_mover {
 // owner cancels the move. Answers the config written.
 result<shard_config> request_move(etcd_client& etcd, const std::string& cluster,
                                   std::uint32_t shard, const std::string& to);
-// `durin cluster accept-loss SHARD`: the shard's owner, which refuses to
-// take it because its copy lost the shard's history (cluster/
-// copy_marks.hpp), may take it without it, at the config's epoch + 1 (a
-// config written with acceptLossAt). invalid-argument when the shard is
-// served now (nothing is lost), was never served, or is moving. Answers
-// the config written.
+// `durin cluster accept-loss SHARD [--to NODE]`: a shard no node serves
+// may be taken at the config's epoch + 1 (a config written with
+// acceptLossAt, and acceptLossBy when `by` is a backup) with what one copy
+// holds: by its owner (`by` empty), which refuses to take it because its
+// copy lost the shard's history (cluster/copy_marks.hpp), or by a live
+// backup `by` whose copy is not in step (it lacks the writes after it
+// left the in-sync set). invalid-argument when the shard is served now
+// (nothing is lost), was never served, is moving, or `by` keeps no copy
+// or is not live. Answers the config written.
 result<shard_config> accept_loss(etcd_client& etcd, const std::string& cluster,
-                                 std::uint32_t shard);
+                                 std::uint32_t shard,
+                                 const std::string& by = {});
 // Until the shard is active on `to` with its lease held there; the epoch it
 // serves at, or timeout.
 result<std::uint64_t> wait_for_move(etcd_client& etcd,

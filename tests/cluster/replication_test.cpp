@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -425,6 +426,90 @@ TEST(ReplicationTest, APrimaryWhoseFsyncFailsAfterShippingGivesTheShardUp) {
   EXPECT_GT(shard["epoch"].get<int>(), epoch) << shard.dump();
   expect_every_acknowledged_start_present(cluster, log);
   ASSERT_TRUE(wait_for_copies_in_step(cluster, other));
+  expect_copies_equal(cluster);
+}
+
+// A backup out of the in-sync set (stopped while its primary went on) does
+// not promote when the primary is lost with its disk: it lacks writes that
+// were acknowledged. The shard waits, answering 503, until the operator
+// accepts the loss with `accept-loss SHARD --to BACKUP`; then the backup
+// serves what its copy holds (the runs written before it left), and the
+// old owner, back with an empty data directory, joins as its backup.
+TEST(ReplicationTest, AnAcceptedLossLetsABackupNotInStepServeWhatItsCopyHolds) {
+  cluster_harness cluster(replicated(2, 1));
+  ASSERT_TRUE(cluster.wait_for_routing());
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
+  const int primary = *owners(cluster, 0).begin();
+  const int backup = 1 - primary;
+  auto start = [&](const std::string& key) {
+    auto answer = cluster.client(primary).post("/v1/runs", review(key), key);
+    EXPECT_EQ(answer.status, 200u) << answer.body;
+    return answer.status == 200u
+               ? json::parse(answer.body)["id"].get<std::string>()
+               : std::string();
+  };
+  std::map<std::string, std::string> kept;  // key -> run id
+  std::map<std::string, std::string> gone;
+  for (int i = 0; i < 10; ++i) {
+    kept["kept-" + std::to_string(i)] = start("kept-" + std::to_string(i));
+  }
+  cluster.stop(backup);
+  for (int i = 0; i < 10; ++i) {
+    gone["gone-" + std::to_string(i)] = start("gone-" + std::to_string(i));
+  }
+  ASSERT_FALSE(HasFailure());
+  cluster.kill9(primary);
+  std::filesystem::remove_all(cluster.data_dir(primary));
+  cluster.start(backup);
+  const auto& some_run = kept.begin()->second;
+  auto read = [&](const std::string& id) {
+    return cluster.client(backup).get("/v1/runs/" + id);
+  };
+  // Past two lease lengths (2 s): no copy in step is live, nobody serves.
+  std::this_thread::sleep_for(4500ms);
+  EXPECT_EQ(read(some_run).status, 503u) << read(some_run).body;
+  {
+    // The status shows the backup's copy and how far it got, for the
+    // operator's choice.
+    const auto shard = cluster.status(backup)["shards"][0];
+    EXPECT_EQ(shard["state"], "unavailable") << shard.dump();
+    EXPECT_EQ(shard["placedOn"], cluster_harness::node_id(primary));
+    ASSERT_EQ(shard["replicas"].size(), 1u) << shard.dump();
+    EXPECT_EQ(shard["replicas"][0]["node"], cluster_harness::node_id(backup));
+    EXPECT_GT(shard["replicas"][0]["position"].get<std::uint64_t>(), 0u);
+  }
+
+  const std::vector<std::string> where = {"--etcd", cluster.etcd_endpoints(),
+                                          "--cluster", cluster.name()};
+  auto accept = [&](const std::string& to, std::string* said) {
+    std::vector<std::string> args = {"cluster", "accept-loss", "0", "--to",
+                                     to,        "--timeout-s", "20"};
+    args.insert(args.end(), where.begin(), where.end());
+    return cluster_harness::run_cli(args, said);
+  };
+  std::string said;
+  EXPECT_EQ(accept("n7", &said), 1) << said;
+  EXPECT_NE(said.find("node 'n7' keeps no copy of shard 0"), std::string::npos)
+      << said;
+  EXPECT_EQ(read(some_run).status, 503u);  // the refusal changed nothing
+  ASSERT_EQ(accept(cluster_harness::node_id(backup), &said), 0) << said;
+  EXPECT_NE(said.find("served by " + cluster_harness::node_id(backup)),
+            std::string::npos)
+      << said;
+  for (const auto& [key, id] : kept) {
+    auto got = read(id);
+    EXPECT_EQ(got.status, 200u) << key << ": " << got.body;
+    auto again = cluster.client(backup).post("/v1/runs", review(key), key);
+    ASSERT_EQ(again.status, 200u) << again.body;
+    EXPECT_EQ(json::parse(again.body)["id"], id) << key;  // no second run
+  }
+  for (const auto& [key, id] : gone) {
+    EXPECT_EQ(read(id).status, 404u) << key;  // the loss accepted
+  }
+  // The old owner comes back with nothing: it re-copies the new primary's.
+  cluster.start(primary);
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, backup));
+  EXPECT_EQ(owners(cluster, backup), std::set<int>{backup});
   expect_copies_equal(cluster);
 }
 
