@@ -26,6 +26,8 @@
 # then KILLS (default 10) kill -9s of a primary of three nodes under a
 # light keyed load, each timed to the first 200 for a run in one of its
 # shards through another node (the distribution: min, p50, p99, max).
+# With DURIN_BENCH_PERF=DIR set, each keyed-start load also leaves a
+# `perf record -g` profile of every node in DIR.
 #
 # BUILD holds bin/durin and benchmarks/http_load (-DDURIN_BENCHMARKS=ON);
 # SECONDS (default 4) is each load's length; ROUNDS (default 3) how often
@@ -313,7 +315,20 @@ keyed_start() {  # LABEL ROUND NAME...: a keyed-start load spread over NAMEs
   # Group commits are fsyncs: with more shards a node's starts are split
   # over more committers, each syncing its own log.
   groups_before="$(metric_sum durin_commit_groups_total "$@")"
+  # DURIN_BENCH_PERF=DIR: a call-graph profile of each node under the load
+  # (perf record, the load's length but its first second), for perf report.
+  local profiles=()
+  if [ -n "${DURIN_BENCH_PERF:-}" ]; then
+    mkdir -p "$DURIN_BENCH_PERF"
+    for name in "$@"; do
+      (sleep 1 && perf record -q -g -p "${node_pid[$name]}" \
+        -o "$DURIN_BENCH_PERF/$label-$round-$name.data" \
+        -- sleep "$((seconds > 2 ? seconds - 2 : 1))" >/dev/null 2>&1) &
+      profiles+=($!)
+    done
+  fi
   line="$("$load" "${args[@]}")"
+  for name in "${profiles[@]}"; do wait "$name" || true; done
   groups=$(($(metric_sum durin_commit_groups_total "$@") - groups_before))
   local forwarded=0 served=0
   if [ "$clustered" = 1 ]; then

@@ -110,9 +110,10 @@ struct store_options {
   std::shared_ptr<persistence::fence> fence;
 };
 
-// The shared memory of `shards` stores (store_options above): the block
-// cache and write buffer budget one store has alone.
-void share_memory(store_options& options);
+// The shared memory of `stores` stores (store_options above): the block
+// cache one store has alone, and its write buffer budget, or 2 MiB a
+// store when that is more.
+void share_memory(store_options& options, std::size_t stores);
 
 // Whether the store takes reads and writes now (see the header comment).
 struct storage_health {

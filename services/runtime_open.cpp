@@ -151,7 +151,7 @@ status runtime_impl::open_shards(
   services.map = services::shard_map(count);
   auto shard_options = store_options;
   if (count > 1) {
-    persistence::share_memory(shard_options);
+    persistence::share_memory(shard_options, count);
   }
   reactivators.resize(count);
   for (std::uint32_t index = 0; index < count; ++index) {
