@@ -12,6 +12,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "actors/scheduling.hpp"
 #include "cluster/detail/job_pool.hpp"
 #include "cluster/detail/peer_router.hpp"
 #include "cluster/detail/peer_wire.hpp"
@@ -465,6 +466,7 @@ peers::peers(membership& members, gateway::api& routes, peer_options options)
   self.config->load<caf::io::middleman>();
   self.config->add_message_types<caf::id_block::durin_cluster>();
   self.config->set("scheduler.max-threads", std::size_t{2});
+  actors::block_idle_workers(*self.config);
   self.config->set("middleman.heartbeat-interval",
                    caf::timespan{std::chrono::milliseconds(500)});
   self.config->set("middleman.connection-timeout",

@@ -12,6 +12,7 @@
 
 #include "actors/run_actor.hpp"
 #include "actors/run_engine.hpp"
+#include "actors/scheduling.hpp"
 #include "actors/token_actor.hpp"
 #include "actors/type_ids.hpp"
 #include "durin/caf.hpp"
@@ -71,17 +72,9 @@ result<std::unique_ptr<runtime>> runtime::open(runtime_options options,
 result<std::unique_ptr<runtime>> runtime_access::open(
     runtime_options options, registry flows, persistence::store_options store,
     std::vector<std::shared_ptr<persistence::fence>> fences) {
-  // CAF's work-stealing workers poll their queue before blocking: 100 busy
-  // attempts, then 500 more with a 50 µs sleep each. A node's actors mostly
-  // wait for fsyncs, so on a small machine those sleeps are a stream of
-  // context switches that take CPU from the committer and the load itself
-  // (a fifth of `durin serve`'s samples in a profile of keyed starts). After
-  // a short spin a worker blocks on its condition variable, which every
-  // enqueue from outside signals.
   auto config = std::make_unique<caf::actor_system_config>();
   add_message_types(*config);
-  config->set("work-stealing.aggressive-poll-attempts", std::size_t{100});
-  config->set("work-stealing.moderate-poll-attempts", std::size_t{0});
+  actors::block_idle_workers(*config);
   if (options.actor_threads > 0) {
     config->set("scheduler.max-threads", options.actor_threads);
   }
