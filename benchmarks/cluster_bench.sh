@@ -328,7 +328,8 @@ keyed_start() {  # LABEL ROUND NAME...: a keyed-start load spread over NAMEs
     done
   fi
   line="$("$load" "${args[@]}")"
-  for name in "${profiles[@]}"; do wait "$name" || true; done
+  local pid
+  for pid in "${profiles[@]}"; do wait "$pid" || true; done
   groups=$(($(metric_sum durin_commit_groups_total "$@") - groups_before))
   local forwarded=0 served=0
   if [ "$clustered" = 1 ]; then

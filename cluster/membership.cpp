@@ -399,10 +399,16 @@ void membership::acquire_round() {
         if (config.in_step(options_.node_id, lease) &&
             (config.target == options_.node_id ||
              !target_in_step(seen, config))) {
-          promote(shard, config);  // a hand-over's target only, while in step
+          // A hand-over's target only, while in step.
+          promote(shard, config,
+                  config.target.empty()
+                      ? "its lease is gone; this copy is in step"
+                      : "handed over; this copy is in step");
         } else if (config.is_backup(options_.node_id) &&
                    config.loss_accepted_by() == options_.node_id) {
-          promote(shard, config);  // the operator's choice, not in step
+          promote(shard, config,
+                  "the operator accepted the loss of the writes this copy "
+                  "lacks");
         } else if (config.is_backup(options_.node_id) &&
                    !live_backup_in_step(seen, config, {}) &&
                    behind_[shard].exchange(config.epoch,
@@ -489,7 +495,8 @@ void membership::acquire(std::uint32_t shard, const shard_config& config) {
   }
 }
 
-void membership::promote(std::uint32_t shard, const shard_config& config) {
+void membership::promote(std::uint32_t shard, const shard_config& config,
+                         const char* why) {
   shard_config next = config;
   next.owner = options_.node_id;
   next.target.clear();
@@ -500,11 +507,6 @@ void membership::promote(std::uint32_t shard, const shard_config& config) {
   if (!config.owner.empty() && next.backups.size() + 1 < config_.replicas) {
     next.backups.push_back(config.owner);
   }
-  const char* why = !config.target.empty() ? "handed over; this copy is in step"
-                    : config.loss_accepted_by() == options_.node_id
-                        ? "the operator accepted the loss of the "
-                          "writes this copy lacks"
-                        : "its lease is gone; this copy is in step";
   std::fprintf(stderr, "durin: node %s takes shard %u from %s (%s)\n",
                options_.node_id.c_str(), shard, config.owner.c_str(), why);
   acquire(shard, next);

@@ -180,8 +180,11 @@ class membership {
   void apply_to(table& target, const kv& now, bool erased) const;
   void acquire_round();
   void acquire(std::uint32_t shard, const shard_config& config);
-  // An in-sync backup takes the shard whose primary's lease is gone.
-  void promote(std::uint32_t shard, const shard_config& config);
+  // A backup takes the shard whose primary's lease is gone: one in step,
+  // or one the operator named (accept-loss --to); `why` says which, in
+  // the log.
+  void promote(std::uint32_t shard, const shard_config& config,
+               const char* why);
   // Whether a backup other than this node is in the in-sync set at the
   // node lease it is live with (then it, not the owner, takes the shard:
   // the owner's copy may be gone).

@@ -161,7 +161,7 @@ void store::count_entries(const entry_deltas& deltas) {
 rocksdb::Status store::index_changes(const rocksdb::WriteBatch& batch,
                                      index_change_list& changes,
                                      entry_deltas& deltas,
-                                     std::vector<index_change>* own) const {
+                                     index_change_list* own) const {
   batch_writes found(handle(family::runs)->GetID(),
                      handle(family::search)->GetID());
   if (auto walked = batch.Iterate(&found); !walked.ok()) {
