@@ -48,12 +48,6 @@ constexpr std::size_t block_cache_bytes = 32u << 20;
 constexpr std::size_t write_buffer_bytes = 8u << 20;
 // Cap on all memtables together, so five families cannot hold 5 x 64 MiB.
 constexpr std::size_t db_write_buffer_bytes = 48u << 20;
-// What a memtable takes from that cap at its first write, and in steps
-// after (RocksDB's default is write_buffer_size / 8, 1 MiB): a node keeps a
-// store for every shard of the cluster, each with a memtable per family it
-// writes, and at 1 MiB each a few dozen nearly empty memtables filled the
-// shared cap, so the write buffer manager flushed one after another.
-constexpr std::size_t arena_block_bytes = 64u << 10;
 // The least share of a shared write buffer budget each store gets.
 constexpr std::size_t store_write_buffer_floor_bytes = 2u << 20;
 // Bits per key of the bloom filters (~1% false positives).
@@ -144,7 +138,6 @@ rocksdb::ColumnFamilyOptions family_options(
     family which, const std::shared_ptr<rocksdb::Cache>& cache) {
   rocksdb::ColumnFamilyOptions options;
   options.write_buffer_size = write_buffer_bytes;
-  options.arena_block_size = arena_block_bytes;
   // Keeps space amplification bounded as the data grows, with no tuning.
   options.level_compaction_dynamic_level_bytes = true;
   rocksdb::BlockBasedTableOptions table;
