@@ -102,7 +102,23 @@ stop_pids() {
       echo "note: pid $pid still up 10 s after SIGTERM; killed" >&2
       kill -9 "$pid" 2>/dev/null || true
     fi
-    wait "$pid" 2>/dev/null || true
+    local status=0
+    wait "$pid" 2>/dev/null || status=$?
+    report_crash "$pid" "$status"
+  done
+}
+
+# A node that died of a signal we did not send (SIGTERM 143, SIGKILL 137)
+# crashed: the tail of its log says where, before the run's files go.
+report_crash() {
+  local pid="$1" status="$2" name
+  [ "$status" -gt 128 ] && [ "$status" != 143 ] && [ "$status" != 137 ] ||
+    return 0
+  for name in "${!node_pid[@]}"; do
+    if [ "${node_pid[$name]}" = "$pid" ]; then
+      echo "node $name (pid $pid) died of signal $((status - 128)); its log:" >&2
+      tail -n 40 "${node_dir[$name]}.log" >&2 || true
+    fi
   done
 }
 

@@ -48,6 +48,14 @@ constexpr std::size_t block_cache_bytes = 32u << 20;
 constexpr std::size_t write_buffer_bytes = 8u << 20;
 // Cap on all memtables together, so five families cannot hold 5 x 64 MiB.
 constexpr std::size_t db_write_buffer_bytes = 48u << 20;
+// What a memtable takes from that cap at its first write, and in steps
+// after (RocksDB's default is write_buffer_size / 8, 1 MiB): a node keeps a
+// store for every shard of the cluster, each with a memtable per family it
+// writes, and at 1 MiB each a few dozen nearly empty memtables filled the
+// shared cap, so the write buffer manager flushed one after another.
+constexpr std::size_t arena_block_bytes = 64u << 10;
+// Bound on a store's live write-ahead logs (db_options).
+constexpr std::size_t max_total_wal_bytes = 2 * write_buffer_bytes;
 // The least share of a shared write buffer budget each store gets.
 constexpr std::size_t store_write_buffer_floor_bytes = 2u << 20;
 // Bits per key of the bloom filters (~1% false positives).
@@ -127,6 +135,11 @@ rocksdb::DBOptions db_options() {
   options.IncreaseParallelism(2);
   options.max_background_jobs = 2;
   options.db_write_buffer_size = db_write_buffer_bytes;
+  // A log is deleted only once every family with entries in it has flushed;
+  // families written seldom (meta, tenants) would keep hundreds of MiB of
+  // logs (RocksDB's default bound is 4 x all write buffers) that a full disk
+  // then holds. Past this, the families holding the oldest log flush.
+  options.max_total_wal_size = max_total_wal_bytes;
   // Spread SST writeback instead of one burst at file close.
   options.bytes_per_sync = 1u << 20;
   // The info log is durin's own (info_log above): one LOG file of at most
@@ -138,6 +151,7 @@ rocksdb::ColumnFamilyOptions family_options(
     family which, const std::shared_ptr<rocksdb::Cache>& cache) {
   rocksdb::ColumnFamilyOptions options;
   options.write_buffer_size = write_buffer_bytes;
+  options.arena_block_size = arena_block_bytes;
   // Keeps space amplification bounded as the data grows, with no tuning.
   options.level_compaction_dynamic_level_bytes = true;
   rocksdb::BlockBasedTableOptions table;

@@ -18,8 +18,9 @@
 // storage-error naming the fault in plain words (never a path), so nothing
 // is decided on a view that the reopen below could still change (a failed
 // write may or may not have landed). A thread of the store then closes the
-// database and opens it again, with backoff, until an open and a synced
-// probe write succeed; then the store is ready again. RocksDB's own
+// database and opens it again, with backoff, until its file system has room
+// (reopen_free_bytes_min) and an open and a synced probe write succeed; then
+// the store is ready again. RocksDB's own
 // in-process recovery (Resume, auto-recovery) is switched off: in 7.8 it can
 // write to a WAL file that already failed, which trips a RocksDB assertion
 // (`sync_without_flush_called_`) and aborts the process.
@@ -99,6 +100,11 @@ struct store_options {
   // reopen_backoff_ms_max (default 1000).
   std::int64_t reopen_backoff_ms_min = 100;
   std::int64_t reopen_backoff_ms_max = 1000;
+  // ... and only while its file system has at least this much free once it
+  // has written (room for a memtable's flush), so a disk left just short of
+  // full keeps it not ready instead of letting it flap between a successful
+  // reopen and the next failed write.
+  std::uint64_t reopen_free_bytes_min = 8u << 20;
   // The stores of a node's shards share one block cache and one budget for
   // their write buffers (services/runtime.cpp makes them), so a node's memory
   // does not grow with its shard count. Null: the store's own.
@@ -436,6 +442,9 @@ class store {
   void recover_loop();
   // One attempt: close, open, check the schema, probe with a synced write.
   status reopen();
+  // Refuses a reopen while the file system has less than
+  // reopen_free_bytes_min free.
+  status check_free_space() const;
   // The fence was granted: the recovery thread tries at once.
   void poke();
   // The fence was granted (reopen now) or closed (not ready from now on).

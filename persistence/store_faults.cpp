@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <mutex>
+#include <string>
 
 #include "persistence/keys.hpp"
 #include "persistence/storage_error.hpp"
@@ -274,6 +276,23 @@ void store::recover_loop() {
   }
 }
 
+status store::check_free_space() const {
+  // A store that failed reopens only with room for a memtable's flush and a
+  // new log: on a disk just short of full the reopen and its probe would
+  // succeed, the next real write fail, and readiness flap with every write.
+  std::error_code failed;
+  const auto space = std::filesystem::space(dir_, failed);
+  if (failed || space.available >= options_.reopen_free_bytes_min) {
+    return {};  // unknown: the open and the probe write decide
+  }
+  constexpr std::uint64_t mib = 1u << 20;
+  return make_error(
+      errc::storage_error,
+      "the disk is full (" + std::to_string(space.available / mib) +
+          " MiB free; the store reopens once " +
+          std::to_string(options_.reopen_free_bytes_min / mib) + " MiB are)");
+}
+
 status store::reopen() {
   std::unique_lock exclusive(db_mutex_);
   if (options_.fence && !options_.fence->open()) {
@@ -303,6 +322,11 @@ status store::reopen() {
   if (const auto probed = write_meta(probe_name, now); !probed.ok()) {
     // Left open: the next attempt closes it first.
     return storage_failure("reopen: probe write", probed);
+  }
+  // Measured after the probe: its log's preallocation is taken by then.
+  if (auto room = check_free_space(); !room) {
+    close_database();
+    return room;
   }
   auto& health = *health_;
   {

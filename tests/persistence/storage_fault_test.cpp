@@ -16,9 +16,15 @@
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 
+#include <sys/mount.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <mutex>
 #include <random>
@@ -292,6 +298,69 @@ TEST_F(StorageFaultTest, AnOpenOnAFullDiskComesUpNotReadyAndRecovers) {
   auto kept = store_->get_run("run_kept");
   ASSERT_TRUE(kept.ok() && kept->has_value());
   ASSERT_TRUE(write_run("run_new").ok());
+}
+
+// A store that failed reopens only with reopen_free_bytes_min free: on a
+// disk a little short of full its open and probe would succeed and the next
+// write fail, so readiness would flap with every write. On a real tmpfs
+// (root only, else skipped): a fault while 4 MiB are free leaves the store
+// not ready through many reopen attempts, saying how much is free; freeing
+// the space brings it back.
+TEST_F(StorageFaultTest, AStoreThatFailedStaysNotReadyUntilItsDiskHasRoom) {
+  close();
+  const std::string mount_point = dir_.path() + "/disk";
+  std::filesystem::create_directories(mount_point);
+  if (::mount("tmpfs", mount_point.c_str(), "tmpfs", 0, "size=64m") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno)
+                 << "; needs root)";
+  }
+  struct unmount {
+    std::string at;
+    ~unmount() { ::umount2(at.c_str(), MNT_DETACH); }
+  } unmounted{mount_point};
+  store_options options;
+  options.file_system = disk_;
+  options.reopen_backoff_ms_min = 5;
+  options.reopen_backoff_ms_max = 20;
+  options.reopen_free_bytes_min = 8u << 20;
+  auto opened = store::open(mount_point + "/db", options);
+  ASSERT_TRUE(opened.ok()) << opened.error().to_string();
+  store_ = std::move(opened.value());
+  writer_ = std::make_unique<committer>(*store_);
+  ASSERT_TRUE(write_run("run_before").ok());
+
+  const std::string ballast = mount_point + "/ballast";
+  {
+    const auto free_bytes = std::filesystem::space(mount_point).available;
+    std::ofstream out(ballast, std::ios::binary);
+    const std::string chunk(1 << 16, '\0');
+    for (std::uintmax_t written = 0; written + (4u << 20) < free_bytes;
+         written += chunk.size()) {
+      out.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    }
+  }
+  disk_->fail(operation::write, fault::no_space);
+  ASSERT_FALSE(write_run("run_full").ok());
+  disk_->heal();  // the injected fault is gone; the real room is not there
+
+  const auto reopens = store_->health().reopens;
+  std::this_thread::sleep_for(400ms);  // 20+ attempts at 20 ms
+  auto health = store_->health();
+  EXPECT_FALSE(health.ready);
+  EXPECT_EQ(health.reopens, reopens);
+  EXPECT_NE(health.fault.find("the disk is full"), std::string::npos)
+      << health.fault;
+  EXPECT_NE(health.fault.find("reopens once 8 MiB"), std::string::npos)
+      << health.fault;
+  EXPECT_EQ(health.fault.find(mount_point), std::string::npos) << health.fault;
+  EXPECT_FALSE(write_run("run_refused").ok());
+
+  std::filesystem::remove(ballast);
+  ASSERT_TRUE(recovers()) << store_->health().fault;
+  ASSERT_TRUE(write_run("run_after").ok());
+  auto before = store_->get_run("run_before");
+  ASSERT_TRUE(before.ok() && before->has_value());
+  close();
 }
 
 TEST_F(StorageFaultTest, ReadErrorsFailTheReadAloneAndPassWithTheirCause) {
