@@ -96,6 +96,9 @@ void cluster_node::leave() {
   }
   if (search_types_ != nullptr) {
     search_types_->set_agreement(nullptr);
+    // The destructor leaves again, after `durin serve` destroyed the
+    // runtime these belong to: the second call must not touch them.
+    search_types_ = nullptr;
   }
   if (members_) {
     members_->stop();
