@@ -13,17 +13,12 @@
 // test starts it stops by pid (serve_process), and the tmpfs is unmounted.
 #include <gtest/gtest.h>
 
-#include <sys/mount.h>
-#include <sys/statvfs.h>
 #include <cstdlib>
 
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -33,6 +28,7 @@
 
 #include "tests/support/serve_process.hpp"
 #include "tests/support/temp_dir.hpp"
+#include "tests/support/tmpfs.hpp"
 
 namespace durin::testing {
 namespace {
@@ -52,29 +48,23 @@ class StorageFaultServeTest : public ::testing::Test {
  protected:
   void SetUp() override {
     mount_point_ = dir_.path() + "/disk";
-    std::filesystem::create_directories(mount_point_);
     // 64 MiB per shard (DURIN_TEST_SHARDS runs the suite with several):
     // each shard's RocksDB keeps up to 16 MiB of logs and preallocates its
     // current one, and a store that failed comes back only with 8 MiB free
     // (store_options::reopen_free_bytes_min), which must hold after the
     // episodes' data once the ballast is gone.
     const char* shards = std::getenv("DURIN_TEST_SHARDS");
-    const int size_mb = 64 * std::max(1, shards ? std::atoi(shards) : 1);
-    const std::string size = "size=" + std::to_string(size_mb) + "m";
-    if (::mount("tmpfs", mount_point_.c_str(), "tmpfs", 0, size.c_str()) != 0) {
-      GTEST_SKIP() << "cannot mount a " << size_mb << " MiB tmpfs here ("
-                   << std::strerror(errno)
-                   << "; needs root): the disk-full process test is skipped";
+    disk_ = std::make_unique<tmpfs>(
+        mount_point_, 64 * std::max(1, shards ? std::atoi(shards) : 1));
+    if (!disk_->mounted()) {
+      GTEST_SKIP() << disk_->why() << ": the disk-full process test is skipped";
     }
-    mounted_ = true;
     data_dir_ = mount_point_ + "/data";
   }
 
   void TearDown() override {
     server_.reset();  // SIGKILL by pid if still running, then reaped
-    if (mounted_) {
-      ::umount2(mount_point_.c_str(), MNT_DETACH);
-    }
+    disk_.reset();    // unmounted
   }
 
   void start() { server_ = std::make_unique<serve_process>(data_dir_); }
@@ -120,21 +110,7 @@ class StorageFaultServeTest : public ::testing::Test {
 
   // Fills the tmpfs with a ballast file until `leave` bytes are free.
   void fill(std::uint64_t leave) {
-    struct statvfs disk {};
-    ASSERT_EQ(::statvfs(mount_point_.c_str(), &disk), 0);
-    const std::uint64_t free_bytes =
-        static_cast<std::uint64_t>(disk.f_bavail) * disk.f_frsize;
-    std::ofstream ballast(
-        mount_point_ + "/ballast." + std::to_string(ballasts_++),
-        std::ios::binary);
-    const std::string chunk(1 << 16, '\0');
-    for (std::uint64_t written = 0; written + leave < free_bytes;
-         written += chunk.size()) {
-      ballast.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-      if (!ballast) {
-        break;
-      }
-    }
+    disk_->fill("ballast." + std::to_string(ballasts_++), leave);
   }
 
   void free_space() {
@@ -197,7 +173,7 @@ class StorageFaultServeTest : public ::testing::Test {
   temp_dir dir_;
   std::string mount_point_;
   std::string data_dir_;
-  bool mounted_ = false;
+  std::unique_ptr<tmpfs> disk_;
   int ballasts_ = 0;
   std::unique_ptr<serve_process> server_;
 };

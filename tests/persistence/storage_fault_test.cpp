@@ -16,15 +16,10 @@
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 
-#include <sys/mount.h>
-
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <future>
 #include <mutex>
 #include <random>
@@ -37,6 +32,7 @@
 #include "persistence/store.hpp"
 #include "test_support.hpp"
 #include "tests/support/faulty_file_system.hpp"
+#include "tests/support/tmpfs.hpp"
 
 namespace durin::persistence {
 namespace {
@@ -309,15 +305,10 @@ TEST_F(StorageFaultTest, AnOpenOnAFullDiskComesUpNotReadyAndRecovers) {
 TEST_F(StorageFaultTest, AStoreThatFailedStaysNotReadyUntilItsDiskHasRoom) {
   close();
   const std::string mount_point = dir_.path() + "/disk";
-  std::filesystem::create_directories(mount_point);
-  if (::mount("tmpfs", mount_point.c_str(), "tmpfs", 0, "size=64m") != 0) {
-    GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno)
-                 << "; needs root)";
+  durin::testing::tmpfs disk(mount_point, 64);
+  if (!disk.mounted()) {
+    GTEST_SKIP() << disk.why();
   }
-  struct unmount {
-    std::string at;
-    ~unmount() { ::umount2(at.c_str(), MNT_DETACH); }
-  } unmounted{mount_point};
   store_options options;
   options.file_system = disk_;
   options.reopen_backoff_ms_min = 5;
@@ -329,22 +320,18 @@ TEST_F(StorageFaultTest, AStoreThatFailedStaysNotReadyUntilItsDiskHasRoom) {
   writer_ = std::make_unique<committer>(*store_);
   ASSERT_TRUE(write_run("run_before").ok());
 
-  const std::string ballast = mount_point + "/ballast";
-  {
-    const auto free_bytes = std::filesystem::space(mount_point).available;
-    std::ofstream out(ballast, std::ios::binary);
-    const std::string chunk(1 << 16, '\0');
-    for (std::uintmax_t written = 0; written + (4u << 20) < free_bytes;
-         written += chunk.size()) {
-      out.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-    }
-  }
+  disk.fill("ballast", 4u << 20);
   disk_->fail(operation::write, fault::no_space);
   ASSERT_FALSE(write_run("run_full").ok());
   disk_->heal();  // the injected fault is gone; the real room is not there
 
+  // Looked at all along 400 ms, 20 or more attempts at 20 ms: never ready.
   const auto reopens = store_->health().reopens;
-  std::this_thread::sleep_for(400ms);  // 20+ attempts at 20 ms
+  const auto until = std::chrono::steady_clock::now() + 400ms;
+  while (std::chrono::steady_clock::now() < until) {
+    ASSERT_FALSE(store_->ready());
+    std::this_thread::sleep_for(10ms);
+  }
   auto health = store_->health();
   EXPECT_FALSE(health.ready);
   EXPECT_EQ(health.reopens, reopens);
@@ -355,7 +342,7 @@ TEST_F(StorageFaultTest, AStoreThatFailedStaysNotReadyUntilItsDiskHasRoom) {
   EXPECT_EQ(health.fault.find(mount_point), std::string::npos) << health.fault;
   EXPECT_FALSE(write_run("run_refused").ok());
 
-  std::filesystem::remove(ballast);
+  std::filesystem::remove(mount_point + "/ballast");
   ASSERT_TRUE(recovers()) << store_->health().fault;
   ASSERT_TRUE(write_run("run_after").ok());
   auto before = store_->get_run("run_before");
