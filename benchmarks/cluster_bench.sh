@@ -261,7 +261,11 @@ metric() {  # NAME METRIC: the value on NAME's /metrics
 metric_sum() {
   local m="$1" total=0 name
   shift
-  for name in "$@"; do total=$((total + $(metric "$name" "$m"))); done
+  local v
+  for name in "$@"; do
+    v="$(metric "$name" "$m")"
+    total=$((total + ${v:-0}))  # a metric a node does not export counts 0
+  done
   echo "$total"
 }
 
@@ -321,10 +325,12 @@ keyed_start() {  # LABEL ROUND NAME...: a keyed-start load spread over NAMEs
       args+=(--local-shards "$(shards_of "$1" "${name%%-*}")")
     done
   fi
-  local forwarded_before=0 served_before=0
+  local forwarded_before=0 served_before=0 applied_before=0 synced_before=0
   if [ "$clustered" = 1 ]; then
     forwarded_before="$(metric_sum durin_cluster_forwarded_total "$@")"
     served_before="$(metric_sum durin_cluster_forwards_served_total "$@")"
+    applied_before="$(metric_sum durin_replication_writes_applied_total "$@")"
+    synced_before="$(metric_sum durin_replication_backup_syncs_total "$@")"
   fi
   local idle line groups_before groups
   idle="$(idle_cores "$@")"
@@ -347,12 +353,15 @@ keyed_start() {  # LABEL ROUND NAME...: a keyed-start load spread over NAMEs
   local pid
   for pid in "${profiles[@]}"; do wait "$pid" || true; done
   groups=$(($(metric_sum durin_commit_groups_total "$@") - groups_before))
-  local forwarded=0 served=0
+  local forwarded=0 served=0 applied=0 synced=0
   if [ "$clustered" = 1 ]; then
     forwarded=$(($(metric_sum durin_cluster_forwarded_total "$@") - forwarded_before))
     served=$(($(metric_sum durin_cluster_forwards_served_total "$@") - served_before))
+    # A backup's writes and the fsyncs that made them durable (R > 1).
+    applied=$(($(metric_sum durin_replication_writes_applied_total "$@") - applied_before))
+    synced=$(($(metric_sum durin_replication_backup_syncs_total "$@") - synced_before))
   fi
-  echo "case=$label round=$round $line fwd_total=$forwarded served_total=$served idle_cores=$idle fsyncs=$groups" |
+  echo "case=$label round=$round $line fwd_total=$forwarded served_total=$served idle_cores=$idle fsyncs=$groups backup_writes=$applied backup_fsyncs=$synced" |
     tee -a "$lines"
 }
 

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -16,6 +17,8 @@
 #include "gateway/worker_api.hpp"
 #include "gateway/worker_routing.hpp"
 #include "persistence/test_points.hpp"
+#include "services/node.hpp"
+#include "services/runtime_access.hpp"
 
 namespace durin::gateway {
 
@@ -341,6 +344,18 @@ bool api::match_route(request& r) {
 }
 
 void api::run_handler(const request_ptr& r, reply_fn reply) {
+  if (r->http.method == "GET" && r->matched->who == access::read) {
+    // A read may see a replicated write that landed here unsynced; it
+    // answers once every write it could have seen is durable on the
+    // shard's copies, so that no failover can take back what it told.
+    reply = [this, reply = std::move(reply)](http_response response) {
+      auto held = std::make_shared<http_response>(std::move(response));
+      runtime_access::services(node_).after_replicated_writes(
+          [reply, held](const status& durable) {
+            reply(durable ? std::move(*held) : error_response(durable.error()));
+          });
+    };
+  }
   const bool hold = r->key && test_hold_ms() > 0;
   auto run = [this, r, reply = std::move(reply), hold] {
     if (hold) {

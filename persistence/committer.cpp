@@ -4,8 +4,10 @@
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 
@@ -118,26 +120,123 @@ status append(const store& owner, write_batch& merged, write_batch& batch) {
 
 }  // namespace
 
+// Batches are answered in submission order, except that two replicated
+// groups may settle on two threads at once (one's backups answered last,
+// the next one's own fsync): ranges answered early wait in `ahead` until
+// the ones before them are answered too.
+struct committer::answered_log {
+  struct waiter {
+    std::uint64_t target = 0;  // answered once every batch up to it is
+    std::uint64_t since = 0;   // `through` when it began to wait
+    callback done;
+  };
+
+  std::mutex mutex;
+  std::uint64_t through = 0;  // every batch up to this seq is answered
+  std::map<std::uint64_t, std::uint64_t> ahead;  // first seq -> last seq
+  std::uint64_t failed = 0;  // the last seq of the latest failed group write
+  std::vector<waiter> waiting;
+  bool gone = false;  // the committer is destroyed
+
+  void note(std::uint64_t first, std::uint64_t last, bool group_failed) {
+    std::vector<std::pair<callback, status>> ready;
+    {
+      std::lock_guard lock(mutex);
+      if (group_failed) {
+        failed = std::max(failed, last);
+      }
+      if (first > through + 1) {
+        ahead.emplace(first, last);
+      } else {
+        through = std::max(through, last);
+      }
+      while (!ahead.empty() && ahead.begin()->first <= through + 1) {
+        through = std::max(through, ahead.begin()->second);
+        ahead.erase(ahead.begin());
+      }
+      std::erase_if(waiting, [&](waiter& one) {
+        if (one.target > through) {
+          return false;
+        }
+        ready.emplace_back(std::move(one.done), outcome_since(one.since));
+        return true;
+      });
+    }
+    for (const auto& [done, outcome] : ready) {
+      answer(done, outcome);
+    }
+  }
+
+  status outcome_since(std::uint64_t since) const {
+    if (failed > since) {
+      return make_error(errc::storage_error,
+                        "a write this answer may reflect was not made "
+                        "durable on every copy of the shard; retry");
+    }
+    return {};
+  }
+
+  void wait(std::uint64_t target, callback done) {
+    status outcome;
+    {
+      std::lock_guard lock(mutex);
+      if (gone) {
+        outcome = make_error(errc::shutting_down, "the committer has stopped");
+      } else if (through < target) {
+        waiting.push_back({target, through, std::move(done)});
+        return;
+      }
+    }
+    answer(done, outcome);
+  }
+
+  void abandon() {
+    std::vector<waiter> left;
+    {
+      std::lock_guard lock(mutex);
+      gone = true;
+      left.swap(waiting);
+    }
+    for (const auto& one : left) {
+      answer(one.done,
+             make_error(errc::shutting_down, "the committer has stopped"));
+    }
+  }
+};
+
 committer::committer(store& target, options opts)
-    : store_(target), options_(opts) {
+    : store_(target),
+      options_(opts),
+      answered_(std::make_shared<answered_log>()) {
   thread_ = std::thread([this] { run(); });
   thread_id_ = thread_.get_id();
 }
 
 committer::~committer() {
   stop();
+  answered_->abandon();
 }
 
 void committer::submit(write_batch batch, callback done) {
   {
     std::lock_guard lock(mutex_);
     if (!stopping_) {
-      queue_.push_back(pending{std::move(batch), std::move(done)});
+      queue_.push_back(
+          pending{std::move(batch), std::move(done), ++submitted_});
       wake_.notify_one();
       return;
     }
   }
   answer(done, make_error(errc::shutting_down, "the committer has stopped"));
+}
+
+void committer::after_submitted(callback done) {
+  std::uint64_t target = 0;
+  {
+    std::lock_guard lock(mutex_);
+    target = submitted_;
+  }
+  answered_->wait(target, std::move(done));
 }
 
 void committer::stop() {
@@ -223,6 +322,8 @@ void committer::commit_group(std::vector<pending>& group, fault injected) {
   }
 
   std::vector<std::size_t> members;  // indexes of the batches in the write
+  bool answered_later = false;       // by the replicated write's settle
+  bool failed = false;
   write_batch merged = store_.batch();
   write_batch* target = merge_group(group, valid, outcomes, members, merged);
   if (target != nullptr) {
@@ -239,10 +340,12 @@ void committer::commit_group(std::vector<pending>& group, fault injected) {
     if (written && position != 0 && replicated) {
       replicate(*fence, group, members, outcomes, epoch, position, *target);
       members.clear();  // answered once durable here and replicated
+      answered_later = true;
     }
     for (const std::size_t index : members) {
       outcomes[index] = written;
     }
+    failed = !written;
   }
 
   // Outside the lock and in submission order: a callback may submit again.
@@ -250,6 +353,9 @@ void committer::commit_group(std::vector<pending>& group, fault injected) {
     if (group[index].done) {
       answer(group[index].done, outcomes[index]);
     }
+  }
+  if (!answered_later) {
+    answered_->note(group.front().seq, group.back().seq, failed);
   }
 }
 
@@ -271,7 +377,8 @@ void committer::replicate(const fence& guard, std::vector<pending>& group,
     group[index].done = nullptr;
     outcomes[index] = {};
   }
-  auto settle = [both](const status& half) {
+  auto settle = [both, answered = answered_, first = group.front().seq,
+                 last = group.back().seq](const status& half) {
     std::vector<callback> ready;
     status outcome;
     {
@@ -288,6 +395,7 @@ void committer::replicate(const fence& guard, std::vector<pending>& group,
     for (const auto& done : ready) {
       answer(done, outcome);
     }
+    answered->note(first, last, !outcome);
   };
   const auto* fenced = &guard;
   guard.replication()->ship(

@@ -14,7 +14,13 @@
 // refused put (write_batch::problem) is answered invalid-argument and left
 // out of its group; the other batches of the group are unaffected.
 //
-// Thread-safety: submit, stop and statistics may be called from any thread,
+// after_submitted answers once every batch submitted before it is answered:
+// a read that may have seen a replicated write landed unsynced (visible,
+// not yet durable here or on the backups) waits with it before its caller
+// learns what it saw.
+//
+// Thread-safety: submit, after_submitted, stop and statistics may be called
+// from any thread,
 // including from a callback (stop() from a callback only asks the thread to
 // end; the destructor, which must not run on the committer thread, joins).
 // The queue is unbounded: callers bound what they have in flight.
@@ -24,6 +30,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -69,6 +76,13 @@ class committer {
   // `done` runs at once (on the caller's thread) with shutting-down.
   void submit(write_batch batch, callback done);
 
+  // Calls `done` once every batch submitted before this call is answered
+  // (at once when none is outstanding), on the thread that answers the
+  // last of them; with storage-error when one of those that were not yet
+  // answered failed (it may be visible, and may not count). After the
+  // committer is destroyed, a `done` still waiting gets shutting-down.
+  void after_submitted(callback done);
+
   // Writes everything already queued, then ends the thread. Idempotent.
   void stop();
 
@@ -82,7 +96,11 @@ class committer {
   struct pending {
     write_batch batch;
     callback done;
+    std::uint64_t seq = 0;  // 1, 2, ... in submission order
   };
+  // Which batches are answered, shared with replicated groups' answers
+  // (they may come after the committer is gone).
+  struct answered_log;
 
   void run();
   // Moves the next group off the queue. REQUIRES: mutex_ held, queue_ not
@@ -118,7 +136,9 @@ class committer {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<pending> queue_;
+  std::uint64_t submitted_ = 0;  // the last batch's seq
   bool stopping_ = false;
+  std::shared_ptr<answered_log> answered_;
   std::function<fault()> injector_;
   stats stats_;
   std::mutex stop_mutex_;      // serialises joins of concurrent stop() calls

@@ -1,6 +1,11 @@
 #include "services/node.hpp"
 
 #include <algorithm>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "persistence/fence.hpp"
 
 namespace durin::services {
 
@@ -39,6 +44,44 @@ result<persistence::store::status_counts> node::runs_by_status() const {
     }
   }
   return total;
+}
+
+void node::after_replicated_writes(std::function<void(const status&)> done) {
+  std::vector<persistence::committer*> replicated;
+  for (const auto& shard : shards) {
+    const auto& fence = shard->store->guard();
+    if (fence && fence->replication() != nullptr && shard->committer) {
+      replicated.push_back(shard->committer.get());
+    }
+  }
+  if (replicated.empty()) {
+    done({});
+    return;
+  }
+  // The last committer to answer calls `done`, with the first failure.
+  struct countdown {
+    std::mutex mutex;
+    std::size_t left = 0;
+    status outcome;
+    std::function<void(const status&)> done;
+  };
+  auto all = std::make_shared<countdown>();
+  all->left = replicated.size();
+  all->done = std::move(done);
+  for (auto* one : replicated) {
+    one->after_submitted([all](const status& answered) {
+      {
+        std::lock_guard lock(all->mutex);
+        if (!answered && all->outcome) {
+          all->outcome = answered;
+        }
+        if (--all->left > 0) {
+          return;
+        }
+      }
+      all->done(all->outcome);
+    });
+  }
 }
 
 std::uint32_t node::any_shard() {

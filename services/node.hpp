@@ -107,6 +107,13 @@ struct node {
   persistence::storage_health health() const;
   // Runs stored on the node by status, summed over the shards.
   result<persistence::store::status_counts> runs_by_status() const;
+  // Calls `done` once every write already submitted to a replicated shard
+  // here is answered, i.e. durable on it and its in-sync backups (at once
+  // without replication: there a write is visible only once synced). A
+  // read calls it after reading, before it answers: it may have seen a
+  // write that landed unsynced and was shipped, and must not tell of it
+  // before it is durable. With storage-error when such a write failed.
+  void after_replicated_writes(std::function<void(const status&)> done);
 
   // Node-wide records (API keys, tenants) live in the first shard.
   shard& first() { return *shards.front(); }

@@ -96,6 +96,57 @@ TEST(ReplicationTest, ABackupMakesManyQueuedWritesDurableWithOneFsync) {
   expect_copies_equal(cluster);
 }
 
+// A read on a primary may find a write that landed there unsynced and is
+// still on its way to the backups. It is answered only once that write is
+// durable on every in-sync copy: with the backup paused, a list that sees
+// a start waits with it, until the primary drops the backup (replication
+// timeout 1 s) and acknowledges the start; never before.
+TEST(ReplicationTest, AReadIsAnsweredOnlyOnceTheWritesItMaySeeAreOnTheBackups) {
+  cluster_harness cluster(replicated(2, 1));
+  ASSERT_TRUE(cluster.wait_for_routing());
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
+  const int primary = *owners(cluster, 0).begin();
+  const int backup = 1 - primary;
+  ASSERT_EQ(cluster.client(primary).post("/v1/runs", review("before"), "k0")
+                .status,
+            200u);
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
+  // Nothing on its way: a read is answered at once.
+  auto began = clock_type::now();
+  ASSERT_EQ(cluster.client(primary).get("/v1/runs").status, 200u);
+  EXPECT_LT(clock_type::now() - began, 500ms);
+
+  cluster.pause(backup);
+  api_client::answer started;
+  clock_type::time_point start_answered;
+  std::thread start([&] {
+    auto body = review("held");
+    body["wait"] = false;
+    started = cluster.client(primary).post("/v1/runs", body, "k1");
+    start_answered = clock_type::now();
+  });
+  std::this_thread::sleep_for(300ms);
+  began = clock_type::now();
+  const auto listed = cluster.client(primary).get("/v1/runs");
+  const auto list_answered = clock_type::now();
+  start.join();
+  cluster.resume(backup);
+
+  ASSERT_EQ(started.status, 202u) << started.body;
+  ASSERT_EQ(listed.status, 200u) << listed.body;
+  std::set<std::string> ids;
+  for (const auto& run : listed.value["runs"]) {
+    ids.insert(run["id"].get<std::string>());
+  }
+  EXPECT_TRUE(ids.contains(started.value["id"].get<std::string>()))
+      << "the list was read while the start's write was visible";
+  // Held until the backup was dropped, and not answered before the start.
+  EXPECT_GE(list_answered - began, 500ms);
+  EXPECT_LE(start_answered, list_answered + 250ms);
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
+  expect_copies_equal(cluster);
+}
+
 // Rule 1: kill -9 the primary of busy shards, again and again (the long
 // tier sets DURIN_REPLICATION_KILLS=50); every other round the killed
 // node's data directory is deleted before it restarts.

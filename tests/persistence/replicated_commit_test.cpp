@@ -180,5 +180,38 @@ TEST_F(ReplicatedCommitTest,
   EXPECT_FALSE(store_->ready());
 }
 
+// A read that may have seen writes landed here unsynced waits for them
+// (committer::after_submitted): it is told only once every write submitted
+// before it is answered, and told of a failure among them.
+TEST_F(ReplicatedCommitTest,
+       AReadAfterReplicatedWritesIsAnsweredOnlyOnceTheyAreAnswered) {
+  auto shipping = std::make_shared<held_replication>();
+  open(shipping);
+  // Nothing outstanding: at once.
+  std::promise<status> idle;
+  writer_->after_submitted([&idle](const status& s) { idle.set_value(s); });
+  ASSERT_EQ(idle.get_future().wait_for(1s), std::future_status::ready);
+
+  auto first = submit_run("run_a");
+  auto second = submit_run("run_b");
+  auto read = std::make_shared<std::promise<status>>();
+  auto told = read->get_future();
+  writer_->after_submitted([read](const status& s) { read->set_value(s); });
+  EXPECT_EQ(told.wait_for(300ms), std::future_status::timeout);
+  shipping->answer_next({});  // run_a's write
+  ASSERT_EQ(first.wait_for(5s), std::future_status::ready);
+  if (second.wait_for(0s) != std::future_status::ready) {
+    // run_b had a group write of its own: still on its way.
+    EXPECT_EQ(told.wait_for(200ms), std::future_status::timeout);
+    shipping->answer_next(make_error(errc::storage_error, "a backup failed"));
+  }
+  ASSERT_EQ(told.wait_for(5s), std::future_status::ready);
+  ASSERT_EQ(second.wait_for(5s), std::future_status::ready);
+  const status second_outcome = second.get();
+  const status read_outcome = told.get();
+  // The read is told of the failure of a write it may have seen.
+  EXPECT_EQ(read_outcome.ok(), second_outcome.ok());
+}
+
 }  // namespace
 }  // namespace durin::persistence
