@@ -107,9 +107,9 @@ TEST(ReplicationTest, AReadIsAnsweredOnlyOnceTheWritesItMaySeeAreOnTheBackups) {
   ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
   const int primary = *owners(cluster, 0).begin();
   const int backup = 1 - primary;
-  ASSERT_EQ(cluster.client(primary).post("/v1/runs", review("before"), "k0")
-                .status,
-            200u);
+  ASSERT_EQ(
+      cluster.client(primary).post("/v1/runs", review("before"), "k0").status,
+      200u);
   ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
   // Nothing on its way: a read is answered at once.
   auto began = clock_type::now();
