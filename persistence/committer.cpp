@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 
+#include "base/status_join.hpp"
 #include "persistence/test_points.hpp"
 
 namespace durin::persistence {
@@ -365,38 +366,21 @@ void committer::replicate(const fence& guard, std::vector<pending>& group,
                           std::uint64_t position, write_batch& written) {
   // The two halves of a replicated write: the backups' and this node's
   // fsync. The last to finish answers, with the first failure if any.
-  struct halves {
-    std::mutex mutex;
-    int left = 2;
-    status outcome;
-    std::vector<callback> waiting;
-  };
-  auto both = std::make_shared<halves>();
+  std::vector<callback> waiting;
   for (const std::size_t index : members) {
-    both->waiting.push_back(std::move(group[index].done));
+    waiting.push_back(std::move(group[index].done));
     group[index].done = nullptr;
     outcomes[index] = {};
   }
-  auto settle = [both, answered = answered_, first = group.front().seq,
-                 last = group.back().seq](const status& half) {
-    std::vector<callback> ready;
-    status outcome;
-    {
-      std::lock_guard lock(both->mutex);
-      if (!half && both->outcome) {
-        both->outcome = half;
-      }
-      if (--both->left > 0) {
-        return;
-      }
-      ready = std::move(both->waiting);
-      outcome = both->outcome;
-    }
-    for (const auto& done : ready) {
-      answer(done, outcome);
-    }
-    answered->note(first, last, !outcome);
-  };
+  auto settle =
+      join_status(2, [waiting = std::move(waiting), answered = answered_,
+                      first = group.front().seq,
+                      last = group.back().seq](const status& outcome) {
+        for (const auto& done : waiting) {
+          answer(done, outcome);
+        }
+        answered->note(first, last, !outcome);
+      });
   const auto* fenced = &guard;
   guard.replication()->ship(
       epoch, position, written.raw().Data(),

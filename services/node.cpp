@@ -1,10 +1,9 @@
 #include "services/node.hpp"
 
 #include <algorithm>
-#include <memory>
-#include <mutex>
 #include <vector>
 
+#include "base/status_join.hpp"
 #include "persistence/fence.hpp"
 
 namespace durin::services {
@@ -59,28 +58,9 @@ void node::after_replicated_writes(std::function<void(const status&)> done) {
     return;
   }
   // The last committer to answer calls `done`, with the first failure.
-  struct countdown {
-    std::mutex mutex;
-    std::size_t left = 0;
-    status outcome;
-    std::function<void(const status&)> done;
-  };
-  auto all = std::make_shared<countdown>();
-  all->left = replicated.size();
-  all->done = std::move(done);
+  auto answered = join_status(replicated.size(), std::move(done));
   for (auto* one : replicated) {
-    one->after_submitted([all](const status& answered) {
-      {
-        std::lock_guard lock(all->mutex);
-        if (!answered && all->outcome) {
-          all->outcome = answered;
-        }
-        if (--all->left > 0) {
-          return;
-        }
-      }
-      all->done(all->outcome);
-    });
+    one->after_submitted(answered);
   }
 }
 

@@ -116,6 +116,8 @@ TEST(ReplicationTest, AReadIsAnsweredOnlyOnceTheWritesItMaySeeAreOnTheBackups) {
   ASSERT_EQ(cluster.client(primary).get("/v1/runs").status, 200u);
   EXPECT_LT(clock_type::now() - began, 500ms);
 
+  const auto shipped_before =
+      metric(cluster, primary, "durin_replication_writes_shipped_total");
   cluster.pause(backup);
   api_client::answer started;
   clock_type::time_point start_answered;
@@ -125,12 +127,20 @@ TEST(ReplicationTest, AReadIsAnsweredOnlyOnceTheWritesItMaySeeAreOnTheBackups) {
     started = cluster.client(primary).post("/v1/runs", body, "k1");
     start_answered = clock_type::now();
   });
-  std::this_thread::sleep_for(300ms);
+  // The start's write landed on the primary and is on its way.
+  const bool shipped = eventually(
+      [&] {
+        return metric(cluster, primary,
+                      "durin_replication_writes_shipped_total") >
+               shipped_before;
+      },
+      5000ms);
   began = clock_type::now();
   const auto listed = cluster.client(primary).get("/v1/runs");
   const auto list_answered = clock_type::now();
   start.join();
   cluster.resume(backup);
+  ASSERT_TRUE(shipped);
 
   ASSERT_EQ(started.status, 202u) << started.body;
   ASSERT_EQ(listed.status, 200u) << listed.body;
