@@ -26,7 +26,7 @@
 # then KILLS (default 10) kill -9s of a primary of three nodes under a
 # light keyed load, each timed to the first 200 for a run in one of its
 # shards through another node (the distribution: min, p50, p99, max).
-# With DURIN_BENCH_PERF=DIR set, each keyed-start load also leaves a
+# With DURIN_BENCH_PERF=DIR set, each keyed-start and 10-step load leaves a
 # `perf record -g` profile of every node in DIR.
 #
 # BUILD holds bin/durin and benchmarks/http_load (-DDURIN_BENCHMARKS=ON);
@@ -66,7 +66,7 @@ durin="$build/bin/durin"
 load="$build/benchmarks/http_load"
 etcd_bin="${ETCD:-etcd}"
 shards=8
-connections=32
+connections="${DURIN_BENCH_CONNECTIONS:-32}"  # http_load connections a load
 # etcd's raft timing as issue 13 asks (one member on loopback: fast
 # elections); the node lease at its minimum (2 s), so that a lost node's
 # shards are given up soon.
@@ -281,6 +281,19 @@ cpu_seconds() {
   awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$1/stat"
 }
 
+# The context switches of the named nodes' threads so far (voluntary and
+# not): on a virtual machine each one costs more than most of a request's
+# own work, so a load's switches a request say where its CPU went.
+switches() {
+  local name total=0 n
+  for name in "$@"; do
+    n="$(cat /proc/"${node_pid[$name]}"/task/*/status 2>/dev/null |
+      awk '/ctxt_switches/ { s += $2 } END { print s + 0 }')"
+    total=$((total + n))
+  done
+  echo "$total"
+}
+
 # The cores the named nodes use together while nothing is asked of them,
 # over 2 s: what a node costs before any request (lease keepalives, the
 # actor schedulers' threads, timers).
@@ -306,6 +319,29 @@ shard_of() {
 
 in_list() {  # SHARD LIST
   [[ ",$2," == *",$1,"* ]]
+}
+
+# DURIN_BENCH_PERF=DIR: a call-graph profile of each node NAME under a
+# load (perf record, the load's length but its first second), for perf
+# report; wait_profiles waits for them once the load is over.
+profiles=()
+start_profiles() {  # LABEL ROUND NAME...
+  local label="$1" round="$2" name
+  shift 2
+  profiles=()
+  [ -n "${DURIN_BENCH_PERF:-}" ] || return 0
+  mkdir -p "$DURIN_BENCH_PERF"
+  for name in "$@"; do
+    (sleep 1 && perf record -q -g -p "${node_pid[$name]}" \
+      -o "$DURIN_BENCH_PERF/$label-$round-$name.data" \
+      -- sleep "$((seconds > 2 ? seconds - 2 : 1))" >/dev/null 2>&1) &
+    profiles+=($!)
+  done
+}
+wait_profiles() {
+  local pid
+  for pid in "${profiles[@]}"; do wait "$pid" || true; done
+  profiles=()
 }
 
 keyed_start() {  # LABEL ROUND NAME...: a keyed-start load spread over NAMEs
@@ -337,22 +373,13 @@ keyed_start() {  # LABEL ROUND NAME...: a keyed-start load spread over NAMEs
   # Group commits are fsyncs: with more shards a node's starts are split
   # over more committers, each syncing its own log.
   groups_before="$(metric_sum durin_commit_groups_total "$@")"
-  # DURIN_BENCH_PERF=DIR: a call-graph profile of each node under the load
-  # (perf record, the load's length but its first second), for perf report.
-  local profiles=()
-  if [ -n "${DURIN_BENCH_PERF:-}" ]; then
-    mkdir -p "$DURIN_BENCH_PERF"
-    for name in "$@"; do
-      (sleep 1 && perf record -q -g -p "${node_pid[$name]}" \
-        -o "$DURIN_BENCH_PERF/$label-$round-$name.data" \
-        -- sleep "$((seconds > 2 ? seconds - 2 : 1))" >/dev/null 2>&1) &
-      profiles+=($!)
-    done
-  fi
+  local switches_before
+  switches_before="$(switches "$@")"
+  start_profiles "$label" "$round" "$@"
   line="$("$load" "${args[@]}")"
-  local pid
-  for pid in "${profiles[@]}"; do wait "$pid" || true; done
+  wait_profiles
   groups=$(($(metric_sum durin_commit_groups_total "$@") - groups_before))
+  local switched=$(($(switches "$@") - switches_before))
   local forwarded=0 served=0 applied=0 synced=0
   if [ "$clustered" = 1 ]; then
     forwarded=$(($(metric_sum durin_cluster_forwarded_total "$@") - forwarded_before))
@@ -361,7 +388,7 @@ keyed_start() {  # LABEL ROUND NAME...: a keyed-start load spread over NAMEs
     applied=$(($(metric_sum durin_replication_writes_applied_total "$@") - applied_before))
     synced=$(($(metric_sum durin_replication_backup_syncs_total "$@") - synced_before))
   fi
-  echo "case=$label round=$round $line fwd_total=$forwarded served_total=$served idle_cores=$idle fsyncs=$groups backup_writes=$applied backup_fsyncs=$synced" |
+  echo "case=$label round=$round $line fwd_total=$forwarded served_total=$served idle_cores=$idle fsyncs=$groups backup_writes=$applied backup_fsyncs=$synced switches=$switched" |
     tee -a "$lines"
 }
 

@@ -30,13 +30,17 @@ sys.exit(0 if all(s["owner"] is not None and len(s["inSync"]) == len(s["backups"
 
 # LABEL ROUND: 10-step flows, each start waited for, through a and b.
 ten_steps() {
-  local line
+  local line switched
+  switched="$(switches "a-$2" "b-$2")"
+  start_profiles "$1" "$2" "a-$2" "b-$2"
   line="$("$load" --workload raw-keyed --path /v1/runs \
     --body '{"flow":"bench.ten-steps"}' --connections "$connections" \
     --seconds "$seconds" --api-key "$(admin_key "a-$2")" \
     --server "$(url "a-$2")" --server-pid "${node_pid[a-$2]}" \
     --server "$(url "b-$2")" --server-pid "${node_pid[b-$2]}")"
-  echo "case=$1 round=$2 $line" | tee -a "$lines"
+  wait_profiles
+  switched=$(($(switches "a-$2" "b-$2") - switched))
+  echo "case=$1 round=$2 $line switches=$switched" | tee -a "$lines"
 }
 
 echo "== e. keyed starts and 10-step flows, 2 nodes, --replicas 1 vs 2"
@@ -127,6 +131,10 @@ awk "$value_awk"'
     split($1, c, "="); split($2, r, "="); k = c[2]; n = r[2]
     thr[k, n] = value("throughput"); tot[k] += thr[k, n]; count[k]++
     p50[k] += value("p50"); p99[k] += value("p99")
+    # The CPU a request of the servers, and their context switches a request,
+    # summed over the rounds.
+    ok[k] += value("ok"); cpu[k] += value("server_cpu") * value("seconds")
+    switched[k] += value("switches")
     if (k == "lag") { lag = lag " " value("max") }
     if (k == "failover") { ms[++kills] = value("ms") }
     if (n > rounds) { rounds = n }
@@ -138,6 +146,9 @@ awk "$value_awk"'
       what, tot[one] / count[one], p50[one] / count[one], p99[one] / count[one],
       tot[two] / count[two], p50[two] / count[two], p99[two] / count[two],
       tot[two] / tot[one], s, (p50[two] / count[two]) / (p50[one] / count[one])
+    printf "%-30s R=1 %.0f us CPU, %.1f switches a request | R=2 %.0f us CPU, %.1f switches\n", "",
+      ok[one] ? cpu[one] / ok[one] * 1e6 : 0, ok[one] ? switched[one] / ok[one] : 0,
+      ok[two] ? cpu[two] / ok[two] * 1e6 : 0, ok[two] ? switched[two] / ok[two] : 0
   }
   END {
     pair("keyed starts (no wait)", "keyed-r1", "keyed-r2")

@@ -57,6 +57,9 @@ using move_chunk_atom = caf::atom_constant<caf::atom("mvchunk")>;
 // Replication (cluster/replication.hpp): a primary's write to a backup,
 // a backup joining its primary, a checkpoint of the primary's copy.
 using replicate_atom = caf::atom_constant<caf::atom("replicate")>;
+// A backup's answer to one replicate message (shard, the backup's node as
+// the primary named it, the position sent, replica_code, position held).
+using replicated_atom = caf::atom_constant<caf::atom("replicated")>;
 using join_atom = caf::atom_constant<caf::atom("rjoin")>;
 using checkpoint_atom = caf::atom_constant<caf::atom("rckpt")>;
 // A node's copies and their log positions (replicator::local_view), as

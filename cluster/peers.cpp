@@ -164,21 +164,26 @@ caf::behavior router(caf::stateful_actor<router_state>* self,
         return self->delegate(owner->mover, atom, shard);
       },
       // Replication: writes go to the shard's applier (its own thread, as
-      // each waits for an fsync), joins to the primary's actor.
+      // each waits for an fsync), joins to the primary's actor. A write is
+      // a message, not a request: the applier answers the primary with
+      // replicated_atom.
       [self, owner](replicate_atom atom, std::uint32_t shard,
                     std::uint64_t epoch, std::uint64_t written_at,
-                    std::uint64_t position,
-                    std::string& data) -> caf::delegated<caf::message> {
+                    std::uint64_t position, std::string& data,
+                    std::string& node) {
         auto to = owner->replication ? owner->replication->applier(shard)
                                      : caf::actor{};
         if (!to) {
-          self->make_response_promise().deliver(
-              static_cast<std::uint64_t>(replica_code::retry),
-              std::uint64_t{0});
-          return {};
+          if (auto primary =
+                  caf::actor_cast<caf::actor>(self->current_sender())) {
+            self->send(primary, replicated_atom::value, shard, node, position,
+                       static_cast<std::uint64_t>(replica_code::retry),
+                       std::uint64_t{0});
+          }
+          return;
         }
-        return self->delegate(to, atom, shard, epoch, written_at, position,
-                              std::move(data));
+        self->delegate(to, atom, shard, epoch, written_at, position,
+                       std::move(data), std::move(node));
       },
       [self, owner](join_atom atom, std::uint32_t shard, std::string& node,
                     std::int64_t lease, std::uint64_t epoch,

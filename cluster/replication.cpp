@@ -1,5 +1,6 @@
 #include "cluster/replication.hpp"
 
+#include <algorithm>
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <condition_variable>
@@ -27,6 +28,15 @@ constexpr auto control_interval = std::chrono::milliseconds(100);
 constexpr auto rejoin_after = std::chrono::seconds(3);
 constexpr auto retry_pause = std::chrono::milliseconds(20);
 constexpr auto peer_timeout = std::chrono::seconds(30);
+
+// How often a primary looks for writes its backups left unanswered past
+// the replication timeout: a backup is dropped at most this long after
+// its timeout.
+clock_type::duration overdue_check_interval(std::chrono::milliseconds timeout) {
+  return std::clamp<clock_type::duration>(timeout / 8,
+                                          std::chrono::milliseconds(1),
+                                          std::chrono::milliseconds(100));
+}
 
 // One group write as the log keeps it.
 struct log_entry {
@@ -243,6 +253,7 @@ using config_atom = caf::atom_constant<caf::atom("rconfig")>;
 using resend_atom = caf::atom_constant<caf::atom("rresend")>;
 using swapped_atom = caf::atom_constant<caf::atom("rswapped")>;
 using connected_atom = caf::atom_constant<caf::atom("rconn")>;
+using overdue_atom = caf::atom_constant<caf::atom("roverdue")>;
 
 // The committer's side of one shard.
 class shard_shipping final : public persistence::replication {
@@ -326,6 +337,9 @@ struct target_state {
   bool adding = false;     // a swap into the in-sync set is under way
   bool dropping = false;   // a swap out of it is under way
   std::uint64_t acked = 0;
+  // The writes sent to `handle` and not answered yet: position -> when it
+  // is overdue (a position sent again is in twice).
+  std::multimap<std::uint64_t, clock_type::time_point> unanswered;
 };
 
 struct primary_shard {
@@ -337,6 +351,8 @@ struct primary_shard {
 
 struct primary_state {
   std::map<std::uint32_t, primary_shard> shards;
+  bool overdue_armed = false;           // an overdue check is on its way
+  std::set<caf::actor_addr> monitored;  // the backups' routers
   static inline const char* name = "durin.replication-primary";
 };
 
@@ -512,30 +528,23 @@ void send_entry(primary_actor* self, replicator::impl* owner,
     return;
   }
   owner->shipped.fetch_add(1);
-  const auto position = entry.position;
-  // The tenure's epoch fences the sender; the write's own epoch (older for
-  // a catch-up from the log) is what the backup records with it.
-  self->request(target.handle, owner->options.timeout, replicate_atom::value,
-                shard, self->state.shards[shard].epoch, entry.epoch,
-                entry.position, entry.data)
-      .then(
-          [self, owner, shard, node, position](std::uint64_t code,
-                                               std::uint64_t at) {
-            on_answer(self, owner, shard, node, position, code, at);
-          },
-          [self, owner, shard, node, sent_to = target.handle](caf::error&) {
-            // No answer in time, or the connection went: the backup is
-            // dropped (from the in-sync set, when it is in it). Not when it
-            // has joined again since, through a new handle (a restarted
-            // backup): that join re-sent this write to the new handle.
-            auto& targets = self->state.shards[shard].targets;
-            auto found = targets.find(node);
-            if (found != targets.end() && found->second.handle &&
-                found->second.handle != sent_to) {
-              return;
-            }
-            drop(self, owner, shard, node);
-          });
+  // Sent, not requested: a request with a timeout makes CAF 0.17's clock
+  // thread wake twice (its timer set, then cancelled), which on a virtual
+  // machine costs more than the write's own shipping. The backup answers
+  // with a `replicated` message; the deadlines are kept here and checked
+  // by one periodic message (overdue_atom). The tenure's epoch fences the
+  // sender; the write's own epoch (older for a catch-up from the log) is
+  // what the backup records with it.
+  self->send(target.handle, replicate_atom::value, shard,
+             self->state.shards[shard].epoch, entry.epoch, entry.position,
+             entry.data, node);
+  target.unanswered.emplace(entry.position,
+                            clock_type::now() + owner->options.timeout);
+  if (!self->state.overdue_armed) {
+    self->state.overdue_armed = true;
+    self->delayed_send(self, overdue_check_interval(owner->options.timeout),
+                       overdue_atom::value);
+  }
 }
 
 // Sends the log's writes after `after` to `node`.
@@ -586,6 +595,12 @@ void connect_target(primary_actor* self, replicator::impl* owner,
               return;
             }
             found->second.handle = caf::actor_cast<caf::actor>(ptr);
+            // Its connection's loss drops it at once (down handler), not
+            // only when its writes are overdue.
+            if (self->state.monitored.insert(found->second.handle.address())
+                    .second) {
+              self->monitor(found->second.handle);
+            }
             found->second.streaming = true;
             stream_from(self, owner, shard, node, after);
           },
@@ -595,8 +610,75 @@ void connect_target(primary_actor* self, replicator::impl* owner,
           });
 }
 
+// Drops every target whose writes are overdue; true while any write is
+// still unanswered (so the check goes on).
+bool drop_overdue(primary_actor* self, replicator::impl* owner) {
+  const auto now = clock_type::now();
+  bool waiting = false;
+  for (auto& [shard, state] : self->state.shards) {
+    std::vector<std::string> overdue;
+    for (auto& [node, target] : state.targets) {
+      for (const auto& [position, due] : target.unanswered) {
+        if (due <= now) {
+          overdue.push_back(node);
+          break;
+        }
+      }
+      waiting = waiting || !target.unanswered.empty();
+    }
+    for (const auto& node : overdue) {
+      // Its writes are forgotten: it joins again, and that join resends.
+      state.targets[node].unanswered.clear();
+      drop(self, owner, shard, node);
+    }
+  }
+  return waiting;
+}
+
 caf::behavior primary_behavior(primary_actor* self, replicator::impl* owner) {
+  self->set_down_handler([self, owner](caf::down_msg& down) {
+    self->state.monitored.erase(down.source);
+    for (auto& [shard, state] : self->state.shards) {
+      std::vector<std::string> gone;
+      for (const auto& [node, target] : state.targets) {
+        if (target.handle && target.handle.address() == down.source) {
+          gone.push_back(node);
+        }
+      }
+      for (const auto& node : gone) {
+        drop(self, owner, shard, node);
+      }
+    }
+  });
   return {
+      [self, owner](replicated_atom, std::uint32_t shard,
+                    const std::string& node, std::uint64_t position,
+                    std::uint64_t code, std::uint64_t at) {
+        auto& targets = self->state.shards[shard].targets;
+        auto found = targets.find(node);
+        const auto& from = self->current_sender();
+        if (found != targets.end() && found->second.handle && from &&
+            from->node() != found->second.handle.node()) {
+          // From an earlier process of that node, which joined again: its
+          // new copy may lack what the old one held.
+          return;
+        }
+        if (found != targets.end()) {
+          auto& unanswered = found->second.unanswered;
+          if (auto sent = unanswered.find(position); sent != unanswered.end()) {
+            unanswered.erase(sent);
+          }
+        }
+        on_answer(self, owner, shard, node, position, code, at);
+      },
+      [self, owner](overdue_atom) {
+        self->state.overdue_armed = drop_overdue(self, owner);
+        if (self->state.overdue_armed) {
+          self->delayed_send(self,
+                             overdue_check_interval(owner->options.timeout),
+                             overdue_atom::value);
+        }
+      },
       [self, owner](ship_atom, std::uint32_t shard, std::uint64_t epoch,
                     std::uint64_t position, const std::string& data) {
         auto& state = self->state.shards[shard];
@@ -751,9 +833,12 @@ caf::behavior primary_behavior(primary_actor* self, replicator::impl* owner) {
 using flush_atom = caf::atom_constant<caf::atom("replflush")>;
 
 struct applier_state {
+  // An answer to send once the writes before it are synced.
   struct waiting {
-    caf::response_promise promise;
-    std::uint64_t position = 0;
+    caf::actor primary;
+    std::string node;
+    std::uint64_t sent = 0;      // the position the primary sent
+    std::uint64_t position = 0;  // the position held once synced
   };
   std::vector<waiting> unsynced;
   bool flush_sent = false;
@@ -762,27 +847,38 @@ struct applier_state {
 
 using applier_actor = caf::stateful_actor<applier_state>;
 
+// Answers a replicate message of the primary that sent it (from `self`,
+// whose node tells the primary which process of the backup answered).
+void answer_write(applier_actor* self, const caf::actor& primary,
+                  std::uint32_t shard, const std::string& node,
+                  std::uint64_t sent, replica_code code, std::uint64_t at) {
+  if (primary) {
+    self->send(primary, replicated_atom::value, shard, node, sent,
+               static_cast<std::uint64_t>(code), at);
+  }
+}
+
 caf::behavior applier_behavior(applier_actor* self, replicator::impl* owner,
                                std::uint32_t shard) {
-  using answer = caf::result<std::uint64_t, std::uint64_t>;
-  auto reply = [](replica_code code, std::uint64_t at) -> answer {
-    return {static_cast<std::uint64_t>(code), at};
-  };
   // The answer once the writes before it are synced.
-  auto after_sync = [self](std::uint64_t position) -> answer {
-    auto promise = self->make_response_promise();
-    self->state.unsynced.push_back({promise, position});
+  auto after_sync = [self](caf::actor primary, std::string node,
+                           std::uint64_t sent, std::uint64_t position) {
+    self->state.unsynced.push_back(
+        {std::move(primary), std::move(node), sent, position});
     if (!self->state.flush_sent) {
       self->state.flush_sent = true;
       self->send(self, flush_atom::value);
     }
-    return promise;
   };
   return {
-      [self, owner, shard, reply, after_sync](
+      [self, owner, shard, after_sync](
           replicate_atom, std::uint32_t, std::uint64_t epoch,
-          std::uint64_t written_at, std::uint64_t position,
-          std::string& data) -> answer {
+          std::uint64_t written_at, std::uint64_t position, std::string& data,
+          std::string& node) {
+        auto primary = caf::actor_cast<caf::actor>(self->current_sender());
+        auto reply = [&](replica_code code, std::uint64_t at) {
+          answer_write(self, primary, shard, node, position, code, at);
+        };
         auto* store = owner->stores(shard);
         const auto config = owner->members.config_of(shard);
         if (store == nullptr) {
@@ -808,7 +904,7 @@ caf::behavior applier_behavior(applier_actor* self, replicator::impl* owner,
           if (self->state.unsynced.empty()) {
             return reply(replica_code::ok, now);
           }
-          return after_sync(now);
+          return after_sync(std::move(primary), std::move(node), position, now);
         }
         if (position != now + 1) {
           return reply(replica_code::gap, now);
@@ -827,7 +923,7 @@ caf::behavior applier_behavior(applier_actor* self, replicator::impl* owner,
           log.append(written_at, position, std::move(data),
                      owner->options.log_bytes_max);
         }
-        return after_sync(position);
+        after_sync(std::move(primary), std::move(node), position, position);
       },
       [self, owner, shard](flush_atom) {
         auto& st = self->state;
@@ -850,13 +946,13 @@ caf::behavior applier_behavior(applier_actor* self, replicator::impl* owner,
             store->unfollow();
           }
         }
-        for (auto& one : waiting) {
+        for (const auto& one : waiting) {
           if (synced) {
-            one.promise.deliver(static_cast<std::uint64_t>(replica_code::ok),
-                                one.position);
+            answer_write(self, one.primary, shard, one.node, one.sent,
+                         replica_code::ok, one.position);
           } else {
-            one.promise.deliver(static_cast<std::uint64_t>(replica_code::retry),
-                                std::uint64_t{0});
+            answer_write(self, one.primary, shard, one.node, one.sent,
+                         replica_code::retry, 0);
           }
         }
       },

@@ -10,10 +10,10 @@
 //            committer back); a backup applies it only at its view of
 //            the shard's epoch and as its next position.
 //   drop     a backup of the in-sync set that does not answer within
-//            `timeout` is taken out of it by a compare-and-swap on the
-//            shard's config, and the primary goes on without it; a failed
-//            swap means the config moved on (a promotion): the waiting
-//            writes are answered indefinite.
+//            `timeout`, or whose connection closes, is taken out of it
+//            by a compare-and-swap on the shard's config, and the primary
+//            goes on without it; a failed swap means the config moved on
+//            (a promotion): the waiting writes are answered indefinite.
 //   join     a backup that is not in step (after a restart, a drop, a new
 //            epoch) tells the primary the epoch and position of its last
 //            write; the primary streams what follows from its in-memory

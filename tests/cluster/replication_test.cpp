@@ -27,6 +27,51 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// A start (no wait) through `primary` while `backup` is paused: its write
+// lands on the primary and is shipped, and its answer waits for the
+// backup's. The start runs on a thread of its own until join().
+class held_start {
+ public:
+  held_start(cluster_harness& cluster, int primary, int backup,
+             const std::string& key) {
+    const auto shipped_before =
+        metric(cluster, primary, "durin_replication_writes_shipped_total");
+    cluster.pause(backup);
+    thread_ = std::thread([this, &cluster, primary, key] {
+      auto body = review("held");
+      body["wait"] = false;
+      answer_ = cluster.client(primary, 60'000).post("/v1/runs", body, key);
+      answered_ = clock_type::now();
+    });
+    shipped_ = eventually(
+        [&] {
+          return metric(cluster, primary,
+                        "durin_replication_writes_shipped_total") >
+                 shipped_before;
+        },
+        5000ms);
+  }
+  held_start(const held_start&) = delete;
+  held_start& operator=(const held_start&) = delete;
+  ~held_start() { join(); }
+
+  void join() {
+    if (thread_.joinable()) {
+      thread_.join();
+    }
+  }
+  bool shipped() const { return shipped_; }
+  // After join().
+  const api_client::answer& answer() const { return answer_; }
+  clock_type::time_point answered() const { return answered_; }
+
+ private:
+  std::thread thread_;
+  bool shipped_ = false;
+  api_client::answer answer_;
+  clock_type::time_point answered_;
+};
+
 TEST(ReplicationTest, StatusShowsEachShardsPrimaryBackupsInSyncSetAndLag) {
   cluster_harness cluster(replicated(2, 1));
   ASSERT_TRUE(cluster.wait_for_routing());
@@ -116,31 +161,14 @@ TEST(ReplicationTest, AReadIsAnsweredOnlyOnceTheWritesItMaySeeAreOnTheBackups) {
   ASSERT_EQ(cluster.client(primary).get("/v1/runs").status, 200u);
   EXPECT_LT(clock_type::now() - began, 500ms);
 
-  const auto shipped_before =
-      metric(cluster, primary, "durin_replication_writes_shipped_total");
-  cluster.pause(backup);
-  api_client::answer started;
-  clock_type::time_point start_answered;
-  std::thread start([&] {
-    auto body = review("held");
-    body["wait"] = false;
-    started = cluster.client(primary).post("/v1/runs", body, "k1");
-    start_answered = clock_type::now();
-  });
-  // The start's write landed on the primary and is on its way.
-  const bool shipped = eventually(
-      [&] {
-        return metric(cluster, primary,
-                      "durin_replication_writes_shipped_total") >
-               shipped_before;
-      },
-      5000ms);
+  held_start start(cluster, primary, backup, "k1");
   began = clock_type::now();
   const auto listed = cluster.client(primary).get("/v1/runs");
   const auto list_answered = clock_type::now();
   start.join();
   cluster.resume(backup);
-  ASSERT_TRUE(shipped);
+  ASSERT_TRUE(start.shipped());
+  const auto& started = start.answer();
 
   ASSERT_EQ(started.status, 202u) << started.body;
   ASSERT_EQ(listed.status, 200u) << listed.body;
@@ -152,7 +180,32 @@ TEST(ReplicationTest, AReadIsAnsweredOnlyOnceTheWritesItMaySeeAreOnTheBackups) {
       << "the list was read while the start's write was visible";
   // Held until the backup was dropped, and not answered before the start.
   EXPECT_GE(list_answered - began, 500ms);
-  EXPECT_LE(start_answered, list_answered + 250ms);
+  EXPECT_LE(start.answered(), list_answered + 250ms);
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
+  expect_copies_equal(cluster);
+}
+
+// A backup whose process is gone is dropped as soon as its connection
+// closes, not only once its writes are overdue: with a replication
+// timeout of 30 s, a write shipped to a paused backup that is then killed
+// is answered within seconds, and the backup rejoins once it is back.
+TEST(ReplicationTest, ABackupWhoseConnectionClosesIsDroppedBeforeItsTimeout) {
+  auto setup = replicated(2, 1);
+  setup.replication_timeout_ms = 30'000;
+  cluster_harness cluster(setup);
+  ASSERT_TRUE(cluster.wait_for_routing());
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
+  const int primary = *owners(cluster, 0).begin();
+  const int backup = 1 - primary;
+  held_start start(cluster, primary, backup, "k1");
+  const auto killed = clock_type::now();
+  cluster.kill9(backup);
+  start.join();
+  ASSERT_TRUE(start.shipped());
+  ASSERT_EQ(start.answer().status, 202u) << start.answer().body;
+  EXPECT_LT(start.answered() - killed, 10s)
+      << "the write waited for the replication timeout";
+  cluster.start(backup);
   ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
   expect_copies_equal(cluster);
 }

@@ -52,8 +52,10 @@ struct cluster_setup {
   // Place the shards over the nodes at init (--nodes); else they are
   // placed over the nodes that join.
   bool place_at_init = true;
-  // Copies of each shard (--replicas).
+  // Copies of each shard (--replicas), and how long a primary waits for
+  // a backup's answer before it drops it (--replication-timeout-ms).
   std::uint32_t replicas = 1;
+  std::int64_t replication_timeout_ms = 1000;
   // Environment of every node ("NAME=value"), and flags of its serve.
   std::vector<std::string> env;
   std::vector<std::string> flags;
@@ -176,7 +178,7 @@ class cluster_harness {
           "--lease-ttl-s",
           std::to_string(setup_.lease_ttl_s),
           "--replication-timeout-ms",
-          "1000"};
+          std::to_string(setup_.replication_timeout_ms)};
       node_setup.flags.insert(node_setup.flags.end(), setup_.flags.begin(),
                               setup_.flags.end());
       try {
