@@ -18,7 +18,10 @@
 
 namespace durin::cluster {
 
+// A forward (ticket, request) and its answer (ticket, response): plain
+// messages, not a request (cluster/detail/overdue.hpp).
 using forward_atom = caf::atom_constant<caf::atom("forward")>;
+using forwarded_atom = caf::atom_constant<caf::atom("forwarded")>;
 using answered_atom = caf::atom_constant<caf::atom("answered")>;
 using go_atom = caf::atom_constant<caf::atom("go")>;
 using call_atom = caf::atom_constant<caf::atom("call")>;

@@ -14,6 +14,7 @@
 
 #include "actors/scheduling.hpp"
 #include "cluster/detail/job_pool.hpp"
+#include "cluster/detail/overdue.hpp"
 #include "cluster/detail/peer_router.hpp"
 #include "cluster/detail/peer_wire.hpp"
 #include "cluster/peer_calls.hpp"
@@ -97,17 +98,34 @@ struct peers::impl {
 
 namespace {
 
+// Where a request run here is answered: a call's response promise, or a
+// forward's `forwarded` message to the forwarder that sent it (a forward
+// is a message, not a request: cluster/detail/overdue.hpp).
+struct reply_to {
+  caf::response_promise promise;  // a call's
+  caf::actor forwarder;           // a forward's, with its ticket
+  std::uint64_t ticket = 0;
+
+  void deliver(caf::event_based_actor* self, forwarded_response response) {
+    if (forwarder) {
+      self->send(forwarder, forwarded_atom::value, ticket, std::move(response));
+    } else {
+      promise.deliver(std::move(response));
+    }
+  }
+};
+
 struct router_state {
   std::uint64_t next = 0;
-  std::unordered_map<std::uint64_t, caf::response_promise> promises;
+  std::unordered_map<std::uint64_t, reply_to> waiting;
   static inline const char* name = "durin.peer-router";
 };
 
-// Runs a request sent here through the api; `promise` gets its answer.
+// Runs a request sent here through the api; `reply` gets its answer.
 void answer_here(caf::stateful_actor<router_state>* self, peers::impl* owner,
-                 caf::response_promise promise, forwarded_request& request) {
+                 reply_to reply, forwarded_request& request) {
   const auto id = ++self->state.next;
-  self->state.promises.emplace(id, std::move(promise));
+  self->state.waiting.emplace(id, std::move(reply));
   http_request http{std::move(request.method), std::move(request.target),
                     std::move(request.headers), std::move(request.body)};
   gateway::principal caller{std::move(request.tenant),
@@ -127,22 +145,28 @@ void answer_here(caf::stateful_actor<router_state>* self, peers::impl* owner,
 caf::behavior router(caf::stateful_actor<router_state>* self,
                      peers::impl* owner) {
   return {
-      [self, owner](forward_atom, forwarded_request& request) {
-        auto promise = self->make_response_promise();
+      [self, owner](forward_atom, std::uint64_t ticket,
+                    forwarded_request& request) {
+        reply_to reply{
+            {}, caf::actor_cast<caf::actor>(self->current_sender()), ticket};
+        if (!reply.forwarder) {
+          return;  // nobody to answer
+        }
         owner->served.fetch_add(1);
         const auto at = owner->members.locate(request.shard);
         if (at.at != route::where::here || at.epoch < request.epoch_seen) {
-          promise.deliver(to_message(
-              gateway::error_response(gateway::not_owner_status, "not-owner",
-                                      "this node does not serve shard " +
-                                          std::to_string(request.shard))));
+          reply.deliver(self, to_message(gateway::error_response(
+                                  gateway::not_owner_status, "not-owner",
+                                  "this node does not serve shard " +
+                                      std::to_string(request.shard))));
           return;
         }
-        answer_here(self, owner, std::move(promise), request);
+        answer_here(self, owner, std::move(reply), request);
       },
       // A call is for this node, whatever shards it serves.
       [self, owner](call_atom, forwarded_request& request) {
-        answer_here(self, owner, self->make_response_promise(), request);
+        answer_here(self, owner, reply_to{self->make_response_promise()},
+                    request);
       },
       // A shard's move: answered by the detached mover, so that copying
       // files never holds a forward up.
@@ -200,10 +224,10 @@ caf::behavior router(caf::stateful_actor<router_state>* self,
                               position);
       },
       [self](answered_atom, std::uint64_t id, forwarded_response& response) {
-        auto found = self->state.promises.find(id);
-        if (found != self->state.promises.end()) {
-          found->second.deliver(std::move(response));
-          self->state.promises.erase(found);
+        auto found = self->state.waiting.find(id);
+        if (found != self->state.waiting.end()) {
+          found->second.deliver(self, std::move(response));
+          self->state.waiting.erase(found);
         }
       },
   };
@@ -251,12 +275,18 @@ caf::behavior mover(caf::event_based_actor*, shard_mover* moves) {
   };
 }
 
+using clock_type = std::chrono::steady_clock;
+using overdue_atom = caf::atom_constant<caf::atom("fwoverdue")>;
+
 struct forwarder_state {
   std::map<std::string, caf::actor> handles;  // by peer endpoint
   std::map<std::string, std::vector<std::uint64_t>> waiting;
-  // Forwards sent and not answered, by peer: CAF 0.17 answers none of them
-  // when the peer's connection goes, so the down message does.
-  std::map<std::string, std::set<std::uint64_t>> in_flight;
+  // Forwards sent and not answered, by peer, with when each is overdue:
+  // nothing answers them when the peer's connection goes, so the down
+  // message does; nor when the peer is slow, so the overdue check does.
+  std::map<std::string, std::map<std::uint64_t, clock_type::time_point>>
+      in_flight;
+  bool overdue_armed = false;  // an overdue check is on its way
   static inline const char* name = "durin.peer-forwarder";
 };
 
@@ -345,54 +375,67 @@ void send_forward(caf::stateful_actor<forwarder_state>* self,
     message.role = static_cast<std::uint8_t>(forward.caller.role);
   }
   owner->forwarded.fetch_add(1);
-  self->state.in_flight[peer].insert(ticket);
-  self->request(handle, owner->options.forward_timeout, forward_atom::value,
-                std::move(message))
-      .then(
-          [self, owner, ticket, peer](forwarded_response& response) {
-            self->state.in_flight[peer].erase(ticket);
-            if (response.status != gateway::not_owner_status) {
-              owner->answer(ticket, from_message(std::move(response)));
-              return;
-            }
-            owner->not_owner.fetch_add(1);
-            bool again = false;
-            {
-              std::lock_guard lock(owner->mutex);
-              auto found = owner->pending.find(ticket);
-              again = found != owner->pending.end() &&
-                      ++found->second.attempts <= 2;
-            }
-            if (again) {
-              self->delayed_send(self, owner->options.not_owner_pause,
-                                 go_atom::value, ticket);
-              return;
-            }
-            std::uint32_t shard = 0;
-            {
-              std::lock_guard lock(owner->mutex);
-              auto found = owner->pending.find(ticket);
-              shard = found == owner->pending.end() ? 0 : found->second.shard;
-            }
-            owner->unavailable.fetch_add(1);
-            owner->answer(ticket, gateway::shard_unavailable(
-                                      shard, owner->members.ttl_s()));
-          },
-          [self, owner, ticket, peer](caf::error& failure) {
-            self->state.in_flight[peer].erase(ticket);
-            if (failure == caf::sec::request_timeout) {
-              owner->timed_out.fetch_add(1);
-            } else {
-              self->state.handles.erase(peer);
-            }
-            owner->answer(
-                ticket,
-                gateway::error_response(
-                    503, "forward-outcome-unknown",
-                    "the node serving this shard did not answer in time; "
-                    "the request may or may not have taken effect: retry "
-                    "it with the same Idempotency-Key"));
-          });
+  self->state.in_flight[peer].emplace(
+      ticket, clock_type::now() + owner->options.forward_timeout);
+  self->send(handle, forward_atom::value, ticket, std::move(message));
+  detail::arm_overdue_check(self, self->state.overdue_armed,
+                            owner->options.forward_timeout,
+                            overdue_atom::value);
+}
+
+// The answer of a forward the peer served.
+void on_forwarded(caf::stateful_actor<forwarder_state>* self,
+                  peers::impl* owner, std::uint64_t ticket,
+                  forwarded_response& response) {
+  if (response.status != gateway::not_owner_status) {
+    owner->answer(ticket, from_message(std::move(response)));
+    return;
+  }
+  owner->not_owner.fetch_add(1);
+  bool again = false;
+  std::uint32_t shard = 0;
+  {
+    std::lock_guard lock(owner->mutex);
+    auto found = owner->pending.find(ticket);
+    if (found != owner->pending.end()) {
+      again = ++found->second.attempts <= 2;
+      shard = found->second.shard;
+    }
+  }
+  if (again) {
+    self->delayed_send(self, owner->options.not_owner_pause, go_atom::value,
+                       ticket);
+    return;
+  }
+  owner->unavailable.fetch_add(1);
+  owner->answer(ticket,
+                gateway::shard_unavailable(shard, owner->members.ttl_s()));
+}
+
+// Answers the forwards overdue; true while any is still in flight.
+bool fail_overdue(caf::stateful_actor<forwarder_state>* self,
+                  peers::impl* owner) {
+  const auto now = clock_type::now();
+  bool waiting = false;
+  for (auto& [peer, tickets] : self->state.in_flight) {
+    for (auto it = tickets.begin(); it != tickets.end();) {
+      if (it->second > now) {
+        ++it;
+        continue;
+      }
+      owner->timed_out.fetch_add(1);
+      owner->answer(
+          it->first,
+          gateway::error_response(
+              503, "forward-outcome-unknown",
+              "the node serving this shard did not answer in time; the "
+              "request may or may not have taken effect: retry it with the "
+              "same Idempotency-Key"));
+      it = tickets.erase(it);
+    }
+    waiting = waiting || !tickets.empty();
+  }
+  return waiting;
 }
 
 caf::behavior forwarder(caf::stateful_actor<forwarder_state>* self,
@@ -408,7 +451,7 @@ caf::behavior forwarder(caf::stateful_actor<forwarder_state>* self,
       // been carried out, and no answer will come.
       auto lost = std::move(self->state.in_flight[it->first]);
       self->state.in_flight.erase(it->first);
-      for (const auto ticket : lost) {
+      for (const auto& [ticket, due] : lost) {
         owner->answer(
             ticket,
             gateway::error_response(
@@ -421,6 +464,21 @@ caf::behavior forwarder(caf::stateful_actor<forwarder_state>* self,
     }
   });
   return {
+      [self, owner](forwarded_atom, std::uint64_t ticket,
+                    forwarded_response& response) {
+        for (auto& [peer, tickets] : self->state.in_flight) {
+          if (tickets.erase(ticket) != 0) {
+            on_forwarded(self, owner, ticket, response);
+            return;
+          }
+        }
+        // Answered already: overdue, or its peer's connection went.
+      },
+      [self, owner](overdue_atom atom) {
+        detail::run_overdue_check(self, self->state.overdue_armed,
+                                  owner->options.forward_timeout, atom,
+                                  [&] { return fail_overdue(self, owner); });
+      },
       [self, owner](go_atom, std::uint64_t ticket) {
         std::uint32_t shard = 0;
         {

@@ -1,6 +1,5 @@
 #include "cluster/replication.hpp"
 
-#include <algorithm>
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <condition_variable>
@@ -8,6 +7,7 @@
 #include <filesystem>
 
 #include "cluster/detail/job_pool.hpp"
+#include "cluster/detail/overdue.hpp"
 #include "cluster/detail/peer_router.hpp"
 #include "cluster/detail/peer_wire.hpp"
 #include "cluster/etcd.hpp"
@@ -28,15 +28,6 @@ constexpr auto control_interval = std::chrono::milliseconds(100);
 constexpr auto rejoin_after = std::chrono::seconds(3);
 constexpr auto retry_pause = std::chrono::milliseconds(20);
 constexpr auto peer_timeout = std::chrono::seconds(30);
-
-// How often a primary looks for writes its backups left unanswered past
-// the replication timeout: a backup is dropped at most this long after
-// its timeout.
-clock_type::duration overdue_check_interval(std::chrono::milliseconds timeout) {
-  return std::clamp<clock_type::duration>(timeout / 8,
-                                          std::chrono::milliseconds(1),
-                                          std::chrono::milliseconds(100));
-}
 
 // One group write as the log keeps it.
 struct log_entry {
@@ -528,23 +519,17 @@ void send_entry(primary_actor* self, replicator::impl* owner,
     return;
   }
   owner->shipped.fetch_add(1);
-  // Sent, not requested: a request with a timeout makes CAF 0.17's clock
-  // thread wake twice (its timer set, then cancelled), which on a virtual
-  // machine costs more than the write's own shipping. The backup answers
-  // with a `replicated` message; the deadlines are kept here and checked
-  // by one periodic message (overdue_atom). The tenure's epoch fences the
-  // sender; the write's own epoch (older for a catch-up from the log) is
-  // what the backup records with it.
+  // Sent, not requested (cluster/detail/overdue.hpp): the backup answers
+  // with a `replicated` message. The tenure's epoch fences the sender; the
+  // write's own epoch (older for a catch-up from the log) is what the
+  // backup records with it.
   self->send(target.handle, replicate_atom::value, shard,
              self->state.shards[shard].epoch, entry.epoch, entry.position,
              entry.data, node);
   target.unanswered.emplace(entry.position,
                             clock_type::now() + owner->options.timeout);
-  if (!self->state.overdue_armed) {
-    self->state.overdue_armed = true;
-    self->delayed_send(self, overdue_check_interval(owner->options.timeout),
-                       overdue_atom::value);
-  }
+  detail::arm_overdue_check(self, self->state.overdue_armed,
+                            owner->options.timeout, overdue_atom::value);
 }
 
 // Sends the log's writes after `after` to `node`.
@@ -671,13 +656,10 @@ caf::behavior primary_behavior(primary_actor* self, replicator::impl* owner) {
         }
         on_answer(self, owner, shard, node, position, code, at);
       },
-      [self, owner](overdue_atom) {
-        self->state.overdue_armed = drop_overdue(self, owner);
-        if (self->state.overdue_armed) {
-          self->delayed_send(self,
-                             overdue_check_interval(owner->options.timeout),
-                             overdue_atom::value);
-        }
+      [self, owner](overdue_atom atom) {
+        detail::run_overdue_check(self, self->state.overdue_armed,
+                                  owner->options.timeout, atom,
+                                  [&] { return drop_overdue(self, owner); });
       },
       [self, owner](ship_atom, std::uint32_t shard, std::uint64_t epoch,
                     std::uint64_t position, const std::string& data) {
