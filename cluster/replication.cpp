@@ -412,9 +412,11 @@ void drop(primary_actor* self, replicator::impl* owner, std::uint32_t shard,
   owner->swaps.post([owner, me, shard, epoch, node] {
     const int outcome =
         owner->swap_in_sync(shard, epoch, [&node](shard_config& config) {
-          std::erase_if(config.in_sync,
-                        [&](const auto& entry) { return entry.node == node; });
-          return true;
+          // Already out (this node's view of the config was behind): no
+          // swap, and nothing is dropped.
+          return std::erase_if(config.in_sync, [&](const auto& entry) {
+                   return entry.node == node;
+                 }) != 0;
         });
     caf::anon_send(me, swapped_atom::value, shard, epoch, node, false,
                    static_cast<std::int32_t>(outcome));
@@ -788,6 +790,11 @@ caf::behavior primary_behavior(primary_actor* self, replicator::impl* owner) {
           return;
         }
         target.dropping = false;
+        if (outcome == 3) {
+          state.targets.erase(found);  // not in the set: nothing waits for it
+          complete(self, owner, shard);
+          return;
+        }
         if (outcome == 0) {
           owner->dropped.fetch_add(1);
           std::fprintf(stderr,
