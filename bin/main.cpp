@@ -18,6 +18,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "bin/example_flows.hpp"
@@ -225,6 +226,7 @@ struct cluster_flags {
   std::string peer_advertise;  // empty: where it listens
   std::int64_t lease_ttl_s = 5;
   std::int64_t replication_timeout_ms = 2000;             // serve
+  std::int64_t forward_timeout_ms = 30'000;               // serve
   std::size_t replication_log_bytes = 16u << 20;          // serve
   std::uint32_t shards = durin::cluster::shards_default;  // init
   std::vector<std::string> nodes;                         // init
@@ -451,6 +453,17 @@ int reset_key_command(const std::string& data_dir) {
   return 0;
 }
 
+// A duration flag of 100 ms to `most_ms`; nullopt (and says so) otherwise.
+std::optional<std::chrono::milliseconds> milliseconds_flag(
+    const char* flag, std::int64_t value, std::int64_t most_ms) {
+  if (value < 100 || value > most_ms) {
+    std::cerr << "invalid-argument: " << flag << " must be 100 to " << most_ms
+              << "\n";
+    return std::nullopt;
+  }
+  return std::chrono::milliseconds(value);
+}
+
 int serve_command(const std::string& data_dir, const std::string& listen,
                   const serve_limits& limits, bool bench_flows,
                   const cluster_flags& cluster) {
@@ -473,14 +486,15 @@ int serve_command(const std::string& data_dir, const std::string& listen,
     joined.data_dir = data_dir;
     joined.peers.listen = cluster.peer_listen;
     joined.peers.advertise = cluster.peer_advertise;
-    if (cluster.replication_timeout_ms < 100 ||
-        cluster.replication_timeout_ms > 60'000) {
-      std::cerr << "invalid-argument: --replication-timeout-ms must be 100 "
-                   "to 60000\n";
+    auto replication_timeout = milliseconds_flag(
+        "--replication-timeout-ms", cluster.replication_timeout_ms, 60'000);
+    auto forward_timeout = milliseconds_flag(
+        "--forward-timeout-ms", cluster.forward_timeout_ms, 600'000);
+    if (!replication_timeout || !forward_timeout) {
       return 2;
     }
-    joined.replication.timeout =
-        std::chrono::milliseconds(cluster.replication_timeout_ms);
+    joined.replication.timeout = *replication_timeout;
+    joined.peers.forward_timeout = *forward_timeout;
     joined.replication.log_bytes_max =
         std::max<std::size_t>(cluster.replication_log_bytes, 1);
     auto member = durin::cluster::cluster_node::open(joined);
@@ -826,6 +840,12 @@ void add_local_commands(CLI::App& app, cli& c) {
       ->add_option("--replication-timeout-ms", c.cluster.replication_timeout_ms,
                    "a backup that does not answer a write this long is "
                    "dropped from its shard's in-sync set")
+      ->capture_default_str();
+  serve
+      ->add_option("--forward-timeout-ms", c.cluster.forward_timeout_ms,
+                   "a request forwarded to another node that has not "
+                   "answered this long gets 503 forward-outcome-unknown "
+                   "(below 25000 it also cuts waited starts short)")
       ->capture_default_str();
   serve
       ->add_option("--replication-log-bytes", c.cluster.replication_log_bytes,

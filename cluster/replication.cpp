@@ -390,6 +390,9 @@ void drop(primary_actor* self, replicator::impl* owner, std::uint32_t shard,
   }
   auto& target = found->second;
   target.streaming = false;
+  // Its writes are forgotten (no longer overdue): it joins again, and that
+  // join resends what it lacks.
+  target.unanswered.clear();
   if (!target.waited) {
     state.targets.erase(found);
     return;
@@ -614,8 +617,6 @@ bool drop_overdue(primary_actor* self, replicator::impl* owner) {
       waiting = waiting || !target.unanswered.empty();
     }
     for (const auto& node : overdue) {
-      // Its writes are forgotten: it joins again, and that join resends.
-      state.targets[node].unanswered.clear();
       drop(self, owner, shard, node);
     }
   }

@@ -86,6 +86,26 @@ TEST(ClusterServe, AServeOfAClusterNeverInitialisedIsRefused) {
   EXPECT_NE(output.find("not initialised"), std::string::npos) << output;
 }
 
+// Checked before the node joins (no etcd is reached at this address).
+TEST(ClusterServe, ATimeoutOutOfRangeIsRefusedNamingItsFlag) {
+  temp_dir dir;
+  for (const auto& [flag, value] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"--forward-timeout-ms", "99"},
+           {"--forward-timeout-ms", "600001"},
+           {"--replication-timeout-ms", "99"}}) {
+    std::string output;
+    const int code = cluster_harness::run_cli(
+        {"serve", "--data-dir", dir.path(), "--listen", "127.0.0.1:0", "--etcd",
+         "http://127.0.0.1:9", "--cluster", "c", "--node-id", "a", flag, value},
+        &output);
+    EXPECT_EQ(code, 2) << flag << " " << value << ": " << output;
+    EXPECT_NE(output.find("invalid-argument: " + flag + " must be"),
+              std::string::npos)
+        << output;
+  }
+}
+
 class ClusterTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(cluster_.wait_for_routing()); }
@@ -525,6 +545,52 @@ TEST_F(ClusterTest, APausedNodeGivesNo2xxAfterItsDeadlineAndServesAgainAfter) {
   EXPECT_GT(
       cluster_.status(0)["shards"][*lost.begin()]["epoch"].get<std::uint64_t>(),
       epoch_before);
+}
+
+// A forward its owner never answers (the owner's process paused, its
+// lease still running) is answered 503 forward-outcome-unknown once
+// --forward-timeout-ms has passed: not before, and before the peers'
+// connection timeout (3 s without a heartbeat) would close the connection
+// and answer it that way; counted as a forward timeout. The answer that
+// comes after the owner resumes finds the forward settled and is dropped,
+// and the run is served again.
+TEST(ClusterForward, AForwardItsOwnerNeverAnswersFailsAtTheForwardTimeout) {
+  cluster_setup setup;
+  setup.nodes = 2;
+  setup.lease_ttl_s = 10;  // the pause ends well within the owner's lease
+  setup.flags = {"--forward-timeout-ms", "800"};
+  cluster_harness cluster(setup);
+  ASSERT_TRUE(cluster.wait_for_routing());
+  const auto owned = shards_of(cluster, 1);
+  ASSERT_FALSE(owned.empty());
+  std::string id;
+  for (int i = 0; i < 64 && id.empty(); ++i) {
+    auto started =
+        cluster.client(1).post("/v1/runs", review("fwd" + std::to_string(i)));
+    ASSERT_EQ(started.status, 200u) << started.body;
+    if (owned.count(shard_of_run(started.value["id"], 8)) != 0) {
+      id = started.value["id"];
+    }
+  }
+  ASSERT_FALSE(id.empty()) << "no run landed in a shard of node 1";
+  auto via = cluster.client(0);
+  ASSERT_EQ(via.get("/v1/runs/" + id).status, 200u);  // the peers connected
+  const auto timed_out =
+      cluster.metric(0, "durin_cluster_forward_timeouts_total");
+  cluster.pause(1);
+  const auto began = std::chrono::steady_clock::now();
+  auto held = via.get("/v1/runs/" + id);
+  const auto took = std::chrono::steady_clock::now() - began;
+  cluster.resume(1);
+  EXPECT_EQ(held.status, 503u) << held.body;
+  EXPECT_EQ(held.value.value("code", ""), "forward-outcome-unknown")
+      << held.body;
+  EXPECT_GE(took, 800ms);
+  EXPECT_LT(took, 2500ms);
+  EXPECT_EQ(cluster.metric(0, "durin_cluster_forward_timeouts_total"),
+            timed_out + 1);
+  EXPECT_TRUE(eventually(
+      [&] { return via.get("/v1/runs/" + id).status == 200u; }, 10s));
 }
 
 // A node serves its shards only once it has acquired them and reopened
