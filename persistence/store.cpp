@@ -338,6 +338,7 @@ rocksdb::Status store::open_database() {
   if (!opened.ok()) {
     return opened;
   }
+  opened_before_ = true;
   db_.reset(raw);
   default_handle_ = handles[0];
   handles_.assign(handles.begin() + 1, handles.begin() + 1 + family_count);

@@ -441,6 +441,9 @@ class store {
   // The recovery thread: waits for a fault, then reopens with backoff.
   void recover_loop();
   // One attempt: close, open, check the schema, probe with a synced write.
+  // Never creates the database once this store has opened it (a missing
+  // one was deleted under it: created afresh, it would answer its runs as
+  // never started, and a keyed retry with a second run).
   status reopen();
   // Refuses a reopen while the file system has less than
   // reopen_free_bytes_min free.
@@ -455,6 +458,8 @@ class store {
   // Shared by every use of db_ and the handles; exclusive while they are
   // replaced (close_database, open_database).
   mutable std::shared_mutex db_mutex_;
+  // A database was opened in dir_ (guarded by db_mutex_, as open_database).
+  bool opened_before_ = false;
   // After a durable write: updates the runs-by-status counts.
   void observe_runs(const write_batch& batch);
   // The counts are made afresh at the next runs_by_status.

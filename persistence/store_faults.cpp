@@ -305,6 +305,14 @@ status store::reopen() {
   }
   close_database();
   following_.store(false, std::memory_order_release);
+  if (opened_before_ &&
+      !std::filesystem::exists(std::filesystem::path(dir_) / "CURRENT")) {
+    return make_error(errc::storage_error,
+                      "the database's files are gone (deleted while the "
+                      "node ran); it is not made afresh, which would forget "
+                      "every run: restore the files, or start the node on "
+                      "a new data directory");
+  }
   if (const auto opened = open_database(); !opened.ok()) {
     close_database();
     return storage_failure("reopen", opened);

@@ -252,6 +252,46 @@ TEST_F(StorageFaultTest, FaultMessagesNameTheFaultNotThePath) {
   }
 }
 
+// A database whose files are deleted while its store runs is never
+// reopened as a new, empty one, which would answer its runs as never
+// started (and a keyed retry with a second run): the store stays not
+// ready, saying why, and reopens once the files are back.
+TEST_F(StorageFaultTest, FilesDeletedUnderARunningStoreAreNeverMadeAfresh) {
+  namespace fs = std::filesystem;
+  ASSERT_TRUE(write_run("kept").ok());
+  // Every write is synced: a copy of the idle store is a crash-consistent
+  // backup of it.
+  durin::testing::temp_dir aside;
+  const fs::path saved = fs::path(aside.path()) / "db";
+  fs::copy(dir_.path(), saved, fs::copy_options::recursive);
+  fs::remove_all(dir_.path());
+  disk_->fail(operation::write, fault::io_error);
+  EXPECT_FALSE(write_run("lost").ok());
+  disk_->heal();
+  // Several reopens at 5 to 50 ms apart: each finds no database, and
+  // makes none.
+  std::this_thread::sleep_for(500ms);
+  EXPECT_FALSE(store_->ready());
+  EXPECT_NE(store_->health().fault.find("files are gone"), std::string::npos)
+      << store_->health().fault;
+  EXPECT_FALSE(fs::exists(fs::path(dir_.path()) / "CURRENT"));
+  // Restored, CURRENT last (a reopen may run meanwhile).
+  fs::create_directories(dir_.path());
+  for (const auto& entry : fs::directory_iterator(saved)) {
+    if (entry.path().filename() != "CURRENT") {
+      fs::copy_file(entry.path(),
+                    fs::path(dir_.path()) / entry.path().filename(),
+                    fs::copy_options::overwrite_existing);
+    }
+  }
+  fs::copy_file(saved / "CURRENT", fs::path(dir_.path()) / "CURRENT",
+                fs::copy_options::overwrite_existing);
+  ASSERT_TRUE(recovers()) << store_->health().fault;
+  auto found = store_->get_run("kept");
+  ASSERT_TRUE(found.ok()) << found.error().to_string();
+  EXPECT_TRUE(found->has_value());
+}
+
 TEST_F(StorageFaultTest, DescriptorExhaustionDoesNotWedgeTheStore) {
   ASSERT_TRUE(write_run("run_0").ok());
   // No descriptor for any new file: WAL switches, flushes, table opens.
