@@ -29,6 +29,15 @@ constexpr auto rejoin_after = std::chrono::seconds(3);
 constexpr auto retry_pause = std::chrono::milliseconds(20);
 constexpr auto peer_timeout = std::chrono::seconds(30);
 
+// How a change of a shard's in-sync set in etcd went (sent as an int32
+// between the swapping thread and the primary actor).
+enum class swap_outcome : std::int32_t {
+  done,
+  superseded,  // the config moved on: another epoch or owner
+  failed,      // etcd did not answer: try again
+  refused,     // the change declined: the node is no copy of the shard
+};
+
 // One group write as the log keeps it.
 struct log_entry {
   std::uint64_t epoch = 0;
@@ -193,30 +202,28 @@ struct replicator::impl {
 
   // The in-sync set of `shard`, changed by `change` on its config in etcd
   // while that config is still at `epoch` with this node its owner.
-  // Answers: 0 done, 1 superseded (the config moved on: another epoch or
-  // owner), 2 failed (etcd did not answer; try again), 3 refused by
-  // `change` (false: the node is no copy of the shard any more).
-  int swap_in_sync(std::uint32_t shard, std::uint64_t epoch,
-                   const std::function<bool(shard_config&)>& change) {
+  // `change` answers false when the node is no copy of the shard any more.
+  swap_outcome swap_in_sync(std::uint32_t shard, std::uint64_t epoch,
+                            const std::function<bool(shard_config&)>& change) {
     if (!etcd) {
-      return 2;
+      return swap_outcome::failed;
     }
     for (int attempt = 0; attempt < 5; ++attempt) {
       auto read = etcd->range(keys.shard_config(shard));
       if (!read || read->kvs.empty()) {
-        return 2;
+        return swap_outcome::failed;
       }
       auto config = decode_shard(read->kvs.front().value);
       if (!config) {
-        return 2;
+        return swap_outcome::failed;
       }
       if (config->epoch != epoch ||
           config->owner != members.options().node_id) {
-        return 1;
+        return swap_outcome::superseded;
       }
       shard_config next = *config;
       if (!change(next)) {
-        return 3;
+        return swap_outcome::refused;
       }
       compare same;
       same.key = keys.shard_config(shard);
@@ -227,13 +234,13 @@ struct replicator::impl {
       write.value = encode(next);
       auto done = etcd->txn({same}, {write});
       if (!done) {
-        return 2;
+        return swap_outcome::failed;
       }
       if (done->succeeded) {
-        return 0;
+        return swap_outcome::done;
       }
     }
-    return 2;
+    return swap_outcome::failed;
   }
 };
 
@@ -413,7 +420,7 @@ void drop(primary_actor* self, replicator::impl* owner, std::uint32_t shard,
   const auto epoch = state.epoch;
   auto me = caf::actor_cast<caf::actor>(self);
   owner->swaps.post([owner, me, shard, epoch, node] {
-    const int outcome =
+    const auto outcome =
         owner->swap_in_sync(shard, epoch, [&node](shard_config& config) {
           // Already out (this node's view of the config was behind): no
           // swap, and nothing is dropped.
@@ -449,7 +456,7 @@ void maybe_add(primary_actor* self, replicator::impl* owner,
   const auto lease = target.lease;
   auto me = caf::actor_cast<caf::actor>(self);
   owner->swaps.post([owner, me, shard, epoch, node, lease] {
-    const int outcome =
+    const auto outcome =
         owner->swap_in_sync(shard, epoch, [&node, lease](shard_config& config) {
           if (!config.is_backup(node)) {
             return false;  // its copy was taken out (drain --remove)
@@ -763,13 +770,13 @@ caf::behavior primary_behavior(primary_actor* self, replicator::impl* owner) {
         send_entry(self, owner, shard, node, *entry);
       },
       [self, owner](swapped_atom, std::uint32_t shard, std::uint64_t epoch,
-                    const std::string& node, bool adding,
-                    std::int32_t outcome) {
+                    const std::string& node, bool adding, std::int32_t code) {
+        const auto outcome = static_cast<swap_outcome>(code);
         auto& state = self->state.shards[shard];
         if (state.epoch != epoch) {
           return;
         }
-        if (outcome == 1) {
+        if (outcome == swap_outcome::superseded) {
           supersede(self, owner, shard);
           return;
         }
@@ -780,9 +787,9 @@ caf::behavior primary_behavior(primary_actor* self, replicator::impl* owner) {
         auto& target = found->second;
         if (adding) {
           target.adding = false;
-          if (outcome == 0) {
+          if (outcome == swap_outcome::done) {
             owner->added.fetch_add(1);
-          } else if (outcome == 3) {
+          } else if (outcome == swap_outcome::refused) {
             state.targets.erase(found);  // no copy: nothing more is sent
           } else {
             target.waited = false;  // tried again at its next answer
@@ -791,12 +798,12 @@ caf::behavior primary_behavior(primary_actor* self, replicator::impl* owner) {
           return;
         }
         target.dropping = false;
-        if (outcome == 3) {
+        if (outcome == swap_outcome::refused) {
           state.targets.erase(found);  // not in the set: nothing waits for it
           complete(self, owner, shard);
           return;
         }
-        if (outcome == 0) {
+        if (outcome == swap_outcome::done) {
           owner->dropped.fetch_add(1);
           std::fprintf(stderr,
                        "durin: shard %u goes on without backup %s (it did "

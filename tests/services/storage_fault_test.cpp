@@ -71,8 +71,13 @@ class StorageFaultRuntimeTest : public ::testing::Test {
     return opened ? std::move(*opened) : nullptr;
   }
 
-  static persistence::store& store_of(runtime& rt) {
-    return *runtime_access::services(rt).first().store;
+  // Every shard's store: the faulty disk is shared by all of them.
+  static std::vector<persistence::store*> stores_of(runtime& rt) {
+    std::vector<persistence::store*> stores;
+    for (auto& shard : runtime_access::services(rt).shards) {
+      stores.push_back(shard->store.get());
+    }
+    return stores;
   }
 
   // Every run of the node, by the command key in its input.
@@ -143,10 +148,24 @@ std::vector<std::thread> start_commands(runtime& rt, int threads_count,
   return threads;
 }
 
+// Whether every store is ready; the first not ready one's fault otherwise.
+bool all_ready(const std::vector<persistence::store*>& stores,
+               std::string& fault) {
+  for (const auto* store : stores) {
+    if (!store->ready()) {
+      fault = store->health().fault;
+      return false;
+    }
+  }
+  return true;
+}
+
 // `episodes` episodes of one or two injected faults, each healed after a
-// while; the store must be ready again within recovery_ms_max of each
-// healing. `recovery_ms_worst` is the longest it took.
-void inject_fault_episodes(faulty_file_system& disk, persistence::store& store,
+// while; every shard's store must be ready again within recovery_ms_max of
+// each healing (a request may reach any of them). `recovery_ms_worst` is
+// the longest it took.
+void inject_fault_episodes(faulty_file_system& disk,
+                           const std::vector<persistence::store*>& stores,
                            std::mt19937_64& random, int episodes,
                            std::int64_t& recovery_ms_worst) {
   const std::array<operation, 3> operations = {
@@ -164,8 +183,10 @@ void inject_fault_episodes(faulty_file_system& disk, persistence::store& store,
     std::this_thread::sleep_for(std::chrono::milliseconds(10 + random() % 30));
     disk.heal();
     const auto healed = std::chrono::steady_clock::now();
-    ASSERT_TRUE(eventually([&] { return store.ready(); }, recovery_ms_max))
-        << store.health().fault;
+    std::string fault;
+    ASSERT_TRUE(
+        eventually([&] { return all_ready(stores, fault); }, recovery_ms_max))
+        << fault;
     recovery_ms_worst = std::max<std::int64_t>(
         recovery_ms_worst,
         std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -230,16 +251,22 @@ TEST_F(StorageFaultRuntimeTest,
   command_log log;
   auto threads = start_commands(*rt, threads_count, stop, log, dir_.path());
   std::int64_t recovery_ms_worst = 0;
-  auto& store = store_of(*rt);
-  ASSERT_NO_FATAL_FAILURE(
-      inject_fault_episodes(*disk, store, random, episodes, recovery_ms_worst));
+  const auto stores = stores_of(*rt);
+  ASSERT_NO_FATAL_FAILURE(inject_fault_episodes(*disk, stores, random, episodes,
+                                                recovery_ms_worst));
   stop = true;
   for (auto& thread : threads) {
     thread.join();
   }
   const auto injected = disk->injected();
-  const auto health = store.health();
-  ASSERT_TRUE(store.ready());
+  std::uint64_t faults = 0;
+  std::uint64_t reopens = 0;
+  for (const auto* store : stores) {
+    faults += store->health().faults;
+    reopens += store->health().reopens;
+  }
+  std::string fault;
+  ASSERT_TRUE(all_ready(stores, fault)) << fault;
   ASSERT_NO_FATAL_FAILURE(retry_failed(*rt, log));
 
   // Every admitted run finishes without a restart.
@@ -266,12 +293,12 @@ TEST_F(StorageFaultRuntimeTest,
       "retried; %zu lost, %zu duplicated; recovery after healing %lld ms "
       "worst\n",
       episodes, static_cast<unsigned long long>(injected),
-      static_cast<unsigned long long>(health.faults),
-      static_cast<unsigned long long>(health.reopens), log.acknowledged.size(),
+      static_cast<unsigned long long>(faults),
+      static_cast<unsigned long long>(reopens), log.acknowledged.size(),
       log.failed.size(), codes.c_str(), lost, duplicated,
       static_cast<long long>(recovery_ms_worst));
   EXPECT_GE(injected, 20u);
-  EXPECT_GT(health.faults, 0u);
+  EXPECT_GT(faults, 0u);
 }
 
 }  // namespace
