@@ -660,7 +660,12 @@ caf::behavior primary_behavior(primary_actor* self, replicator::impl* owner) {
         }
         if (found != targets.end()) {
           auto& unanswered = found->second.unanswered;
-          if (auto sent = unanswered.find(position); sent != unanswered.end()) {
+          if (static_cast<replica_code>(code) == replica_code::ok) {
+            // Cumulative: the backup holds every position up to this one.
+            unanswered.erase(unanswered.begin(),
+                             unanswered.upper_bound(position));
+          } else if (auto sent = unanswered.find(position);
+                     sent != unanswered.end()) {
             unanswered.erase(sent);
           }
         }
@@ -825,7 +830,7 @@ caf::behavior primary_behavior(primary_actor* self, replicator::impl* owner) {
 // A backup's writes are answered once durable, and one fsync serves every
 // write that arrived meanwhile: each is written unsynced as it comes, and
 // a flush message sent behind it (so behind every write already queued)
-// syncs them all and answers them. A write already held (sent again) that
+// syncs them all and answers them (one cumulative answer a primary). A write already held (sent again) that
 // may still be unsynced is answered with that flush too.
 using flush_atom = caf::atom_constant<caf::atom("replflush")>;
 
@@ -943,14 +948,32 @@ caf::behavior applier_behavior(applier_actor* self, replicator::impl* owner,
             store->unfollow();
           }
         }
-        for (const auto& one : waiting) {
-          if (synced) {
-            answer_write(self, one.primary, shard, one.node, one.sent,
-                         replica_code::ok, one.position);
-          } else {
+        if (!synced) {
+          for (const auto& one : waiting) {
             answer_write(self, one.primary, shard, one.node, one.sent,
                          replica_code::retry, 0);
           }
+          return;
+        }
+        // One answer for each run of writes from the same primary: an ok
+        // is cumulative (writes are applied in position order and this
+        // sync made every one applied durable), so the highest answers for
+        // those before it, and a flush costs one message, not one a write.
+        for (std::size_t first = 0; first < waiting.size();) {
+          const auto& one = waiting[first];
+          auto sent = one.sent;
+          auto position = one.position;
+          auto next = first + 1;
+          for (;
+               next < waiting.size() && waiting[next].primary == one.primary &&
+               waiting[next].node == one.node;
+               ++next) {
+            sent = std::max(sent, waiting[next].sent);
+            position = std::max(position, waiting[next].position);
+          }
+          answer_write(self, one.primary, shard, one.node, sent,
+                       replica_code::ok, position);
+          first = next;
         }
       },
   };
