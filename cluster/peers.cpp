@@ -815,6 +815,7 @@ std::string peers::metrics_text() const {
         {"durin_replication_writes_shipped_total", copies.shipped},
         {"durin_replication_writes_applied_total", copies.applied},
         {"durin_replication_backup_syncs_total", copies.synced},
+        {"durin_replication_backup_answers_total", copies.answered},
         {"durin_replication_backups_dropped_total", copies.dropped},
         {"durin_replication_backups_added_total", copies.added},
         {"durin_replication_recopies_total", copies.recopies}};

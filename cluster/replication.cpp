@@ -154,8 +154,8 @@ struct replicator::impl {
   std::vector<follow_state> follows;
   std::mutex copying_mutex;  // guards follow_state::copying
 
-  std::atomic<std::uint64_t> shipped{0}, applied{0}, synced{0}, dropped{0},
-      added{0}, recopies{0};
+  std::atomic<std::uint64_t> shipped{0}, applied{0}, synced{0}, answered{0},
+      dropped{0}, added{0}, recopies{0};
 
   impl(membership& m, store_of s, shard_mover& mv, caf::actor_system& sys,
        replication_options o)
@@ -830,8 +830,9 @@ caf::behavior primary_behavior(primary_actor* self, replicator::impl* owner) {
 // A backup's writes are answered once durable, and one fsync serves every
 // write that arrived meanwhile: each is written unsynced as it comes, and
 // a flush message sent behind it (so behind every write already queued)
-// syncs them all and answers them (one cumulative answer a primary). A write already held (sent again) that
-// may still be unsynced is answered with that flush too.
+// syncs them all and answers them (one cumulative answer a primary). A write
+// already held (sent again) that may still be unsynced is answered with that
+// flush too.
 using flush_atom = caf::atom_constant<caf::atom("replflush")>;
 
 struct applier_state {
@@ -973,6 +974,7 @@ caf::behavior applier_behavior(applier_actor* self, replicator::impl* owner,
           }
           answer_write(self, one.primary, shard, one.node, sent,
                        replica_code::ok, position);
+          owner->answered.fetch_add(1);
           first = next;
         }
       },
@@ -1236,8 +1238,9 @@ json replicator::local_view() const {
 
 replicator::counters replicator::statistics() const {
   const auto& self = *impl_;
-  return {self.shipped.load(), self.applied.load(), self.synced.load(),
-          self.dropped.load(), self.added.load(),   self.recopies.load()};
+  return {self.shipped.load(),  self.applied.load(), self.synced.load(),
+          self.answered.load(), self.dropped.load(), self.added.load(),
+          self.recopies.load()};
 }
 
 }  // namespace durin::cluster

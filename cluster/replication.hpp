@@ -118,6 +118,7 @@ class replicator {
     std::uint64_t shipped = 0;   // writes sent to backups (one per backup)
     std::uint64_t applied = 0;   // writes applied here as a backup
     std::uint64_t synced = 0;    // fsyncs that made applied writes durable
+    std::uint64_t answered = 0;  // answers `ok` sent as a backup (cumulative)
     std::uint64_t dropped = 0;   // backups dropped from an in-sync set
     std::uint64_t added = 0;     // backups added to an in-sync set
     std::uint64_t recopies = 0;  // checkpoints copied here
