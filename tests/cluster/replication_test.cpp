@@ -144,7 +144,6 @@ TEST(ReplicationTest, ABackupMakesQueuedWritesDurableWithOneFsyncAndOneAnswer) {
   EXPECT_GT(synced, 0u);
   EXPECT_LT(synced, applied) << "one fsync a write: nothing was merged";
   EXPECT_LT(answered, applied) << "one answer a write: nothing was merged";
-  EXPECT_GE(answered, synced);
   std::this_thread::sleep_for(2500ms);
   EXPECT_EQ(metric(cluster, primary, "durin_replication_backups_dropped_total"),
             0u)
