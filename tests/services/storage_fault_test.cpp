@@ -262,8 +262,9 @@ TEST_F(StorageFaultRuntimeTest,
   std::uint64_t faults = 0;
   std::uint64_t reopens = 0;
   for (const auto* store : stores) {
-    faults += store->health().faults;
-    reopens += store->health().reopens;
+    const auto health = store->health();
+    faults += health.faults;
+    reopens += health.reopens;
   }
   std::string fault;
   ASSERT_TRUE(all_ready(stores, fault)) << fault;
