@@ -329,7 +329,6 @@ class shard_shipping final : public persistence::replication {
 struct target_state {
   std::int64_t lease = 0;
   caf::actor handle;
-  bool connecting = false;
   bool streaming = false;  // sent every write after `acked`
   bool waited = false;     // its acks hold the writes' answers
   bool adding = false;     // a swap into the in-sync set is under way
@@ -573,7 +572,6 @@ void connect_target(primary_actor* self, replicator::impl* owner,
     drop(self, owner, shard, node);
     return;
   }
-  self->state.shards[shard].targets[node].connecting = true;
   auto mm = self->system().middleman().actor_handle();
   self->request(mm, std::chrono::seconds(5), caf::connect_atom::value, host,
                 port)
@@ -586,7 +584,6 @@ void connect_target(primary_actor* self, replicator::impl* owner,
             if (found == targets.end()) {
               return;
             }
-            found->second.connecting = false;
             if (!ptr) {
               drop(self, owner, shard, node);
               return;
