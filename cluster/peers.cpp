@@ -106,7 +106,8 @@ struct reply_to {
   caf::actor forwarder;           // a forward's, with its ticket
   std::uint64_t ticket = 0;
 
-  void deliver(caf::event_based_actor* self, forwarded_response response) {
+  template <class Self>
+  void deliver(Self* self, forwarded_response response) {
     if (forwarder) {
       self->send(forwarder, forwarded_atom::value, ticket, std::move(response));
     } else {
@@ -121,9 +122,14 @@ struct router_state {
   static inline const char* name = "durin.peer-router";
 };
 
+// On the middleman's multiplexer thread (a broker), like CAF's own BASP
+// broker: a write that arrives for a backup reaches its applier without
+// waking a scheduler thread in between.
+using router_actor = caf::io::stateful_broker<router_state>;
+
 // Runs a request sent here through the api; `reply` gets its answer.
-void answer_here(caf::stateful_actor<router_state>* self, peers::impl* owner,
-                 reply_to reply, forwarded_request& request) {
+void answer_here(router_actor* self, peers::impl* owner, reply_to reply,
+                 forwarded_request& request) {
   const auto id = ++self->state.next;
   self->state.waiting.emplace(id, std::move(reply));
   http_request http{std::move(request.method), std::move(request.target),
@@ -142,8 +148,7 @@ void answer_here(caf::stateful_actor<router_state>* self, peers::impl* owner,
 
 // The published actor: answers forwarded requests and calls through the
 // api.
-caf::behavior router(caf::stateful_actor<router_state>* self,
-                     peers::impl* owner) {
+caf::behavior router(router_actor* self, peers::impl* owner) {
   return {
       [self, owner](forward_atom, std::uint64_t ticket,
                     forwarded_request& request) {
@@ -290,12 +295,16 @@ struct forwarder_state {
   static inline const char* name = "durin.peer-forwarder";
 };
 
-void send_forward(caf::stateful_actor<forwarder_state>* self,
-                  peers::impl* owner, const caf::actor& handle,
-                  const std::string& peer, std::uint64_t ticket);
+// A broker too (see router_actor): a forward and its answer pass to and
+// from the BASP broker without a scheduler thread's wake-up.
+using forwarder_actor = caf::io::stateful_broker<forwarder_state>;
 
-void fail_waiting(caf::stateful_actor<forwarder_state>* self,
-                  peers::impl* owner, const std::string& peer) {
+void send_forward(forwarder_actor* self, peers::impl* owner,
+                  const caf::actor& handle, const std::string& peer,
+                  std::uint64_t ticket);
+
+void fail_waiting(forwarder_actor* self, peers::impl* owner,
+                  const std::string& peer) {
   auto tickets = std::move(self->state.waiting[peer]);
   self->state.waiting.erase(peer);
   for (const auto ticket : tickets) {
@@ -311,8 +320,8 @@ void fail_waiting(caf::stateful_actor<forwarder_state>* self,
 // once (one handshake of the pair is closed), and nothing was sent yet.
 constexpr int connect_tries = 3;
 
-void connect(caf::stateful_actor<forwarder_state>* self, peers::impl* owner,
-             const std::string& peer, int tries = connect_tries) {
+void connect(forwarder_actor* self, peers::impl* owner, const std::string& peer,
+             int tries = connect_tries) {
   std::string host;
   std::uint16_t port = 0;
   if (!split_address(peer, host, port)) {
@@ -353,9 +362,9 @@ void connect(caf::stateful_actor<forwarder_state>* self, peers::impl* owner,
           });
 }
 
-void send_forward(caf::stateful_actor<forwarder_state>* self,
-                  peers::impl* owner, const caf::actor& handle,
-                  const std::string& peer, std::uint64_t ticket) {
+void send_forward(forwarder_actor* self, peers::impl* owner,
+                  const caf::actor& handle, const std::string& peer,
+                  std::uint64_t ticket) {
   forwarded_request message;
   {
     std::lock_guard lock(owner->mutex);
@@ -384,9 +393,8 @@ void send_forward(caf::stateful_actor<forwarder_state>* self,
 }
 
 // The answer of a forward the peer served.
-void on_forwarded(caf::stateful_actor<forwarder_state>* self,
-                  peers::impl* owner, std::uint64_t ticket,
-                  forwarded_response& response) {
+void on_forwarded(forwarder_actor* self, peers::impl* owner,
+                  std::uint64_t ticket, forwarded_response& response) {
   if (response.status != gateway::not_owner_status) {
     owner->answer(ticket, from_message(std::move(response)));
     return;
@@ -413,8 +421,7 @@ void on_forwarded(caf::stateful_actor<forwarder_state>* self,
 }
 
 // Answers the forwards overdue; true while any is still in flight.
-bool fail_overdue(caf::stateful_actor<forwarder_state>* self,
-                  peers::impl* owner) {
+bool fail_overdue(forwarder_actor* self, peers::impl* owner) {
   const auto now = clock_type::now();
   bool waiting = false;
   for (auto& [peer, tickets] : self->state.in_flight) {
@@ -438,8 +445,7 @@ bool fail_overdue(caf::stateful_actor<forwarder_state>* self,
   return waiting;
 }
 
-caf::behavior forwarder(caf::stateful_actor<forwarder_state>* self,
-                        peers::impl* owner) {
+caf::behavior forwarder(forwarder_actor* self, peers::impl* owner) {
   self->set_down_handler([self, owner](caf::down_msg& down) {
     for (auto it = self->state.handles.begin();
          it != self->state.handles.end();) {
@@ -529,6 +535,7 @@ peers::peers(membership& members, gateway::api& routes, peer_options options)
   self.config->load<caf::io::middleman>();
   self.config->add_message_types<caf::id_block::durin_cluster>();
   self.config->set("scheduler.max-threads", std::size_t{2});
+  self.config->set("middleman.workers", std::size_t{0});
   actors::block_idle_workers(*self.config);
   self.config->set("middleman.heartbeat-interval",
                    caf::timespan{std::chrono::milliseconds(500)});
@@ -538,8 +545,9 @@ peers::peers(membership& members, gateway::api& routes, peer_options options)
       "middleman.app-identifiers",
       std::vector<std::string>{"durin-" + members.options().cluster});
   self.system = std::make_unique<caf::actor_system>(*self.config);
-  self.router = self.system->spawn(router, impl_.get());
-  self.forwarder = self.system->spawn(forwarder, impl_.get());
+  self.router = self.system->middleman().spawn_broker(router, impl_.get());
+  self.forwarder =
+      self.system->middleman().spawn_broker(forwarder, impl_.get());
 }
 
 peers::~peers() {

@@ -353,7 +353,7 @@ struct primary_state {
   static inline const char* name = "durin.replication-primary";
 };
 
-using primary_actor = caf::stateful_actor<primary_state>;
+using primary_actor = caf::io::stateful_broker<primary_state>;
 
 void complete(primary_actor* self, replicator::impl* owner,
               std::uint32_t shard) {
@@ -1130,7 +1130,8 @@ replicator::replicator(membership& members, store_of stores, shard_mover& mover,
                        caf::actor_system& system, replication_options options)
     : impl_(std::make_shared<impl>(members, std::move(stores), mover, system,
                                    options)) {
-  impl_->primary_actor = system.spawn(primary_behavior, impl_.get());
+  impl_->primary_actor =
+      system.middleman().spawn_broker(primary_behavior, impl_.get());
 }
 
 replicator::~replicator() {
