@@ -127,37 +127,23 @@ struct router_state {
 // waking a scheduler thread in between.
 using router_actor = caf::io::stateful_broker<router_state>;
 
-// How a request sent here runs: on the router's thread, the multiplexer's
-// (a forward: one shard's request, which never blocks it), or on a worker
-// (a call: a node's page of a list, a key change, a status, which may
-// read much of a store, and would hold every peer's traffic up).
-enum class run_on : bool { router, worker };
-
 // Runs a request sent here through the api; `reply` gets its answer.
 void answer_here(router_actor* self, peers::impl* owner, reply_to reply,
-                 forwarded_request& request, run_on where) {
+                 forwarded_request& request) {
   const auto id = ++self->state.next;
   self->state.waiting.emplace(id, std::move(reply));
-  auto run = [owner, me = caf::actor_cast<caf::actor>(self), id,
-              http = http_request{std::move(request.method),
-                                  std::move(request.target),
-                                  std::move(request.headers),
-                                  std::move(request.body)},
-              caller = gateway::principal{
-                  std::move(request.tenant), std::move(request.key_id),
-                  static_cast<persistence::key_role>(request.role)}]() mutable {
-    owner->routes.dispatch_forwarded(
-        std::move(http), std::move(caller),
-        [me, id](http_response response) {
-          caf::anon_send(me, answered_atom::value, id, to_message(response));
-        },
-        owner->offload());
-  };
-  if (where == run_on::worker) {
-    owner->jobs->post(std::move(run));
-  } else {
-    run();
-  }
+  http_request http{std::move(request.method), std::move(request.target),
+                    std::move(request.headers), std::move(request.body)};
+  gateway::principal caller{std::move(request.tenant),
+                            std::move(request.key_id),
+                            static_cast<persistence::key_role>(request.role)};
+  auto me = caf::actor_cast<caf::actor>(self);
+  owner->routes.dispatch_forwarded(
+      std::move(http), std::move(caller),
+      [me, id](http_response response) {
+        caf::anon_send(me, answered_atom::value, id, to_message(response));
+      },
+      owner->offload());
 }
 
 // The published actor: answers forwarded requests and calls through the
@@ -180,12 +166,12 @@ caf::behavior router(router_actor* self, peers::impl* owner) {
                                       std::to_string(request.shard))));
           return;
         }
-        answer_here(self, owner, std::move(reply), request, run_on::router);
+        answer_here(self, owner, std::move(reply), request);
       },
       // A call is for this node, whatever shards it serves.
       [self, owner](call_atom, forwarded_request& request) {
         answer_here(self, owner, reply_to{self->make_response_promise()},
-                    request, run_on::worker);
+                    request);
       },
       // A shard's move: answered by the detached mover, so that copying
       // files never holds a forward up.

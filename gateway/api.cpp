@@ -28,17 +28,28 @@ namespace {
 
 // Test only: DURIN_TEST_HOLD_MS=N makes every keyed request hold its key N
 // ms (on a gateway worker) before acting, so tests can send a repeat while
-// the first runs.
-long test_hold_ms() {
+// the first runs; DURIN_TEST_HOLD_FORWARDED_MS=N makes every read another
+// node forwarded here whose route may block (a list's page, a history)
+// wait N ms before it runs, so tests can see it holds up nothing else of
+// the node's peers.
+long test_hold_env(const char* name) {
 #if defined(DURIN_TEST_POINTS)
-  static const long hold_ms = [] {
-    const char* text = std::getenv("DURIN_TEST_HOLD_MS");
-    return text == nullptr ? 0L : std::atol(text);
-  }();
-  return hold_ms;
+  const char* text = std::getenv(name);
+  return text == nullptr ? 0L : std::atol(text);
 #else
+  (void)name;
   return 0;
 #endif
+}
+
+long test_hold_ms() {
+  static const long hold_ms = test_hold_env("DURIN_TEST_HOLD_MS");
+  return hold_ms;
+}
+
+long test_hold_forwarded_ms() {
+  static const long hold_ms = test_hold_env("DURIN_TEST_HOLD_FORWARDED_MS");
+  return hold_ms;
 }
 
 bool matches(const std::vector<std::string_view>& pattern,
@@ -356,10 +367,15 @@ void api::run_handler(const request_ptr& r, reply_fn reply) {
           });
     };
   }
-  const bool hold = r->key && test_hold_ms() > 0;
-  auto run = [this, r, reply = std::move(reply), hold] {
-    if (hold) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(test_hold_ms()));
+  long hold_ms = r->key ? test_hold_ms() : 0;
+  if (r->forwarded && r->matched->has(blocks) &&
+      r->matched->who == access::read) {
+    hold_ms += test_hold_forwarded_ms();
+  }
+  const bool hold = hold_ms > 0;
+  auto run = [this, r, reply = std::move(reply), hold_ms] {
+    if (hold_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
     }
     const route& chosen = *r->matched;
     try {

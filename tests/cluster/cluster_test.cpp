@@ -593,6 +593,47 @@ TEST(ClusterForward, AForwardItsOwnerNeverAnswersFailsAtTheForwardTimeout) {
       [&] { return via.get("/v1/runs/" + id).status == 200u; }, 10s));
 }
 
+// A forwarded request whose route may block runs on the owner's peer
+// workers; one that never blocks runs on the thread every peer message of
+// the owner passes through (its middleman's). So a forward held up on the
+// owner (here a list's page, held 5 s there: DURIN_TEST_HOLD_FORWARDED_MS)
+// holds up no other forward to it: one sent 0.5 s into the hold, which
+// would otherwise wait 4.5 s, is answered in well under half of that.
+TEST(ClusterForward, AForwardThatBlocksHoldsUpNoOtherForward) {
+  cluster_setup setup;
+  setup.nodes = 2;
+  setup.env = {"DURIN_TEST_HOLD_FORWARDED_MS=5000"};
+  cluster_harness cluster(setup);
+  ASSERT_TRUE(cluster.wait_for_routing());
+  // A start without a token lives in a shard of the node it reached.
+  auto started = cluster.client(1).post("/v1/runs", review("held-fwd"));
+  ASSERT_EQ(started.status, 200u) << started.body;
+  const std::string id = started.value["id"];
+  auto via = cluster.client(0);
+  ASSERT_EQ(via.get("/v1/runs/" + id).status, 200u);  // the peers connected
+  std::atomic<bool> listed{false};
+  auto list = std::async(std::launch::async, [&] {
+    auto page = cluster.client(0).get("/v1/runs");
+    listed = true;
+    return page;
+  });
+  std::this_thread::sleep_for(500ms);  // node 1's page is held
+  ASSERT_FALSE(listed.load()) << "the list's page was not held";
+  const auto began = std::chrono::steady_clock::now();
+  auto forwarded = via.get("/v1/runs/" + id);
+  const auto took = std::chrono::steady_clock::now() - began;
+  EXPECT_EQ(forwarded.status, 200u) << forwarded.body;
+  EXPECT_LT(took, 2s) << "the forward waited for the held one";
+  EXPECT_FALSE(listed.load()) << "the forward waited for the held one";
+  auto page = list.get();
+  ASSERT_EQ(page.status, 200u) << page.body;
+  bool found = false;
+  for (const auto& run : page.value["runs"]) {
+    found = found || run.value("id", "") == id;
+  }
+  EXPECT_TRUE(found) << page.body;
+}
+
 // A node serves its shards only once it has acquired them and reopened
 // their stores (about 0.1 s each here): until then /readyz answers 503
 // naming the shards it does not serve yet, and the first 200 means every

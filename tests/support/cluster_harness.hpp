@@ -29,10 +29,13 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -202,7 +205,38 @@ class cluster_harness {
     }
     start(i);
   }
-  void pause(int i) { ::kill(node(i).pid(), SIGSTOP); }
+  // SIGSTOP, and back once every thread of the node is stopped: a signal
+  // is delivered after kill() returns, and a request sent meanwhile could
+  // still be served.
+  void pause(int i) {
+    const auto pid = node(i).pid();
+    ::kill(pid, SIGSTOP);
+    const auto tasks =
+        std::filesystem::path("/proc") / std::to_string(pid) / "task";
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (std::chrono::steady_clock::now() < deadline) {
+      bool stopped = true;
+      std::error_code failed;
+      for (const auto& task :
+           std::filesystem::directory_iterator(tasks, failed)) {
+        std::ifstream stat(task.path() / "stat");
+        std::string line;
+        std::getline(stat, line);
+        // "pid (comm) S ...": the state follows the last ')'.
+        const auto close = line.rfind(')');
+        if (close != std::string::npos && close + 2 < line.size() &&
+            line[close + 2] != 'T' && line[close + 2] != 't') {
+          stopped = false;
+          break;
+        }
+      }
+      if (stopped && !failed) {
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
   void resume(int i) { ::kill(node(i).pid(), SIGCONT); }
 
   // Waits for node `i` to end by itself (a kill point); true when it died
