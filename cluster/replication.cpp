@@ -353,6 +353,10 @@ struct primary_state {
   static inline const char* name = "durin.replication-primary";
 };
 
+// A broker on the middleman's multiplexer thread, with the peer router
+// (cluster/peers.cpp): a backup's answer reaches it, and its writes reach
+// the wire, without waking a scheduler thread. Its handlers never block:
+// etcd swaps run on `swaps`, re-copies on `copies`.
 using primary_actor = caf::io::stateful_broker<primary_state>;
 
 void complete(primary_actor* self, replicator::impl* owner,
