@@ -43,6 +43,24 @@ ten_steps() {
   echo "case=$1 round=$2 $line switches=$switched" | tee -a "$lines"
 }
 
+# The mean replicated write's round trip on its primary (ship to every
+# in-sync backup having it) and the mean backup fsync, in ms, over both
+# loads of a round (each round's cluster is fresh): the nodes' histograms'
+# _sum / _count.
+replication_times() {  # NAME...
+  local name rt_sum=0 rt_count=0 sync_sum=0 sync_count=0
+  for name in "$@"; do
+    rt_sum="$rt_sum+$(metric "$name" durin_replication_round_trip_seconds_sum)"
+    rt_count="$rt_count+$(metric "$name" durin_replication_round_trip_seconds_count)"
+    sync_sum="$sync_sum+$(metric "$name" durin_replication_backup_sync_seconds_sum)"
+    sync_count="$sync_count+$(metric "$name" durin_replication_backup_sync_seconds_count)"
+  done
+  awk "BEGIN {
+    rt = $rt_count; sync = $sync_count
+    printf \"round_trip_ms=%.2f backup_sync_ms=%.2f\", rt ? ($rt_sum) * 1000 / rt : 0,
+      sync ? ($sync_sum) * 1000 / sync : 0 }"
+}
+
 echo "== e. keyed starts and 10-step flows, 2 nodes, --replicas 1 vs 2"
 for round in $(seq "$rounds"); do
   for r in 1 2; do
@@ -64,7 +82,7 @@ for round in $(seq "$rounds"); do
     background=()
     ten_steps "steps-r$r" "$round"
     if [ "$r" = 2 ]; then
-      echo "case=lag round=$round max=$(sort -n "$work/lag-$r-$round" | tail -1) samples=$(wc -l <"$work/lag-$r-$round")" |
+      echo "case=lag round=$round max=$(sort -n "$work/lag-$r-$round" | tail -1) samples=$(wc -l <"$work/lag-$r-$round") $(replication_times "a-$round" "b-$round")" |
         tee -a "$lines"
     fi
     stop_nodes "a-$round" "b-$round"
@@ -135,7 +153,10 @@ awk "$value_awk"'
     # summed over the rounds.
     ok[k] += value("ok"); cpu[k] += value("server_cpu") * value("seconds")
     switched[k] += value("switches")
-    if (k == "lag") { lag = lag " " value("max") }
+    if (k == "lag") {
+      lag = lag " " value("max")
+      trip = trip sprintf(" %.2f / %.2f", value("round_trip_ms"), value("backup_sync_ms"))
+    }
     if (k == "failover") { ms[++kills] = value("ms") }
     if (n > rounds) { rounds = n }
   }
@@ -154,6 +175,7 @@ awk "$value_awk"'
     pair("keyed starts (no wait)", "keyed-r1", "keyed-r2")
     pair("10-step flows (waited)", "steps-r1", "steps-r2")
     printf "%-30s largest lag per round (writes):%s\n", "replication lag, R=2", lag
+    printf "%-30s mean round trip / backup fsync per round (ms):%s\n", "", trip
     if (kills > 0) {
       # Sorted by insertion (mawk has no asort).
       n = kills

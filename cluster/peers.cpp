@@ -831,6 +831,7 @@ std::string peers::metrics_text() const {
       text += "# TYPE " + std::string(name) + " counter\n" + name + " " +
               std::to_string(value) + "\n";
     }
+    impl_->replication->render_latencies(text);
   }
   return text;
 }

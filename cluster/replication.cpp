@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "base/latency_histogram.hpp"
 #include "cluster/detail/job_pool.hpp"
 #include "cluster/detail/overdue.hpp"
 #include "cluster/detail/peer_router.hpp"
@@ -113,9 +114,14 @@ struct shard_log {
 
 // Writes shipped and not yet answered, in log order.
 struct shard_waits {
+  struct shipped {
+    std::uint64_t position = 0;
+    clock_type::time_point at;  // handed to the primary actor
+    persistence::replication::done_fn done;
+  };
   std::mutex mutex;
   std::condition_variable room;
-  std::deque<std::pair<std::uint64_t, persistence::replication::done_fn>> queue;
+  std::deque<shipped> queue;
 };
 
 }  // namespace
@@ -156,6 +162,9 @@ struct replicator::impl {
 
   std::atomic<std::uint64_t> shipped{0}, applied{0}, synced{0}, answered{0},
       dropped{0}, added{0}, recopies{0};
+  // From a write's ship to every in-sync backup having it (primary), and
+  // a backup's fsync of the writes it applied.
+  latency_histogram round_trip, backup_sync;
 
   impl(membership& m, store_of s, shard_mover& mv, caf::actor_system& sys,
        replication_options o)
@@ -182,11 +191,19 @@ struct replicator::impl {
               const status& outcome) {
     std::vector<persistence::replication::done_fn> done;
     {
+      const auto now = clock_type::now();
       auto& waiting = *waits[shard];
       std::lock_guard lock(waiting.mutex);
       while (!waiting.queue.empty() &&
-             waiting.queue.front().first <= position) {
-        done.push_back(std::move(waiting.queue.front().second));
+             waiting.queue.front().position <= position) {
+        auto& front = waiting.queue.front();
+        if (outcome) {
+          round_trip.observe(
+              std::chrono::duration_cast<std::chrono::microseconds>(now -
+                                                                    front.at)
+                  .count());
+        }
+        done.push_back(std::move(front.done));
         waiting.queue.pop_front();
       }
       waiting.room.notify_all();
@@ -274,7 +291,7 @@ class shard_shipping final : public persistence::replication {
                         "the node is stopping; the write may count"));
         return;
       }
-      waiting.queue.emplace_back(position, std::move(done));
+      waiting.queue.push_back({position, clock_type::now(), std::move(done)});
     }
     {
       auto& log = *owner_.logs[shard_];
@@ -935,12 +952,17 @@ caf::behavior applier_behavior(applier_actor* self, replicator::impl* owner,
         auto waiting = std::move(st.unsynced);
         st.unsynced.clear();
         auto* store = owner->stores(shard);
+        const auto began = clock_type::now();
         const auto synced =
             store != nullptr ? store->sync_replicated()
                              : status{make_error(errc::shutting_down,
                                                  "the shard's copy is gone")};
         if (synced) {
           owner->synced.fetch_add(1);
+          owner->backup_sync.observe(
+              std::chrono::duration_cast<std::chrono::microseconds>(
+                  clock_type::now() - began)
+                  .count());
         } else {
           std::fprintf(stderr, "durin: shard %u: replicated writes: %s\n",
                        shard, synced.error().message.c_str());
@@ -1236,6 +1258,17 @@ json replicator::local_view() const {
                    {"position", store->log_position()}});
   }
   return out;
+}
+
+void replicator::render_latencies(std::string& out) const {
+  impl_->round_trip.render(
+      out, "durin_replication_round_trip_seconds",
+      "From a write shipped to backups to every in-sync backup having it "
+      "durably (this node as a primary).");
+  impl_->backup_sync.render(
+      out, "durin_replication_backup_sync_seconds",
+      "The fsyncs that made applied writes durable (this node as a "
+      "backup).");
 }
 
 replicator::counters replicator::statistics() const {

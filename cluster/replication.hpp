@@ -124,6 +124,9 @@ class replicator {
     std::uint64_t recopies = 0;  // checkpoints copied here
   };
   counters statistics() const;
+  // Appends the latency histograms to a /metrics text: the round trip of
+  // a replicated write, and a backup's fsyncs.
+  void render_latencies(std::string& out) const;
 
   struct impl;  // cluster/replication.cpp only
 

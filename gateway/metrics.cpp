@@ -17,13 +17,7 @@ void metrics::observe(route which, unsigned status, std::int64_t latency_us) {
   auto klass = std::min<std::size_t>(status / 100, status_classes - 1);
   requests_[static_cast<std::size_t>(which)][klass].fetch_add(
       1, std::memory_order_relaxed);
-  std::size_t bucket = 0;
-  while (bucket < bucket_us.size() && latency_us > bucket_us[bucket]) {
-    ++bucket;
-  }
-  latency_[bucket].fetch_add(1, std::memory_order_relaxed);
-  latency_sum_us_.fetch_add(static_cast<std::uint64_t>(latency_us),
-                            std::memory_order_relaxed);
+  latency_.observe(latency_us);
 }
 
 void metrics::count_run_status(std::string_view status) {
@@ -48,23 +42,8 @@ std::string metrics::render(const std::string& extra) const {
              "xx\"} " + std::to_string(value) + "\n";
     }
   }
-  out += "# HELP durin_http_request_duration_seconds Request latency.\n";
-  out += "# TYPE durin_http_request_duration_seconds histogram\n";
-  std::uint64_t cumulative = 0;
-  for (std::size_t b = 0; b <= bucket_us.size(); ++b) {
-    cumulative += latency_[b].load(std::memory_order_relaxed);
-    std::string le =
-        b < bucket_us.size()
-            ? std::to_string(static_cast<double>(bucket_us[b]) / 1e6)
-            : "+Inf";
-    out += "durin_http_request_duration_seconds_bucket{le=\"" + le + "\"} " +
-           std::to_string(cumulative) + "\n";
-  }
-  out += "durin_http_request_duration_seconds_sum " +
-         std::to_string(static_cast<double>(latency_sum_us_.load()) / 1e6) +
-         "\n";
-  out += "durin_http_request_duration_seconds_count " +
-         std::to_string(cumulative) + "\n";
+  latency_.render(out, "durin_http_request_duration_seconds",
+                  "Request latency.");
   out += "# TYPE durin_runs_started_total counter\n";
   out += "durin_runs_started_total " + std::to_string(starts_.load()) + "\n";
   out +=

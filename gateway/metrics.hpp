@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "base/latency_histogram.hpp"
+
 namespace durin::gateway {
 
 class metrics {
@@ -55,14 +57,10 @@ class metrics {
   static constexpr std::size_t route_count =
       static_cast<std::size_t>(route::count_);
   static constexpr std::size_t status_classes = 6;  // 0xx..5xx
-  static constexpr std::array<std::int64_t, 10> bucket_us = {
-      100, 250, 500, 1'000, 2'500, 5'000, 10'000, 50'000, 250'000, 1'000'000};
-
   std::array<std::array<std::atomic<std::uint64_t>, status_classes>,
              route_count>
       requests_{};
-  std::array<std::atomic<std::uint64_t>, bucket_us.size() + 1> latency_{};
-  std::atomic<std::uint64_t> latency_sum_us_{0};
+  latency_histogram latency_;
   std::atomic<std::uint64_t> replays_{0};
   std::atomic<std::uint64_t> refusals_{0};
   std::atomic<std::uint64_t> starts_{0};

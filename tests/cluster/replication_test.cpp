@@ -152,6 +152,49 @@ TEST(ReplicationTest, ABackupMakesQueuedWritesDurableWithOneFsyncAndOneAnswer) {
   expect_copies_equal(cluster);
 }
 
+// An operator sees how long replication makes a write wait: the primary
+// times every write from its ship to every in-sync backup having it
+// (durin_replication_round_trip_seconds), the backup every fsync that made
+// applied writes durable (durin_replication_backup_sync_seconds). Each
+// start here is one group write at least (starts one at a time), each
+// shipped once to the one backup.
+TEST(ReplicationTest, EveryReplicatedWritesRoundTripAndEveryBackupSyncIsTimed) {
+  cluster_harness cluster(replicated(2, 1));
+  ASSERT_TRUE(cluster.wait_for_routing());
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
+  const int primary = *owners(cluster, 0).begin();
+  const int backup = 1 - primary;
+  const auto timed_before =
+      metric(cluster, primary, "durin_replication_round_trip_seconds_count");
+  const auto shipped_before =
+      metric(cluster, primary, "durin_replication_writes_shipped_total");
+  constexpr int starts = 5;
+  for (int i = 0; i < starts; ++i) {
+    const auto key = "timed-" + std::to_string(i);
+    ASSERT_EQ(cluster.client(primary).post("/v1/runs", review(key), key).status,
+              200u);
+  }
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
+  const auto timed =
+      metric(cluster, primary, "durin_replication_round_trip_seconds_count") -
+      timed_before;
+  const auto shipped =
+      metric(cluster, primary, "durin_replication_writes_shipped_total") -
+      shipped_before;
+  EXPECT_GE(timed, static_cast<std::uint64_t>(starts));
+  EXPECT_LE(timed, shipped) << "a write timed that was never shipped";
+  EXPECT_EQ(
+      metric(cluster, primary,
+             "durin_replication_round_trip_seconds_bucket{le=\"+Inf\"}"),
+      metric(cluster, primary, "durin_replication_round_trip_seconds_count"));
+  EXPECT_EQ(
+      metric(cluster, backup, "durin_replication_backup_sync_seconds_count"),
+      metric(cluster, backup, "durin_replication_backup_syncs_total"));
+  EXPECT_GT(
+      metric(cluster, backup, "durin_replication_backup_sync_seconds_count"),
+      0u);
+}
+
 // A read on a primary may find a write that landed there unsynced and is
 // still on its way to the backups. It is answered only once that write is
 // durable on every in-sync copy: with the backup paused, a list that sees

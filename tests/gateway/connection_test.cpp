@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/proc_stat.hpp"
 #include "tests/support/raw_connection.hpp"
 #include "tests/support/serve_process.hpp"
 #include "tests/support/temp_dir.hpp"

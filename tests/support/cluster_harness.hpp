@@ -42,6 +42,7 @@
 #include "tests/support/child_process.hpp"
 #include "tests/support/etcd_process.hpp"
 #include "tests/support/free_port.hpp"
+#include "tests/support/proc_stat.hpp"
 #include "tests/support/serve_process.hpp"
 #include "tests/support/tcp_proxy.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -211,29 +212,10 @@ class cluster_harness {
   void pause(int i) {
     const auto pid = node(i).pid();
     ::kill(pid, SIGSTOP);
-    const auto tasks =
-        std::filesystem::path("/proc") / std::to_string(pid) / "task";
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (std::chrono::steady_clock::now() < deadline) {
-      bool stopped = true;
-      std::error_code failed;
-      for (const auto& task :
-           std::filesystem::directory_iterator(tasks, failed)) {
-        std::ifstream stat(task.path() / "stat");
-        std::string line;
-        std::getline(stat, line);
-        // "pid (comm) S ...": the state follows the last ')'.
-        const auto close = line.rfind(')');
-        if (close != std::string::npos && close + 2 < line.size() &&
-            line[close + 2] != 'T' && line[close + 2] != 't') {
-          stopped = false;
-          break;
-        }
-      }
-      if (stopped && !failed) {
-        return;
-      }
+    while (!proc_all_threads_stopped(pid) &&
+           std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }

@@ -15,8 +15,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <string_view>
 
@@ -194,47 +192,5 @@ class raw_connection {
   int fd_ = -1;
   std::string pending_;  // read past the last answer
 };
-
-// A field of /proc/PID/status in kB ("VmRSS", "VmHWM"); -1 when absent.
-inline long proc_status_kb(pid_t pid, const std::string& field) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind(field + ":", 0) == 0) {
-      return std::strtol(line.c_str() + field.size() + 1, nullptr, 10);
-    }
-  }
-  return -1;
-}
-
-// User plus system CPU time of a process so far, from /proc/PID/stat.
-inline std::chrono::milliseconds proc_cpu_time(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)),
-                   std::istreambuf_iterator<char>());
-  // Fields after the command (which may hold spaces) end with ')'.
-  auto at = text.rfind(')');
-  if (at == std::string::npos) {
-    return std::chrono::milliseconds(-1);
-  }
-  const char* cursor = text.c_str() + at + 2;
-  char* end = nullptr;
-  long long ticks = 0;
-  // Field 3 is the state; utime and stime are fields 14 and 15.
-  for (int field = 3; field <= 15; ++field) {
-    if (field == 3) {
-      while (*cursor != ' ' && *cursor != '\0') {
-        ++cursor;
-      }
-      continue;
-    }
-    long long value = std::strtoll(cursor, &end, 10);
-    cursor = end;
-    if (field >= 14) {
-      ticks += value;
-    }
-  }
-  return std::chrono::milliseconds(ticks * 1000 / ::sysconf(_SC_CLK_TCK));
-}
 
 }  // namespace durin::testing
