@@ -22,9 +22,9 @@
 # --replicas 1 and with --replicas 2, keyed starts (bench.noop) and
 # 10-step flows (bench.ten-steps, waited) through both nodes: throughput,
 # p50/p99 and the ratios R=2 / R=1 per round; the replication lag (the
-# largest lagWrites of GET /v1/cluster, sampled every 0.2 s under load,
-# and the mean round trip of a replicated write and the mean backup fsync,
-# from the nodes' histograms);
+# largest lagWrites of GET /v1/cluster, sampled once a second under both
+# keyed loads, and the mean round trip of a replicated write and the mean
+# backup fsync, from the nodes' histograms);
 # then KILLS (default 10) kill -9s of a primary of three nodes under a
 # light keyed load, each timed to the first 200 for a run in one of its
 # shards through another node (the distribution: min, p50, p99, max).
