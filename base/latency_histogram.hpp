@@ -7,6 +7,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -31,6 +32,12 @@ class latency_histogram {
     counts_[bucket].fetch_add(1, std::memory_order_relaxed);
     sum_us_.fetch_add(static_cast<std::uint64_t>(latency_us),
                       std::memory_order_relaxed);
+  }
+
+  template <class Rep, class Period>
+  void observe(std::chrono::duration<Rep, Period> latency) {
+    observe(
+        std::chrono::duration_cast<std::chrono::microseconds>(latency).count());
   }
 
   // Appends the series `name` (in seconds): HELP, TYPE, the cumulative

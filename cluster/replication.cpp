@@ -198,10 +198,7 @@ struct replicator::impl {
              waiting.queue.front().position <= position) {
         auto& front = waiting.queue.front();
         if (outcome) {
-          round_trip.observe(
-              std::chrono::duration_cast<std::chrono::microseconds>(now -
-                                                                    front.at)
-                  .count());
+          round_trip.observe(now - front.at);
         }
         done.push_back(std::move(front.done));
         waiting.queue.pop_front();
@@ -959,10 +956,7 @@ caf::behavior applier_behavior(applier_actor* self, replicator::impl* owner,
                                                  "the shard's copy is gone")};
         if (synced) {
           owner->synced.fetch_add(1);
-          owner->backup_sync.observe(
-              std::chrono::duration_cast<std::chrono::microseconds>(
-                  clock_type::now() - began)
-                  .count());
+          owner->backup_sync.observe(clock_type::now() - began);
         } else {
           std::fprintf(stderr, "durin: shard %u: replicated writes: %s\n",
                        shard, synced.error().message.c_str());
