@@ -7,6 +7,8 @@
 
 #include <future>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "durin/json.hpp"
 #include "persistence/codec.hpp"
@@ -138,6 +140,40 @@ bool all_fit(std::initializer_list<std::string_view> texts) {
   return true;
 }
 
+// Every record of `from`, for a caller that must see them all: a record
+// that does not decode fails the read, and so do more than `max` (named
+// `what` in the error), rather than an answer that silently leaves some out.
+template <class Record>
+result<std::vector<Record>> read_all(
+    const store& source, family from, std::size_t max, std::string_view what,
+    result<Record> (*decode)(std::string_view)) {
+  std::vector<Record> found;
+  status problem;
+  auto scanned =
+      source.scan_values(from, [&](std::string_view, std::string_view value) {
+        auto record = decode(value);
+        if (!record) {
+          problem = record.error();
+          return false;
+        }
+        if (found.size() >= max) {
+          problem = make_error(
+              errc::invalid_argument,
+              "more than " + std::to_string(max) + " " + std::string(what));
+          return false;
+        }
+        found.push_back(std::move(*record));
+        return true;
+      });
+  if (!scanned) {
+    return scanned.error();
+  }
+  if (!problem) {
+    return problem.error();
+  }
+  return found;
+}
+
 }  // namespace
 
 auth_store::auth_store(store& target, committer& writer)
@@ -203,31 +239,8 @@ result<std::vector<api_key_record>> auth_store::list_api_keys(
 
 result<std::vector<api_key_record>> auth_store::list_all_api_keys(
     std::size_t max) const {
-  std::vector<api_key_record> found;
-  status problem;
-  auto scanned = store_.scan_values(
-      family::api_keys, [&](std::string_view, std::string_view value) {
-        auto key = decode_key(value);
-        if (!key) {
-          problem = key.error();
-          return false;
-        }
-        if (found.size() >= max) {
-          problem = make_error(errc::invalid_argument,
-                               "more than " + std::to_string(max) +
-                                   " API keys (revoked ones included)");
-          return false;
-        }
-        found.push_back(std::move(*key));
-        return true;
-      });
-  if (!scanned) {
-    return scanned.error();
-  }
-  if (!problem) {
-    return problem.error();
-  }
-  return found;
+  return read_all(store_, family::api_keys, max,
+                  "API keys (revoked ones included)", decode_key);
 }
 
 result<std::vector<std::string>> auth_store::list_tenant_ids(
@@ -251,30 +264,7 @@ result<std::vector<std::string>> auth_store::list_tenant_ids(
 
 result<std::vector<tenant_record>> auth_store::list_tenants(
     std::size_t max) const {
-  std::vector<tenant_record> found;
-  status problem;
-  auto scanned = store_.scan_values(
-      family::tenants, [&](std::string_view, std::string_view value) {
-        auto tenant = decode_tenant(value);
-        if (!tenant) {
-          problem = tenant.error();
-          return false;
-        }
-        if (found.size() >= max) {
-          problem = make_error(errc::invalid_argument,
-                               "more than " + std::to_string(max) + " tenants");
-          return false;
-        }
-        found.push_back(std::move(*tenant));
-        return true;
-      });
-  if (!scanned) {
-    return scanned.error();
-  }
-  if (!problem) {
-    return problem.error();
-  }
-  return found;
+  return read_all(store_, family::tenants, max, "tenants", decode_tenant);
 }
 
 status auth_store::write(write_batch batch) {
