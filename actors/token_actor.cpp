@@ -507,12 +507,13 @@ void handle_start(self_pointer self, start_claim& claim,
                      {},
                      std::move(claim.first_events)};
   write(self, std::move(batch),
-        [self, reply, info, admitted = std::move(admitted)](bool ok) mutable {
+        [self, reply, info = std::move(info),
+         admitted = std::move(admitted)](bool ok) mutable {
           if (ok) {
             publish_and_offer(self);
             services::activate_fresh(*self->state.services,
                                      std::move(admitted));
-            reply(info);
+            reply(std::move(info));
             return;
           }
           error unknown = make_error(

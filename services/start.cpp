@@ -163,7 +163,7 @@ result<persistence::run_record> new_record(
 // token's record in one write, or refuses it (held, a repeated command).
 void start_with_token(node& node, persistence::run_record record,
                       const start_hook& hook, run_info info,
-                      const start_request& start, done_fn done) {
+                      start_request start, done_fn done) {
   if (hook.token.empty() || hook.token.size() > hook_token_bytes_max) {
     done(make_error(errc::invalid_argument,
                     "hook.token must be 1 to 256 bytes; got " +
@@ -215,9 +215,12 @@ void start_with_token(node& node, persistence::run_record record,
     }
     done(std::move(outcome));
   };
-  actors::start_claim claim{std::move(record),   std::move(token),
-                            start.answer,        start.first_events,
-                            start.message_scope, start.message_key};
+  actors::start_claim claim{std::move(record),
+                            std::move(token),
+                            std::move(start.answer),
+                            std::move(start.first_events),
+                            std::move(start.message_scope),
+                            std::move(start.message_key)};
   node.relay->ask<run_info>(node.tokens_of(address), address,
                             std::move(admitted),
                             actors::start_claim_atom::value, std::move(claim));
@@ -401,8 +404,8 @@ void start_agreed(node& node, start_request start, done_fn done) {
   auto info = actors::describe_run(*record);
   info.input = std::move(start.input);
   if (*keyed) {
-    start_with_token(node, std::move(*record), **keyed, std::move(info), start,
-                     std::move(done));
+    start_with_token(node, std::move(*record), **keyed, std::move(info),
+                     std::move(start), std::move(done));
   } else if (start.answer.when_settled) {
     start_in_first_write(node, std::move(*record), std::move(info),
                          std::move(start.answer), std::move(done));
