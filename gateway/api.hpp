@@ -257,6 +257,14 @@ class api {
   void get_run(const request_ptr& r, reply_fn reply);
   void worker_route(const request_ptr& r, reply_fn reply);
 
+  // The same request's answers from every other node that serves a shard,
+  // each a JSON object holding `field`, appended to `pages`; nullopt then.
+  // Else the first answer that is not 200 (a node that did not answer: no
+  // merged answer with a hole), or 502 when one is not such an object.
+  std::optional<http_response> gather_other_nodes(const request& r,
+                                                  std::string_view field,
+                                                  std::vector<json>& pages);
+
   http_response run_response(unsigned status, const run_info& run);
 
   // API keys and tenants in a cluster (gateway/key_sync.cpp).

@@ -73,6 +73,23 @@ http_response api::prometheus(request&) {
   return response;
 }
 
+std::optional<http_response> api::gather_other_nodes(const request& ctx,
+                                                     std::string_view field,
+                                                     std::vector<json>& pages) {
+  for (auto& answer : placement_->ask_every_other_node(ctx.http, ctx.caller)) {
+    if (answer.status != 200) {
+      return std::move(answer);
+    }
+    auto other = json::parse(answer.body, nullptr, false);
+    if (other.is_discarded() || !other.is_object() || !other.contains(field)) {
+      return error_response(502, "bad-gateway",
+                            "a node answered without " + std::string(field));
+    }
+    pages.push_back(std::move(other));
+  }
+  return std::nullopt;
+}
+
 http_response api::run_response(unsigned status, const run_info& run) {
   metrics_.count_run_status(to_string(run.status));
   return json_response(status, run.to_json());
@@ -188,16 +205,8 @@ http_response api::list_runs(request& ctx) {
   // source may have unseen runs, so nothing below it is given.
   std::vector<json> pages{
       json{{"runs", std::move(runs)}, {"nextCursor", next}}};
-  for (auto& answer : placement_->ask_every_other_node(ctx.http, ctx.caller)) {
-    if (answer.status != 200) {
-      return answer;  // a node that did not answer: no page with a hole
-    }
-    auto other = json::parse(answer.body, nullptr, false);
-    if (other.is_discarded() || !other.contains("runs")) {
-      return error_response(502, "bad-gateway",
-                            "a node answered a list with no runs");
-    }
-    pages.push_back(std::move(other));
+  if (auto refused = gather_other_nodes(ctx, "runs", pages)) {
+    return std::move(*refused);
   }
   auto merged = merge_pages(pages, filter.limit);
   if (auto missing = placement_->unserved(); !missing.empty()) {
@@ -323,15 +332,11 @@ http_response api::count_runs(request& ctx) {
   }
   if (placement_ != nullptr && !ctx.forwarded) {
     // Every other node counts the shards it serves.
-    for (auto& answer :
-         placement_->ask_every_other_node(ctx.http, ctx.caller)) {
-      auto other = json::parse(answer.body, nullptr, false);
-      if (answer.status != 200 || other.is_discarded()) {
-        return answer.status != 200 ? answer
-                                    : error_response(502, "bad-gateway",
-                                                     "a node answered a count "
-                                                     "that is not JSON");
-      }
+    std::vector<json> others;
+    if (auto refused = gather_other_nodes(ctx, "counts", others)) {
+      return std::move(*refused);
+    }
+    for (auto& other : others) {
       for (const auto& [status, count] : other["counts"].items()) {
         counts[status] += count.get<std::uint64_t>();
       }

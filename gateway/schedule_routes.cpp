@@ -96,16 +96,8 @@ http_response api::list_schedules(request& ctx) {
     return json_response(200, *page);
   }
   std::vector<json> pages{std::move(*page)};
-  for (auto& other : placement_->ask_every_other_node(ctx.http, ctx.caller)) {
-    if (other.status != 200) {
-      return other;  // a node that did not answer: no page with a hole
-    }
-    auto parsed = json::parse(other.body, nullptr, false);
-    if (parsed.is_discarded() || !parsed.contains("schedules")) {
-      return error_response(502, "bad-gateway",
-                            "a node answered a list with no schedules");
-    }
-    pages.push_back(std::move(parsed));
+  if (auto refused = gather_other_nodes(ctx, "schedules", pages)) {
+    return std::move(*refused);
   }
   auto merged = merge_schedule_pages(pages, limit);
   if (auto missing = placement_->unserved(); !missing.empty()) {

@@ -3,7 +3,8 @@
 // any node lives in its shard and fires on the shard's owner; killed with
 // SIGKILL and restarted, then moved to another node with `durin cluster
 // move`, it goes on firing, and every occurrence has exactly one run,
-// listed through any node (GET /v1/runs?scheduleId= merges every node's).
+// listed through any node (GET /v1/runs?scheduleId= merges every node's),
+// and the schedule itself is listed once through every node.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -57,6 +58,20 @@ TEST(ScheduleClusterTest,
       20s));
   ASSERT_EQ(made.status, 201u) << made.body;
   ASSERT_TRUE(eventually([&] { return fired(client, id) >= 2; }, 20s));
+  // Listed once through every node: GET /v1/schedules merges every node's
+  // page, so the two nodes that do not own its shard list it too.
+  for (int via = 0; via < 3; ++via) {
+    api_client::answer listed;
+    ASSERT_TRUE(eventually(
+        [&] {
+          listed = cluster.client(via).get("/v1/schedules");
+          return listed.status != 503;  // a peer still connecting
+        },
+        20s));
+    ASSERT_EQ(listed.status, 200u) << listed.body;
+    ASSERT_EQ(listed.value["schedules"].size(), 1u) << listed.body;
+    EXPECT_EQ(listed.value["schedules"][0]["scheduleId"], id) << listed.body;
+  }
 
   // The owner dies mid-stream and comes back: the shard fires again.
   cluster.kill9(owner);
