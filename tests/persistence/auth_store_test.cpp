@@ -54,9 +54,14 @@ TEST_F(AuthStoreTest, EveryTenantAndEveryKeyRevokedOnesIncludedIsRead) {
 
   auto keys = auth_->list_all_api_keys(3);
   ASSERT_TRUE(keys.ok()) << keys.error().message;
-  ASSERT_EQ(keys->size(), 3u);
-  EXPECT_EQ((*keys)[0].id, "key_t-a");
+  std::vector<std::string> key_ids;
+  for (const auto& key : *keys) {
+    key_ids.push_back(key.id);
+  }
+  EXPECT_EQ(key_ids,
+            (std::vector<std::string>{"key_t-a", "key_t-b", "key_t-c"}));
   EXPECT_TRUE((*keys)[0].revoked());
+  EXPECT_FALSE((*keys)[1].revoked());
   // The live-key listing of a tenant leaves the revoked key out.
   auto live = auth_->list_api_keys("t-a", 10);
   ASSERT_TRUE(live.ok());
