@@ -31,8 +31,11 @@ sys.exit(0 if all(s["owner"] is not None and len(s["inSync"]) == len(s["backups"
 
 # LABEL ROUND: 10-step flows, each start waited for, through a and b.
 ten_steps() {
-  local line switched
+  local line switched groups applied synced
   switched="$(switches "a-$2" "b-$2")"
+  groups="$(metric_sum durin_commit_groups_total "a-$2" "b-$2")"
+  applied="$(metric_sum durin_replication_writes_applied_total "a-$2" "b-$2")"
+  synced="$(metric_sum durin_replication_backup_syncs_total "a-$2" "b-$2")"
   start_profiles "$1" "$2" "a-$2" "b-$2"
   line="$("$load" --workload raw-keyed --path /v1/runs \
     --body '{"flow":"bench.ten-steps"}' --connections "$connections" \
@@ -41,7 +44,11 @@ ten_steps() {
     --server "$(url "b-$2")" --server-pid "${node_pid[b-$2]}")"
   wait_profiles
   switched=$(($(switches "a-$2" "b-$2") - switched))
-  echo "case=$1 round=$2 $line switches=$switched" | tee -a "$lines"
+  groups=$(($(metric_sum durin_commit_groups_total "a-$2" "b-$2") - groups))
+  applied=$(($(metric_sum durin_replication_writes_applied_total "a-$2" "b-$2") - applied))
+  synced=$(($(metric_sum durin_replication_backup_syncs_total "a-$2" "b-$2") - synced))
+  echo "case=$1 round=$2 $line fsyncs=$groups backup_writes=$applied backup_fsyncs=$synced switches=$switched" |
+    tee -a "$lines"
 }
 
 # The mean replicated write's round trip on its primary (ship to every
