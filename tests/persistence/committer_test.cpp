@@ -135,6 +135,25 @@ class CommitterTest : public ::testing::Test {
     return batch;
   }
 
+  // `threads` threads each submit `per_thread` batches at once, run
+  // "run_{index}" answered in slot index, and are joined.
+  void submit_from_threads(committer& writer, std::size_t threads,
+                           std::size_t per_thread, answers& answered) {
+    std::vector<std::thread> submitters;
+    for (std::size_t t = 0; t < threads; ++t) {
+      submitters.emplace_back([&, t] {
+        for (std::size_t i = 0; i < per_thread; ++i) {
+          const std::size_t index = t * per_thread + i;
+          writer.submit(run_batch("run_" + std::to_string(index)),
+                        answered.slot(index));
+        }
+      });
+    }
+    for (auto& submitter : submitters) {
+      submitter.join();
+    }
+  }
+
   bool has_run(const std::string& id) {
     auto run = store_->get_run(id);
     EXPECT_TRUE(run.ok());
@@ -169,19 +188,7 @@ TEST_F(CommitterTest, ManyThreadsSubmittingConcurrentlyAllGetAnswered) {
   constexpr std::size_t threads = 8;
   constexpr std::size_t per_thread = 100;
   answers answered(threads * per_thread);
-  std::vector<std::thread> submitters;
-  for (std::size_t t = 0; t < threads; ++t) {
-    submitters.emplace_back([&, t] {
-      for (std::size_t i = 0; i < per_thread; ++i) {
-        const std::size_t index = t * per_thread + i;
-        writer.submit(run_batch("run_" + std::to_string(index)),
-                      answered.slot(index));
-      }
-    });
-  }
-  for (auto& submitter : submitters) {
-    submitter.join();
-  }
+  submit_from_threads(writer, threads, per_thread, answered);
   ASSERT_TRUE(answered.wait_for(threads * per_thread));
   for (std::size_t index = 0; index < threads * per_thread; ++index) {
     EXPECT_TRUE(answered.at(index).ok()) << index;
@@ -197,19 +204,7 @@ TEST_F(CommitterTest, GroupWriteMergesConcurrentBatches) {
   constexpr std::size_t threads = 4;
   constexpr std::size_t per_thread = 100;
   answers answered(threads * per_thread);
-  std::vector<std::thread> submitters;
-  for (std::size_t t = 0; t < threads; ++t) {
-    submitters.emplace_back([&, t] {
-      for (std::size_t i = 0; i < per_thread; ++i) {
-        const std::size_t index = t * per_thread + i;
-        writer.submit(run_batch("run_" + std::to_string(index)),
-                      answered.slot(index));
-      }
-    });
-  }
-  for (auto& submitter : submitters) {
-    submitter.join();
-  }
+  submit_from_threads(writer, threads, per_thread, answered);
   ASSERT_TRUE(answered.wait_for(threads * per_thread));
   const auto stats = writer.statistics();
   // Submitters that do not wait outrun one synced write at a time, so
