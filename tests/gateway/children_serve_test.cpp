@@ -28,6 +28,32 @@ class ChildrenServeTest : public ::testing::Test {
   }
   api_client admin() { return {server_->address(), server_->admin_key()}; }
 
+  // Starts `request` with idempotency key `key` on a server set to die at
+  // kill point `point`, restarts it once it did, and starts again with the
+  // same key when the first answer was lost: the run's id (empty after a
+  // failed assertion).
+  std::string start_across_kill(const json& request, const std::string& key,
+                                const std::string& point) {
+    std::string id;
+    {
+      auto client = admin();
+      auto started = client.post("/v1/runs", request, key);
+      if (started.status != 0u) {
+        EXPECT_EQ(started.status, 202u) << started.body;
+        id = started.value.value("id", "");
+      }
+    }
+    EXPECT_TRUE(server_->wait_killed()) << "never reached " << point;
+    start();
+    if (id.empty()) {
+      auto client = admin();
+      auto again = client.post("/v1/runs", request, key);
+      EXPECT_EQ(again.status, 202u) << again.body;
+      id = again.value.value("id", "");
+    }
+    return id;
+  }
+
   json wait_for_end(api_client& client, const std::string& id) {
     json run;
     EXPECT_TRUE(eventually(
@@ -75,23 +101,9 @@ TEST_F(ChildrenServeTest, ExactlyOneChildPerParentCallAcrossCrashes) {
                           {"input", {{"orders", orders}}},
                           {"wait", false}};
     const std::string key = "parent-" + std::to_string(round);
-    std::string parent_id;
-    {
-      auto client = admin();
-      auto started = client.post("/v1/runs", request, key);
-      if (started.status != 0u) {
-        ASSERT_EQ(started.status, 202u) << started.body;
-        parent_id = started.value["id"];
-      }
-    }
-    ASSERT_TRUE(server_->wait_killed()) << "never reached " << point;
-    start();
+    const auto parent_id = start_across_kill(request, key, point);
+    ASSERT_FALSE(parent_id.empty());
     auto client = admin();
-    if (parent_id.empty()) {
-      auto again = client.post("/v1/runs", request, key);
-      ASSERT_EQ(again.status, 202u) << again.body;
-      parent_id = again.value["id"];
-    }
     auto parent = wait_for_end(client, parent_id);
     ASSERT_EQ(parent["status"], "completed") << parent.dump();
     ASSERT_EQ(parent["output"]["results"].size(), 4u);
@@ -123,23 +135,9 @@ TEST_F(ChildrenServeTest, ContinueAsNewIsAtomicAcrossCrashesAroundItsWrite) {
                           {"input", {{"limit", 8}, {"every", 2}}},
                           {"instanceId", instance},
                           {"wait", false}};
-    std::string first_id;
-    {
-      auto client = admin();
-      auto started = client.post("/v1/runs", request, instance);
-      if (started.status != 0u) {
-        ASSERT_EQ(started.status, 202u) << started.body;
-        first_id = started.value["id"];
-      }
-    }
-    ASSERT_TRUE(server_->wait_killed()) << "never reached " << point;
-    start();
+    const auto first_id = start_across_kill(request, instance, point);
+    ASSERT_FALSE(first_id.empty());
     auto client = admin();
-    if (first_id.empty()) {
-      auto again = client.post("/v1/runs", request, instance);
-      ASSERT_EQ(again.status, 202u) << again.body;
-      first_id = again.value["id"];
-    }
     // Follow the chain from the first run: every link is whole.
     std::string id = first_id;
     json run;
