@@ -109,24 +109,28 @@ const std::vector<api::route>& api::routes() {
   // clang-format off
   static const std::vector<route> table = {
       // method, pattern, metric, access, traits, handler
-      {"GET", {"healthz"}, m::health, access::open, 0, &api::health},
-      {"GET", {"readyz"}, m::health, access::open, 0, &api::readiness},
-      {"GET", {"metrics"}, m::metrics, access::metrics, 0, &api::prometheus},
+      {"GET", {"healthz"}, m::health, access::open, 0, &api::health,
+       nullptr, "{}", "*"},
+      {"GET", {"readyz"}, m::health, access::open, 0, &api::readiness,
+       nullptr, "{}", "*"},
+      {"GET", {"metrics"}, m::metrics, access::metrics, 0, &api::prometheus,
+       nullptr, "{}", "*"},
       {"GET", {"v1", "cluster"}, m::other, access::admin, blocks,
        &api::cluster_view},
       {"POST", {"v1", "webhooks", "{}"}, m::webhooks, access::open, blocks,
-       &api::webhook},
+       &api::webhook, nullptr, "{}", "*"},
       {"POST", {"v1", "runs"}, m::start, access::operate, json_body | keyed,
        nullptr, &api::start_run, R"({"input": {}, "wait": true})"},
       // Pages of runs and histories can be large: built on a worker, so
       // they never hold an io thread up.
       {"GET", {"v1", "runs"}, m::list_runs, access::read, blocks,
-       &api::list_runs},
+       &api::list_runs, nullptr, "{}",
+       "status,flow,scheduleId,query,limit,cursor"},
       // With ?waitMs=, a long poll for the run's end.
       {"GET", {"v1", "runs", "{}"}, m::get_run, access::read, 0, nullptr,
-       &api::get_run},
+       &api::get_run, "{}", "waitMs"},
       {"GET", {"v1", "runs", "{}", "history"}, m::history, access::read,
-       blocks, &api::run_history},
+       blocks, &api::run_history, nullptr, "{}", "after,limit"},
       {"POST", {"v1", "runs", "{}", "cancel"}, m::cancel, access::operate,
        json_body | keyed | blocks, &api::cancel_run},
       {"POST", {"v1", "runs", "{}", "terminate"}, m::cancel, access::operate,
@@ -141,9 +145,9 @@ const std::vector<api::route>& api::routes() {
       {"POST", {"v1", "runs", "{}", "updates", "{}"}, m::messages,
        access::operate, json_body | keyed | blocks, &api::update_run},
       {"GET", {"v1", "runs", "{}", "queries", "{}"}, m::messages,
-       access::read, blocks, &api::query_run},
+       access::read, blocks, &api::query_run, nullptr, "{}", "args"},
       {"GET", {"v1", "run-counts"}, m::list_runs, access::read, blocks,
-       &api::count_runs},
+       &api::count_runs, nullptr, "{}", "flow"},
       {"GET", {"v1", "instances", "{}"}, m::get_run, access::read, 0,
        &api::get_instance},
       {"GET", {"v1", "hooks", "{}"}, m::hooks, access::read, 0,
@@ -162,7 +166,7 @@ const std::vector<api::route>& api::routes() {
       {"POST", {"v1", "schedules"}, m::other, access::operate,
        json_body | keyed | blocks, &api::create_schedule},
       {"GET", {"v1", "schedules"}, m::other, access::read, blocks,
-       &api::list_schedules},
+       &api::list_schedules, nullptr, "{}", "limit,cursor"},
       {"GET", {"v1", "schedules", "{}"}, m::other, access::read, blocks,
        &api::get_schedule},
       {"DELETE", {"v1", "schedules", "{}"}, m::other, access::operate,
@@ -195,7 +199,7 @@ const std::vector<api::route>& api::routes() {
       {"POST", {"v1", "tasks", "{}", "heartbeat"}, m::other, access::work,
        json_body, nullptr, &api::worker_route},
       {"GET", {"v1", "tasks"}, m::other, access::read, 0, nullptr,
-       &api::worker_route},
+       &api::worker_route, "{}", "runId"},
   };
   // clang-format on
   return table;
@@ -324,7 +328,7 @@ void api::dispatch_known(const request_ptr& r, reply_fn reply,
     return;
   }
   const route& chosen = *r->matched;
-  if (!read_body(*r, chosen, reply)) {
+  if (!check_query(*r, chosen, reply) || !read_body(*r, chosen, reply)) {
     return;
   }
   if (placement_ != nullptr && !place(r, reply)) {
@@ -433,6 +437,48 @@ bool api::authenticate(request& r, const route* matched,
         "a key of role " + std::string(to_string(r.caller.role)) + " may not " +
             r.http.method + " " + r.path_text + "; it needs " +
             std::string(to_string(needed_role(matched->who)))));
+    return false;
+  }
+  return true;
+}
+
+bool api::check_query(const request& r, const route& matched,
+                      const reply_fn& reply) {
+  if (matched.query == "*") {
+    return true;
+  }
+  auto listed = [](std::string_view names) {
+    std::string text;
+    for (char c : names) {
+      text += c == ',' ? std::string(", ") : std::string(1, c);
+    }
+    return text;
+  };
+  auto takes = [&](std::string_view name) {
+    for (std::string_view rest = matched.query; !rest.empty();) {
+      auto comma = rest.find(',');
+      if (rest.substr(0, comma) == name) {
+        return true;
+      }
+      rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
+    }
+    return false;
+  };
+  for (auto at = r.query.begin(); at != r.query.end();
+       at = r.query.upper_bound(at->first)) {
+    const auto& name = at->first;
+    std::string problem;
+    if (!takes(name)) {
+      problem = "unknown query parameter '" + name + "'; " + r.http.method +
+                " " + r.path_text +
+                (matched.query.empty() ? " takes no query parameters"
+                                       : " takes " + listed(matched.query));
+    } else if (r.query.count(name) > 1) {
+      problem = "query parameter '" + name + "' is given more than once";
+    } else {
+      continue;
+    }
+    reply(bad_request(problem));
     return false;
   }
   return true;

@@ -174,6 +174,10 @@ class api {
     // Fields of the body the request's fingerprint takes as these values
     // when they are absent (its meaning, not its spelling), as JSON.
     std::string_view defaults = "{}";
+    // The query parameters it takes, comma-separated, each at most once;
+    // "*" takes any (a webhook's sender, a probe or a scraper adds its own,
+    // which the route ignores). Checked for every route before its body.
+    std::string_view query = "";
 
     bool has(std::uint8_t trait) const { return (traits & trait) != 0; }
   };
@@ -192,6 +196,8 @@ class api {
   // The matched route's handler: inline, or on a worker when it may block.
   void run_handler(const request_ptr& r, reply_fn reply);
   bool authenticate(request& r, const route* matched, const reply_fn& reply);
+  bool check_query(const request& r, const route& matched,
+                   const reply_fn& reply);
   bool read_body(request& r, const route& matched, const reply_fn& reply);
   // In a cluster: goes on when the request's shard is served here,
   // forwards it to its owner or answers 503 otherwise (false then).

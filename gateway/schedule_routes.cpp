@@ -74,18 +74,13 @@ http_response api::list_schedules(request& ctx) {
   for (const auto& [name, value] : ctx.query) {
     if (name == "cursor") {
       after = value;
-    } else if (name == "limit") {
-      const bool digits = !value.empty() && value.size() <= 4 &&
-                          std::all_of(value.begin(), value.end(), [](char c) {
-                            return c >= '0' && c <= '9';
-                          });
-      limit = digits ? std::stoul(value) : 0;
-      if (limit < 1 || limit > services::schedules_page_max) {
-        return bad_request("limit must be a number from 1 to 1000");
+    } else {  // limit (api::routes() lets no other name through)
+      auto number = query_number(value, 1, services::schedules_page_max, 4);
+      if (!number) {
+        return bad_request("limit must be a number from 1 to " +
+                           std::to_string(services::schedules_page_max));
       }
-    } else {
-      return bad_request("unknown query parameter '" + name +
-                         "'; allowed: limit, cursor");
+      limit = *number;
     }
   }
   auto page = schedules_of(node_).list(ctx.caller.tenant, after, limit);

@@ -209,6 +209,25 @@ http_response bad_request(std::string_view message) {
   return error_response(400, "invalid-argument", message);
 }
 
+std::optional<std::uint64_t> query_number(std::string_view value,
+                                          std::uint64_t min, std::uint64_t max,
+                                          std::size_t digits_max) {
+  if (value.empty() || value.size() > digits_max) {
+    return std::nullopt;
+  }
+  std::uint64_t number = 0;
+  for (char c : value) {
+    if (c < '0' || c > '9') {
+      return std::nullopt;
+    }
+    number = number * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  if (number < min || number > max) {
+    return std::nullopt;
+  }
+  return number;
+}
+
 http_response error_response(const error& err) {
   json body = {{"code", to_code(err.code)}, {"message", err.message}};
   if (err.code == errc::hook_conflict && !err.run_id.empty()) {

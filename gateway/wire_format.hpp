@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <set>
 #include <string>
@@ -32,6 +33,11 @@ http_response error_response(unsigned status, std::string_view code,
 http_response json_response(unsigned status, const json& body);
 // 400 invalid-argument with `message`.
 http_response bad_request(std::string_view message);
+// A query parameter's number: at most `digits_max` decimal digits, in
+// `min..max`; nullopt otherwise.
+std::optional<std::uint64_t> query_number(std::string_view value,
+                                          std::uint64_t min, std::uint64_t max,
+                                          std::size_t digits_max);
 
 // True when `text` is well-formed UTF-8.
 bool valid_utf8(std::string_view text);

@@ -276,6 +276,10 @@ http_response list(services::task_service& tasks,
                    const worker_request& request) {
   auto run = request.query.find("runId");
   if (run != request.query.end()) {
+    if (run->second.empty() || run->second.size() > limits::run_id_bytes_max) {
+      return bad_request("runId must be a run id of 1 to " +
+                         std::to_string(limits::run_id_bytes_max) + " bytes");
+    }
     auto transport = tasks.transport_of(run->second);
     json attempts = json::array();
     for (const auto& view : transport.attempts) {

@@ -906,6 +906,52 @@ TEST_F(ServeTest, BadInputIsRefusedClearly) {
   EXPECT_EQ(client.get("/v1/runs").value["runs"].size(), 0u);
 }
 
+// Every route takes the query parameters it documents, each once: another
+// name, or one given twice, is 400 naming it, before the body is read or a
+// key is held, so nothing changes. A webhook, the probes and the metrics
+// take any (their callers add their own).
+TEST_F(ServeTest, UnknownOrRepeatedQueryParametersAreRefusedOnEveryRoute) {
+  auto client = admin();
+  auto started = client.post("/v1/runs", review("Q-1"));
+  ASSERT_EQ(started.status, 200u) << started.body;
+  const std::string run = "/v1/runs/" + started.value["id"].get<std::string>();
+  auto refused = [&](const std::string& method, const std::string& target,
+                     const std::string& needle) {
+    auto answer = method == "GET" ? client.get(target)
+                                  : client.send(method, target, "{}");
+    EXPECT_EQ(answer.status, 400u) << method << " " << target << answer.body;
+    EXPECT_EQ(answer.code(), "invalid-argument") << answer.body;
+    EXPECT_NE(answer.value.value("message", "").find(needle), std::string::npos)
+        << answer.body;
+  };
+  for (const auto& target : std::vector<std::string>{
+           "/v1/runs", run, run + "/history", run + "/queries/value",
+           "/v1/run-counts", "/v1/instances/i-1", "/v1/hooks/t-1",
+           "/v1/api-keys", "/v1/schedules", "/v1/schedules/s-1", "/v1/tasks"}) {
+    refused("GET", target + "?bogus=1", "unknown query parameter 'bogus'");
+  }
+  refused("GET", "/v1/hooks/t-1?x=1", "GET /v1/hooks/t-1 takes no query");
+  refused("GET", run + "?y=1", "takes waitMs");
+  refused("GET", "/v1/runs?limit=1&flow=a&limit=2",
+          "query parameter 'limit' is given more than once");
+  refused("GET", "/v1/tasks?runId=", "runId must be a run id of 1 to 128");
+  // A mutating route with a stray parameter changes nothing, and its key
+  // stays free for the request as meant.
+  auto stray = client.send("POST", "/v1/runs?wait=false", review("Q-2").dump(),
+                           {{"Idempotency-Key", "key-q2"}});
+  EXPECT_EQ(stray.status, 400u) << stray.body;
+  EXPECT_EQ(runs_for(client, "Q-2"), 0);
+  auto meant = client.post("/v1/runs", review("Q-2"), "key-q2");
+  EXPECT_EQ(meant.status, 200u) << meant.body;
+  EXPECT_EQ(runs_for(client, "Q-2"), 1);
+  EXPECT_EQ(client.get("/healthz?probe=1").status, 200u);
+  EXPECT_EQ(client.get("/readyz?probe=1").status, 200u);
+  EXPECT_EQ(client.get("/metrics?scrape=1").status, 200u);
+  auto page = client.get("/v1/runs?limit=1&flow=acme.review-order");
+  EXPECT_EQ(page.status, 200u) << page.body;
+  EXPECT_EQ(page.value["runs"].size(), 1u);
+}
+
 // Slow and half-closed connections are timed out or closed; the server
 // keeps serving.
 TEST_F(ServeTest, SlowAndHalfClosedConnectionsAreClosed) {
