@@ -382,95 +382,108 @@ void membership::acquire_round() {
   }
   for (std::uint32_t shard = 0; shard < config_.shards; ++shard) {
     const auto& config = seen.configs[shard];
-    const auto& taken = seen.leases[shard];
     if (config.state == shard_state::moving && move_listener_) {
       move_listener_(shard, config);
     }
     const bool mine = config.owner == options_.node_id &&
                       config.state == shard_state::active &&
                       config.mod_revision != 0;
-    if (!mine) {
-      if (held_[shard].load() != 0 ||
-          (taken.create_revision != 0 && taken.node == options_.node_id &&
-           taken.lease == lease)) {
-        release(shard, taken);
-      } else if (taken.create_revision == 0 && config.mod_revision != 0 &&
-                 config.state == shard_state::active) {
-        if (config.in_step(options_.node_id, lease) &&
-            (config.target == options_.node_id ||
-             !target_in_step(seen, config))) {
-          // A hand-over's target only, while in step.
-          promote(shard, config,
-                  config.target.empty()
-                      ? "its lease is gone; this copy is in step"
-                      : "handed over; this copy is in step");
-        } else if (config.is_backup(options_.node_id) &&
-                   config.loss_accepted_by() == options_.node_id) {
-          promote(shard, config,
-                  "the operator accepted the loss of the writes this copy "
-                  "lacks");
-        } else if (config.is_backup(options_.node_id) &&
-                   !live_backup_in_step(seen, config, {}) &&
-                   behind_[shard].exchange(config.epoch,
-                                           std::memory_order_acq_rel) !=
-                       config.epoch) {
-          std::fprintf(
-              stderr,
-              "durin: node %s keeps a copy of shard %u that is not in step, "
-              "and no copy in step is live: the shard waits for its owner %s; "
-              "`durin cluster accept-loss %u --to %s` lets this node serve "
-              "what its copy holds (the writes it lacks are lost)\n",
-              options_.node_id.c_str(), shard, config.owner.c_str(), shard,
-              options_.node_id.c_str());
-        }
-      }
-      continue;
+    if (mine) {
+      tend_owned(shard, seen, lease);
+    } else {
+      tend_not_owned(shard, seen, lease);
     }
-    if (taken.create_revision != 0) {
-      if (taken.lease == lease && taken.epoch == config.epoch &&
-          held_[shard].load() == taken.epoch && handing_over(seen, config)) {
-        // An online move: the target has every write; this node steps
-        // down at its epoch and the target promotes itself at the next.
-        std::fprintf(stderr,
-                     "durin: node %s hands shard %u over to %s (in step)\n",
-                     options_.node_id.c_str(), shard, config.target.c_str());
-        resigned_[shard].store(taken.epoch, std::memory_order_release);
-        fences_[shard]->close();
-        // Writes that landed here before the close reach the target before
-        // it promotes: it then continues this copy's log, which follows it
-        // without a re-copy. Bounded: a backup that does not answer is
-        // dropped by the shipping itself within its timeout.
-        const auto* shipping = fences_[shard]->replication();
-        const auto until = clock::now() + handover_settle_max;
-        while (shipping != nullptr && !shipping->settled() &&
-               clock::now() < until) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
-      }
-      if (taken.lease == lease &&
-          resigned_[shard].load(std::memory_order_acquire) == taken.epoch) {
-        release(shard, taken);  // retried each round until etcd erased it
-        continue;
-      }
-      if (taken.lease == lease && taken.epoch == config.epoch &&
-          held_[shard].load() != config.epoch) {
-        hold(shard, config.epoch);  // acquired before the watch said so
-      }
-      continue;  // held by us, or still by a lease that has not expired
-    }
-    if (live_backup_in_step(seen, config, options_.node_id)) {
-      continue;  // the backup takes it (promote)
-    }
-    if (const auto by = config.loss_accepted_by();
-        !by.empty() && by != options_.node_id) {
-      continue;  // the operator gave it to a backup's copy
-    }
-    if (!copy_holds_history(shard, config)) {
-      continue;
-    }
-    acquire(shard, config);
   }
   place_unplaced(seen);
+}
+
+void membership::tend_not_owned(std::uint32_t shard, const table& seen,
+                                std::int64_t lease) {
+  const auto& config = seen.configs[shard];
+  const auto& taken = seen.leases[shard];
+  if (held_[shard].load() != 0 ||
+      (taken.create_revision != 0 && taken.node == options_.node_id &&
+       taken.lease == lease)) {
+    release(shard, taken);
+    return;
+  }
+  if (taken.create_revision != 0 || config.mod_revision == 0 ||
+      config.state != shard_state::active) {
+    return;  // held by another lease, or not a shard to take now
+  }
+  if (config.in_step(options_.node_id, lease) &&
+      (config.target == options_.node_id || !target_in_step(seen, config))) {
+    // A hand-over's target only, while in step.
+    promote(shard, config,
+            config.target.empty() ? "its lease is gone; this copy is in step"
+                                  : "handed over; this copy is in step");
+  } else if (config.is_backup(options_.node_id) &&
+             config.loss_accepted_by() == options_.node_id) {
+    promote(shard, config,
+            "the operator accepted the loss of the writes this copy "
+            "lacks");
+  } else if (config.is_backup(options_.node_id) &&
+             !live_backup_in_step(seen, config, {}) &&
+             behind_[shard].exchange(config.epoch, std::memory_order_acq_rel) !=
+                 config.epoch) {
+    std::fprintf(
+        stderr,
+        "durin: node %s keeps a copy of shard %u that is not in step, "
+        "and no copy in step is live: the shard waits for its owner %s; "
+        "`durin cluster accept-loss %u --to %s` lets this node serve "
+        "what its copy holds (the writes it lacks are lost)\n",
+        options_.node_id.c_str(), shard, config.owner.c_str(), shard,
+        options_.node_id.c_str());
+  }
+}
+
+void membership::tend_owned(std::uint32_t shard, const table& seen,
+                            std::int64_t lease) {
+  const auto& config = seen.configs[shard];
+  const auto& taken = seen.leases[shard];
+  if (taken.create_revision != 0) {
+    if (taken.lease == lease && taken.epoch == config.epoch &&
+        held_[shard].load() == taken.epoch && handing_over(seen, config)) {
+      // An online move: the target has every write; this node steps
+      // down at its epoch and the target promotes itself at the next.
+      std::fprintf(stderr,
+                   "durin: node %s hands shard %u over to %s (in step)\n",
+                   options_.node_id.c_str(), shard, config.target.c_str());
+      resigned_[shard].store(taken.epoch, std::memory_order_release);
+      fences_[shard]->close();
+      // Writes that landed here before the close reach the target before
+      // it promotes: it then continues this copy's log, which follows it
+      // without a re-copy. Bounded: a backup that does not answer is
+      // dropped by the shipping itself within its timeout.
+      const auto* shipping = fences_[shard]->replication();
+      const auto until = clock::now() + handover_settle_max;
+      while (shipping != nullptr && !shipping->settled() &&
+             clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    if (taken.lease == lease &&
+        resigned_[shard].load(std::memory_order_acquire) == taken.epoch) {
+      release(shard, taken);  // retried each round until etcd erased it
+      return;
+    }
+    if (taken.lease == lease && taken.epoch == config.epoch &&
+        held_[shard].load() != config.epoch) {
+      hold(shard, config.epoch);  // acquired before the watch said so
+    }
+    return;  // held by us, or still by a lease that has not expired
+  }
+  if (live_backup_in_step(seen, config, options_.node_id)) {
+    return;  // the backup takes it (promote)
+  }
+  if (const auto by = config.loss_accepted_by();
+      !by.empty() && by != options_.node_id) {
+    return;  // the operator gave it to a backup's copy
+  }
+  if (!copy_holds_history(shard, config)) {
+    return;
+  }
+  acquire(shard, config);
 }
 
 void membership::acquire(std::uint32_t shard, const shard_config& config) {

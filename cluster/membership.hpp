@@ -178,7 +178,12 @@ class membership {
   status resync();
   void apply(const kv& now, bool erased);
   void apply_to(table& target, const kv& now, bool erased) const;
+  // One pass over every shard, on the table as last seen: each is tended
+  // as its owner or as another node (a backup that may promote).
   void acquire_round();
+  void tend_owned(std::uint32_t shard, const table& seen, std::int64_t lease);
+  void tend_not_owned(std::uint32_t shard, const table& seen,
+                      std::int64_t lease);
   void acquire(std::uint32_t shard, const shard_config& config);
   // A backup takes the shard whose primary's lease is gone: one in step,
   // or one the operator named (accept-loss --to); `why` says which, in

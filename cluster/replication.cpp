@@ -645,46 +645,224 @@ bool drop_overdue(primary_actor* self, replicator::impl* owner) {
   return waiting;
 }
 
-caf::behavior primary_behavior(primary_actor* self, replicator::impl* owner) {
-  self->set_down_handler([self, owner](caf::down_msg& down) {
-    self->state.monitored.erase(down.source);
-    for (auto& [shard, state] : self->state.shards) {
-      std::vector<std::string> gone;
-      for (const auto& [node, target] : state.targets) {
-        if (target.handle && target.handle.address() == down.source) {
-          gone.push_back(node);
-        }
-      }
-      for (const auto& node : gone) {
-        drop(self, owner, shard, node);
+// A backup's answer to the write at `position` (cumulative when ok); one
+// sent by an earlier process of that node is ignored.
+void on_replicated(primary_actor* self, replicator::impl* owner,
+                   std::uint32_t shard, const std::string& node,
+                   std::uint64_t position, std::uint64_t code,
+                   std::uint64_t at) {
+  auto& targets = self->state.shards[shard].targets;
+  auto found = targets.find(node);
+  const auto& from = self->current_sender();
+  if (found != targets.end() && found->second.handle && from &&
+      from->node() != found->second.handle.node()) {
+    // From an earlier process of that node, which joined again: its
+    // new copy may lack what the old one held.
+    return;
+  }
+  if (found != targets.end()) {
+    auto& unanswered = found->second.unanswered;
+    if (static_cast<replica_code>(code) == replica_code::ok) {
+      // Cumulative: the backup holds every position up to this one.
+      unanswered.erase(unanswered.begin(), unanswered.upper_bound(position));
+    } else if (auto sent = unanswered.find(position);
+               sent != unanswered.end()) {
+      unanswered.erase(sent);
+    }
+  }
+  on_answer(self, owner, shard, node, position, code, at);
+}
+
+// The committer's write at `position`: sent to every backup that streams.
+void on_ship(primary_actor* self, replicator::impl* owner, std::uint32_t shard,
+             std::uint64_t epoch, std::uint64_t position,
+             const std::string& data) {
+  auto& state = self->state.shards[shard];
+  if (state.epoch != epoch) {
+    // A new tenure: backups join it afresh.
+    state = primary_shard{};
+    state.epoch = epoch;
+  }
+  if (state.superseded) {
+    supersede(self, owner, shard);
+    return;
+  }
+  state.last = position;
+  const log_entry entry{epoch, position, data};
+  for (auto& [node, target] : state.targets) {
+    if (target.streaming) {
+      send_entry(self, owner, shard, node, entry);
+    }
+  }
+  complete(self, owner, shard);
+}
+
+// A backup asks to follow from (epoch, position): streamed from there when
+// the log holds that very write, else told to re-copy.
+caf::result<std::uint64_t, std::uint64_t> on_join(
+    primary_actor* self, replicator::impl* owner, std::uint32_t shard,
+    const std::string& node, std::int64_t lease, std::uint64_t epoch,
+    std::uint64_t position) {
+  auto* store = owner->stores(shard);
+  const auto at = owner->members.locate(shard);
+  const auto config = owner->members.config_of(shard);
+  if (store == nullptr || at.at != route::where::here ||
+      !config.is_backup(node)) {
+    return {static_cast<std::uint64_t>(replica_code::not_primary),
+            std::uint64_t{0}};
+  }
+  auto& state = self->state.shards[shard];
+  if (state.epoch != at.epoch) {
+    state = primary_shard{};
+    state.epoch = at.epoch;
+    state.last = store->log_position();
+  }
+  bool continues = false;
+  {
+    auto& log = *owner->logs[shard];
+    std::lock_guard lock(log.mutex);
+    continues = log.continues(epoch, position, store->last_epoch(),
+                              store->log_position());
+  }
+  if (!continues) {
+    return {static_cast<std::uint64_t>(replica_code::recopy),
+            store->log_position()};
+  }
+  auto& target = state.targets[node];
+  const bool waited = target.waited;
+  target = target_state{};
+  target.lease = lease;
+  target.acked = position;
+  target.waited = waited;  // still in the set until a swap says not
+  connect_target(self, owner, shard, node, position);
+  return {static_cast<std::uint64_t>(replica_code::ok), position};
+}
+
+// The shard's config changed in etcd: a newer epoch supersedes this tenure;
+// otherwise the in-sync set decides which targets are waited for.
+void on_config(primary_actor* self, replicator::impl* owner,
+               std::uint32_t shard) {
+  auto& state = self->state.shards[shard];
+  const auto config = owner->members.config_of(shard);
+  if (state.epoch != 0 && config.epoch != state.epoch) {
+    if (config.epoch > state.epoch) {
+      supersede(self, owner, shard);
+    }
+    return;
+  }
+  for (auto it = state.targets.begin(); it != state.targets.end();) {
+    auto& [node, target] = *it;
+    if (!config.is_backup(node) && !target.waited) {
+      it = state.targets.erase(it);
+      continue;
+    }
+    if (!target.adding && !target.dropping) {
+      target.waited = config.in_step(node, target.lease);
+    }
+    ++it;
+  }
+  complete(self, owner, shard);
+}
+
+// A backup missed the write at `position`: sent again from the log, or the
+// backup is dropped when the log no longer holds it.
+void on_resend(primary_actor* self, replicator::impl* owner,
+               std::uint32_t shard, const std::string& node,
+               std::uint64_t position) {
+  auto& log = *owner->logs[shard];
+  std::optional<log_entry> entry;
+  {
+    std::lock_guard lock(log.mutex);
+    if (!log.entries.empty() && position > log.base_position &&
+        position <= log.entries.back().position) {
+      entry = log.entries[position - log.base_position - 1];
+    }
+  }
+  if (!entry) {
+    drop(self, owner, shard, node);
+    return;
+  }
+  send_entry(self, owner, shard, node, *entry);
+}
+
+// The outcome of adding `node` to the in-sync set (adding) or dropping it
+// from it, by a CAS on the shard's config at `epoch`.
+void on_swapped(primary_actor* self, replicator::impl* owner,
+                std::uint32_t shard, std::uint64_t epoch,
+                const std::string& node, bool adding, std::int32_t code) {
+  const auto outcome = static_cast<swap_outcome>(code);
+  auto& state = self->state.shards[shard];
+  if (state.epoch != epoch) {
+    return;
+  }
+  if (outcome == swap_outcome::superseded) {
+    supersede(self, owner, shard);
+    return;
+  }
+  auto found = state.targets.find(node);
+  if (found == state.targets.end()) {
+    return;
+  }
+  auto& target = found->second;
+  if (adding) {
+    target.adding = false;
+    if (outcome == swap_outcome::done) {
+      owner->added.fetch_add(1);
+    } else if (outcome == swap_outcome::refused) {
+      state.targets.erase(found);  // no copy: nothing more is sent
+    } else {
+      target.waited = false;  // tried again at its next answer
+    }
+    complete(self, owner, shard);
+    return;
+  }
+  target.dropping = false;
+  if (outcome == swap_outcome::refused) {
+    state.targets.erase(found);  // not in the set: nothing waits for it
+    complete(self, owner, shard);
+    return;
+  }
+  if (outcome == swap_outcome::done) {
+    owner->dropped.fetch_add(1);
+    std::fprintf(stderr,
+                 "durin: shard %u goes on without backup %s (it did "
+                 "not answer)\n",
+                 shard, node.c_str());
+    state.targets.erase(found);
+    complete(self, owner, shard);
+    return;
+  }
+  // etcd did not answer: the writes wait, and the drop is tried
+  // again (the lease's deadline bounds the wait).
+  drop(self, owner, shard, node);
+}
+
+// A backup's applier is gone (its process, or its connection): dropped
+// from every shard it followed.
+void on_down(primary_actor* self, replicator::impl* owner,
+             const caf::down_msg& down) {
+  self->state.monitored.erase(down.source);
+  for (auto& [shard, state] : self->state.shards) {
+    std::vector<std::string> gone;
+    for (const auto& [node, target] : state.targets) {
+      if (target.handle && target.handle.address() == down.source) {
+        gone.push_back(node);
       }
     }
-  });
+    for (const auto& node : gone) {
+      drop(self, owner, shard, node);
+    }
+  }
+}
+
+caf::behavior primary_behavior(primary_actor* self, replicator::impl* owner) {
+  self->set_down_handler(
+      [self, owner](caf::down_msg& down) { on_down(self, owner, down); });
   return {
       [self, owner](replicated_atom, std::uint32_t shard,
                     const std::string& node, std::uint64_t position,
                     std::uint64_t code, std::uint64_t at) {
-        auto& targets = self->state.shards[shard].targets;
-        auto found = targets.find(node);
-        const auto& from = self->current_sender();
-        if (found != targets.end() && found->second.handle && from &&
-            from->node() != found->second.handle.node()) {
-          // From an earlier process of that node, which joined again: its
-          // new copy may lack what the old one held.
-          return;
-        }
-        if (found != targets.end()) {
-          auto& unanswered = found->second.unanswered;
-          if (static_cast<replica_code>(code) == replica_code::ok) {
-            // Cumulative: the backup holds every position up to this one.
-            unanswered.erase(unanswered.begin(),
-                             unanswered.upper_bound(position));
-          } else if (auto sent = unanswered.find(position);
-                     sent != unanswered.end()) {
-            unanswered.erase(sent);
-          }
-        }
-        on_answer(self, owner, shard, node, position, code, at);
+        on_replicated(self, owner, shard, node, position, code, at);
       },
       [self, owner](overdue_atom atom) {
         detail::run_overdue_check(self, self->state.overdue_armed,
@@ -693,149 +871,24 @@ caf::behavior primary_behavior(primary_actor* self, replicator::impl* owner) {
       },
       [self, owner](ship_atom, std::uint32_t shard, std::uint64_t epoch,
                     std::uint64_t position, const std::string& data) {
-        auto& state = self->state.shards[shard];
-        if (state.epoch != epoch) {
-          // A new tenure: backups join it afresh.
-          state = primary_shard{};
-          state.epoch = epoch;
-        }
-        if (state.superseded) {
-          supersede(self, owner, shard);
-          return;
-        }
-        state.last = position;
-        const log_entry entry{epoch, position, data};
-        for (auto& [node, target] : state.targets) {
-          if (target.streaming) {
-            send_entry(self, owner, shard, node, entry);
-          }
-        }
-        complete(self, owner, shard);
+        on_ship(self, owner, shard, epoch, position, data);
       },
       [self, owner](
           join_atom, std::uint32_t shard, const std::string& node,
           std::int64_t lease, std::uint64_t epoch,
           std::uint64_t position) -> caf::result<std::uint64_t, std::uint64_t> {
-        auto* store = owner->stores(shard);
-        const auto at = owner->members.locate(shard);
-        const auto config = owner->members.config_of(shard);
-        if (store == nullptr || at.at != route::where::here ||
-            !config.is_backup(node)) {
-          return {static_cast<std::uint64_t>(replica_code::not_primary),
-                  std::uint64_t{0}};
-        }
-        auto& state = self->state.shards[shard];
-        if (state.epoch != at.epoch) {
-          state = primary_shard{};
-          state.epoch = at.epoch;
-          state.last = store->log_position();
-        }
-        bool continues = false;
-        {
-          auto& log = *owner->logs[shard];
-          std::lock_guard lock(log.mutex);
-          continues = log.continues(epoch, position, store->last_epoch(),
-                                    store->log_position());
-        }
-        if (!continues) {
-          return {static_cast<std::uint64_t>(replica_code::recopy),
-                  store->log_position()};
-        }
-        auto& target = state.targets[node];
-        const bool waited = target.waited;
-        target = target_state{};
-        target.lease = lease;
-        target.acked = position;
-        target.waited = waited;  // still in the set until a swap says not
-        connect_target(self, owner, shard, node, position);
-        return {static_cast<std::uint64_t>(replica_code::ok), position};
+        return on_join(self, owner, shard, node, lease, epoch, position);
       },
       [self, owner](config_atom, std::uint32_t shard) {
-        auto& state = self->state.shards[shard];
-        const auto config = owner->members.config_of(shard);
-        if (state.epoch != 0 && config.epoch != state.epoch) {
-          if (config.epoch > state.epoch) {
-            supersede(self, owner, shard);
-          }
-          return;
-        }
-        for (auto it = state.targets.begin(); it != state.targets.end();) {
-          auto& [node, target] = *it;
-          if (!config.is_backup(node) && !target.waited) {
-            it = state.targets.erase(it);
-            continue;
-          }
-          if (!target.adding && !target.dropping) {
-            target.waited = config.in_step(node, target.lease);
-          }
-          ++it;
-        }
-        complete(self, owner, shard);
+        on_config(self, owner, shard);
       },
       [self, owner](resend_atom, std::uint32_t shard, const std::string& node,
                     std::uint64_t position) {
-        auto& log = *owner->logs[shard];
-        std::optional<log_entry> entry;
-        {
-          std::lock_guard lock(log.mutex);
-          if (!log.entries.empty() && position > log.base_position &&
-              position <= log.entries.back().position) {
-            entry = log.entries[position - log.base_position - 1];
-          }
-        }
-        if (!entry) {
-          drop(self, owner, shard, node);
-          return;
-        }
-        send_entry(self, owner, shard, node, *entry);
+        on_resend(self, owner, shard, node, position);
       },
       [self, owner](swapped_atom, std::uint32_t shard, std::uint64_t epoch,
                     const std::string& node, bool adding, std::int32_t code) {
-        const auto outcome = static_cast<swap_outcome>(code);
-        auto& state = self->state.shards[shard];
-        if (state.epoch != epoch) {
-          return;
-        }
-        if (outcome == swap_outcome::superseded) {
-          supersede(self, owner, shard);
-          return;
-        }
-        auto found = state.targets.find(node);
-        if (found == state.targets.end()) {
-          return;
-        }
-        auto& target = found->second;
-        if (adding) {
-          target.adding = false;
-          if (outcome == swap_outcome::done) {
-            owner->added.fetch_add(1);
-          } else if (outcome == swap_outcome::refused) {
-            state.targets.erase(found);  // no copy: nothing more is sent
-          } else {
-            target.waited = false;  // tried again at its next answer
-          }
-          complete(self, owner, shard);
-          return;
-        }
-        target.dropping = false;
-        if (outcome == swap_outcome::refused) {
-          state.targets.erase(found);  // not in the set: nothing waits for it
-          complete(self, owner, shard);
-          return;
-        }
-        if (outcome == swap_outcome::done) {
-          owner->dropped.fetch_add(1);
-          std::fprintf(stderr,
-                       "durin: shard %u goes on without backup %s (it did "
-                       "not answer)\n",
-                       shard, node.c_str());
-          state.targets.erase(found);
-          complete(self, owner, shard);
-          return;
-        }
-        // etcd did not answer: the writes wait, and the drop is tried
-        // again (the lease's deadline bounds the wait).
-        drop(self, owner, shard, node);
+        on_swapped(self, owner, shard, epoch, node, adding, code);
       },
   };
 }

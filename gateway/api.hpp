@@ -295,6 +295,11 @@ class api {
   static std::optional<http_response> read_start(const json& body,
                                                  const std::string& tenant,
                                                  start_request& out);
+  // A start whose key's marker names a run (r->recorded_run_id): answers
+  // that run, here or through its node, and returns true; false when the
+  // run was never admitted (start_run then admits that very id).
+  bool answer_recorded_run(const std::shared_ptr<async_start>& start,
+                           bool wait);
   // The admission's outcome; then a waited start waits for its run's event.
   void on_admitted(const std::shared_ptr<async_start>& start, bool wait,
                    result<run_info> started);

@@ -120,6 +120,42 @@ std::optional<http_response> api::read_start(const json& body,
   return std::nullopt;
 }
 
+bool api::answer_recorded_run(const std::shared_ptr<async_start>& start,
+                              bool wait) {
+  const auto& r = start->r;
+  auto& node = runtime_access::services(node_);
+  if (placement_ != nullptr &&
+      placement_->locate(node.map.of_run(r->recorded_run_id)) !=
+          placement::where::here) {
+    // The run the key's marker names lives on another node: asked there.
+    start->run_id = r->recorded_run_id;
+    resume_elsewhere(start, wait);
+    return true;
+  }
+  auto run = node_.get(r->recorded_run_id, r->caller.tenant);
+  if (run || run.error().code != errc::run_not_found) {
+    // A run an earlier holder of this key admitted: answer that run, on a
+    // worker (a waited one waits for it; the answer is kept by a write).
+    r->offload([this, start, wait, run = std::move(run)] {
+      const auto& r = *start->r;
+      if (!run) {
+        start->reply(error_response(run.error()));
+      } else if (!wait) {
+        start->reply(run_response(202, *run));
+      } else {
+        start->reply(answer_waited(
+            run->id, r.caller.tenant,
+            r.began + std::chrono::milliseconds(options_.wait_ms_max)));
+      }
+    });
+    return true;
+  }
+  // Its marker names a run never admitted (a crash between a key written
+  // in its own shard and the run's admission): start that very run.
+  start->run_id = r->recorded_run_id;
+  return false;
+}
+
 void api::start_run(const request_ptr& r, reply_fn reply) {
   auto start = std::make_shared<async_start>();
   start->r = r;
@@ -146,36 +182,8 @@ void api::start_run(const request_ptr& r, reply_fn reply) {
       parent_close = static_cast<std::uint8_t>(close[0] - '0');
     }
   }
-  if (!r->recorded_run_id.empty() && placement_ != nullptr &&
-      placement_->locate(node.map.of_run(r->recorded_run_id)) !=
-          placement::where::here) {
-    // The run the key's marker names lives on another node: asked there.
-    start->run_id = r->recorded_run_id;
-    resume_elsewhere(start, s->wait);
+  if (!r->recorded_run_id.empty() && answer_recorded_run(start, s->wait)) {
     return;
-  }
-  if (!r->recorded_run_id.empty()) {
-    auto run = node_.get(r->recorded_run_id, r->caller.tenant);
-    if (run || run.error().code != errc::run_not_found) {
-      // A run an earlier holder of this key admitted: answer that run, on a
-      // worker (a waited one waits for it; the answer is kept by a write).
-      r->offload([this, start, wait = s->wait, run = std::move(run)] {
-        const auto& r = *start->r;
-        if (!run) {
-          start->reply(error_response(run.error()));
-        } else if (!wait) {
-          start->reply(run_response(202, *run));
-        } else {
-          start->reply(answer_waited(
-              run->id, r.caller.tenant,
-              r.began + std::chrono::milliseconds(options_.wait_ms_max)));
-        }
-      });
-      return;
-    }
-    // Its marker names a run never admitted (a crash between a key written
-    // in its own shard and the run's admission): start that very run.
-    start->run_id = r->recorded_run_id;
   }
   services::start_request request;
   request.flow = std::move(s->flow);
