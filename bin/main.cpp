@@ -521,6 +521,20 @@ int serve_command(const std::string& data_dir, const std::string& listen,
     std::cerr << "invalid-argument: --listen port must be 0 to 65535\n";
     return 2;
   }
+  for (const auto& [flag, ms] :
+       {std::pair<const char*, std::int64_t>{"--read-timeout-ms",
+                                             limits.read_timeout_ms},
+        {"--drain-timeout-ms", limits.drain_timeout_ms}}) {
+    if (auto problem = durin::limits::duration_problem(flag, ms);
+        !problem.empty()) {
+      std::cerr << "invalid-argument: " << problem << "\n";
+      return 2;
+    }
+  }
+  if (limits.read_timeout_ms == 0) {
+    std::cerr << "invalid-argument: --read-timeout-ms must be positive\n";
+    return 2;
+  }
   options.http.read_timeout_ms = limits.read_timeout_ms;
   options.http.drain_timeout_ms = limits.drain_timeout_ms;
   options.http.connections_max = limits.connections_max;
@@ -1127,7 +1141,8 @@ void add_run_commands(CLI::App& app, cli& c) {
   list->add_option("--query", c.run_query,
                    "only runs it matches, e.g. \"priority > 3 AND status = "
                    "'running'\"");
-  list->add_option("--limit", c.limit, "page size, 1 to 1000");
+  list->add_option("--limit", c.limit, "page size, 1 to 1000")
+      ->check(CLI::Range(1, 1000));
   list->add_option("--cursor", c.cursor, "from a previous nextCursor");
   add_client_options(list, c.client, false);
   request_command(list, c, "GET", list_target, nullptr);
@@ -1312,7 +1327,8 @@ void add_schedule_commands(CLI::App& app, cli& c) {
   request_command(get, c, "GET", target(""), nullptr);
 
   auto* list = schedules->add_subcommand("list", "the tenant's schedules");
-  list->add_option("--limit", c.limit, "page size, 1 to 1000");
+  list->add_option("--limit", c.limit, "page size, 1 to 1000")
+      ->check(CLI::Range(1, 1000));
   list->add_option("--cursor", c.cursor, "from a previous nextCursor");
   add_client_options(list, c.client, false);
   request_command(
@@ -1383,7 +1399,10 @@ void add_task_commands(CLI::App& app, cli& c) {
   auto* worker = app.add_subcommand(
       "worker", "run the example steps of a task queue against a node");
   worker->add_option("--queue", c.queue, "task queue to poll");
-  worker->add_option("--concurrency", c.concurrency, "tasks in hand at once");
+  worker
+      ->add_option("--concurrency", c.concurrency,
+                   "tasks in hand at once, 1 to 256")
+      ->check(CLI::Range(1, 256));
   worker->add_option("--worker-id", c.worker_id, "default HOST-PID");
   add_client_options(worker, c.client, false);
   on_chosen(worker, c, [](cli& c) {

@@ -243,18 +243,10 @@ TEST_F(SearchServeTest, AQueryPagesAndSeesOnlyTheCallersTenant) {
 
 TEST_F(SearchServeTest, TheCliStartsWithAttributesAndListsByQuery) {
   auto run_cli = [&](const std::string& args) {
-    std::string command =
-        std::string(DURIN_CLI) + " runs " + args +
-        " --server http://127.0.0.1:" + std::to_string(server_->port()) +
-        " --data-dir " + dir_.path() + " 2>&1";
-    std::string out;
-    FILE* pipe = ::popen(command.c_str(), "r");
-    char chunk[4096];
-    while (auto got = std::fread(chunk, 1, sizeof chunk, pipe)) {
-      out.append(chunk, got);
-    }
-    int status = ::pclose(pipe);
-    return std::pair<int, std::string>(status, out);
+    auto ran = run_durin("runs " + args + " --server http://127.0.0.1:" +
+                         std::to_string(server_->port()) + " --data-dir " +
+                         dir_.path() + " 2>&1");
+    return std::pair<int, std::string>(ran.code, ran.output);
   };
   auto started = run_cli(
       "start --flow=acme.tagged --no-wait --memo='{\"note\":\"cli\"}' "

@@ -24,6 +24,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "tests/support/serve_process.hpp"
 #include "tests/support/shard_dirs.hpp"
@@ -1034,21 +1035,13 @@ TEST_F(ServeTest, SigtermStopsCleanly) {
 // The seed's CLI example, run twice: the same id and createdAt.
 TEST_F(ServeTest, CliStartWithIdempotencyKeyTwicePrintsTheSameRun) {
   auto run_cli = [&] {
-    std::string command = std::string(DURIN_CLI) +
-                          " runs start --flow=acme.review-order "
-                          "--input='{\"orderId\":\"A-100\"}' "
-                          "--idempotency-key=order-A-100-review --server "
-                          "http://127.0.0.1:" +
-                          std::to_string(server_->port()) + " --data-dir " +
-                          dir_.path();
-    std::string out;
-    FILE* pipe = ::popen(command.c_str(), "r");
-    char chunk[4096];
-    while (auto got = std::fread(chunk, 1, sizeof chunk, pipe)) {
-      out.append(chunk, got);
-    }
-    EXPECT_EQ(::pclose(pipe), 0) << out;
-    return json::parse(out);
+    auto ran = run_durin(
+        "runs start --flow=acme.review-order "
+        "--input='{\"orderId\":\"A-100\"}' "
+        "--idempotency-key=order-A-100-review --server http://127.0.0.1:" +
+        std::to_string(server_->port()) + " --data-dir " + dir_.path());
+    EXPECT_EQ(ran.code, 0) << ran.output;
+    return json::parse(ran.output);
   };
   auto first = run_cli();
   auto second = run_cli();
@@ -1056,18 +1049,11 @@ TEST_F(ServeTest, CliStartWithIdempotencyKeyTwicePrintsTheSameRun) {
   EXPECT_EQ(first["createdAt"], second["createdAt"]);
   EXPECT_EQ(first["status"], "completed");
   // Errors: code: message on stderr, non-zero exit.
-  std::string command = std::string(DURIN_CLI) +
-                        " runs get run_missing --server http://127.0.0.1:" +
-                        std::to_string(server_->port()) + " --data-dir " +
-                        dir_.path() + " 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  char chunk[4096];
-  std::string out;
-  while (auto got = std::fread(chunk, 1, sizeof chunk, pipe)) {
-    out.append(chunk, got);
-  }
-  EXPECT_NE(::pclose(pipe), 0);
-  EXPECT_EQ(out.rfind("run-not-found: ", 0), 0u) << out;
+  auto missing = run_durin("runs get run_missing --server http://127.0.0.1:" +
+                           std::to_string(server_->port()) + " --data-dir " +
+                           dir_.path() + " 2>&1");
+  EXPECT_NE(missing.code, 0);
+  EXPECT_EQ(missing.output.rfind("run-not-found: ", 0), 0u) << missing.output;
 }
 
 }  // namespace
@@ -1075,6 +1061,41 @@ TEST_F(ServeTest, CliStartWithIdempotencyKeyTwicePrintsTheSameRun) {
 
 namespace durin::testing {
 namespace {
+
+// The CLI refuses numbers out of their documented range before it sends
+// anything (a page size, a worker's concurrency), and `durin serve` refuses
+// a read timeout that is not positive or a negative drain timeout before
+// it opens its store.
+TEST_F(ServeTest, CliNumbersOutOfRangeAreRefusedBeforeAnythingIsSent) {
+  const std::string server =
+      " --server http://127.0.0.1:" + std::to_string(server_->port()) +
+      " --data-dir " + dir_.path() + " 2>&1";
+  for (const std::string args :
+       {"runs list --limit 0", "runs list --limit -5", "runs list --limit 1001",
+        "schedules list --limit 0", "worker --concurrency 0",
+        "worker --concurrency -1", "worker --concurrency 257"}) {
+    auto ran = run_durin(args + server);
+    EXPECT_NE(ran.code, 0) << args;
+    EXPECT_NE(ran.output.find("not in range"), std::string::npos)
+        << args << ": " << ran.output;
+  }
+  auto listed = run_durin("runs list --limit 1000" + server);
+  EXPECT_EQ(listed.code, 0) << listed.output;
+  temp_dir other;
+  for (const auto& [flag, value, says] :
+       {std::tuple<std::string, std::string, std::string>{
+            "--read-timeout-ms", "0", "--read-timeout-ms must be positive"},
+        {"--read-timeout-ms", "-1", "--read-timeout-ms: a duration of -1 ms"},
+        {"--drain-timeout-ms", "-1",
+         "--drain-timeout-ms: a duration of -1 ms"}}) {
+    auto ran = run_durin("serve --listen 127.0.0.1:0 --data-dir " +
+                         other.path() + " " + flag + " " + value + " 2>&1");
+    EXPECT_EQ(ran.code, 2) << flag << " " << value;
+    EXPECT_NE(ran.output.find("invalid-argument: " + says), std::string::npos)
+        << ran.output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(other.path() + "/admin.key"));
+}
 
 // Issue 5's durable identities over HTTP: an instance id has one active run
 // (reject or return the active one), and a repeated command id gets the
@@ -1139,18 +1160,10 @@ namespace {
 // prints the first run, and a second --instance-id start is refused.
 TEST_F(ServeTest, CliStartWithInstanceAndCommandIds) {
   auto run_cli = [&](const std::string& args) {
-    std::string command =
-        std::string(DURIN_CLI) + " runs start " + args +
-        " --server http://127.0.0.1:" + std::to_string(server_->port()) +
-        " --data-dir " + dir_.path() + " 2>&1";
-    std::string out;
-    FILE* pipe = ::popen(command.c_str(), "r");
-    char chunk[4096];
-    while (auto got = std::fread(chunk, 1, sizeof chunk, pipe)) {
-      out.append(chunk, got);
-    }
-    int status = ::pclose(pipe);
-    return std::pair<int, std::string>(status, out);
+    auto ran = run_durin("runs start " + args + " --server http://127.0.0.1:" +
+                         std::to_string(server_->port()) + " --data-dir " +
+                         dir_.path() + " 2>&1");
+    return std::pair<int, std::string>(ran.code, ran.output);
   };
   const std::string notes =
       "--flow=acme.order-notes --input='{\"orderId\":\"C-1\"}' --no-wait ";
@@ -1349,16 +1362,8 @@ TEST_F(ServeTest, TheLastAdminKeyCannotBeRevoked) {
 // node runs (the store is in use).
 TEST_F(ServeTest, AdminResetKeyRecoversOffline) {
   auto run = [&](const std::string& dir) {
-    std::string command =
-        std::string(DURIN_CLI) + " admin reset-key --data-dir " + dir + " 2>&1";
-    std::string output;
-    FILE* pipe = ::popen(command.c_str(), "r");
-    char buffer[512];
-    while (pipe != nullptr && std::fgets(buffer, sizeof buffer, pipe)) {
-      output += buffer;
-    }
-    int status = pipe == nullptr ? -1 : ::pclose(pipe);
-    return std::pair<int, std::string>{status, output};
+    auto ran = run_durin("admin reset-key --data-dir " + dir + " 2>&1");
+    return std::pair<int, std::string>{ran.code, ran.output};
   };
   auto while_running = run(dir_.path());
   EXPECT_NE(while_running.first, 0) << while_running.second;

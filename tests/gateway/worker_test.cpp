@@ -117,18 +117,10 @@ class payment_service {
 
 // Runs `durin ARGS` against `node` and returns its stdout.
 std::string run_cli(const serve_process& node, const std::string& args) {
-  auto command = std::string(DURIN_CLI) + " " + args +
-                 " --server http://127.0.0.1:" + std::to_string(node.port()) +
-                 " --api-key " + node.admin_key();
-  std::string out;
-  if (FILE* pipe = ::popen(command.c_str(), "r")) {
-    char chunk[4096];
-    while (auto got = std::fread(chunk, 1, sizeof chunk, pipe)) {
-      out.append(chunk, got);
-    }
-    ::pclose(pipe);
-  }
-  return out;
+  return testing::run_durin(args + " --server http://127.0.0.1:" +
+                            std::to_string(node.port()) + " --api-key " +
+                            node.admin_key())
+      .output;
 }
 
 TEST(WorkerApiTest, PollsAreFencedByLeaseOwnerAndLateReportsAreNotFailures) {

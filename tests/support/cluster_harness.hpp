@@ -294,25 +294,15 @@ class cluster_harness {
   // `output` when given.
   static int run_cli(const std::vector<std::string>& args,
                      std::string* output = nullptr) {
-    std::string command = DURIN_CLI;
+    std::string line;
     for (const auto& arg : args) {
-      command += " " + arg;
+      line += arg + " ";
     }
-    command += " 2>&1";
-    std::FILE* pipe = ::popen(command.c_str(), "r");
-    if (pipe == nullptr) {
-      return -1;
-    }
-    char chunk[512];
-    std::string text;
-    while (auto got = std::fread(chunk, 1, sizeof chunk, pipe)) {
-      text.append(chunk, got);
-    }
-    const int status = ::pclose(pipe);
+    auto ran = run_durin(line + "2>&1");
     if (output != nullptr) {
-      *output = text;
+      *output = std::move(ran.output);
     }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return ran.code;
   }
 
  private:

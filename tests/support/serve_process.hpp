@@ -8,7 +8,10 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <sys/wait.h>
+
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -184,6 +187,30 @@ class api_client {
 
 // Starts `flow` with `input` in the background ("wait": false), expecting
 // 202; the run as admitted.
+// What `durin ARGS` did: its exit code (-1 when it did not exit) and its
+// standard output (add " 2>&1" to ARGS for its errors too).
+struct cli_result {
+  int code = -1;
+  std::string output;
+};
+
+// Runs `durin ARGS` through the shell (so quote what needs it) and waits.
+inline cli_result run_durin(const std::string& args) {
+  cli_result result;
+  const std::string command = std::string(DURIN_CLI) + " " + args;
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    return result;
+  }
+  char chunk[4096];
+  while (auto got = std::fread(chunk, 1, sizeof chunk, pipe)) {
+    result.output.append(chunk, got);
+  }
+  const int status = ::pclose(pipe);
+  result.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
 inline json start_run(api_client& client, const std::string& flow, json input) {
   auto answer = client.post(
       "/v1/runs",
