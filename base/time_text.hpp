@@ -14,7 +14,8 @@ namespace durin::time_text {
 std::string format_rfc3339_ms(std::int64_t ms);
 
 // "2026-12-01T10:00:00Z" or "...T10:00:00.250+02:00" -> ms since the
-// epoch; nullopt for anything else.
+// epoch; nullopt for anything else, also for a field out of its range
+// (month 13, February 30, hour 24, an offset of +24:00), never rolled over.
 std::optional<std::int64_t> parse_rfc3339_ms(std::string_view text);
 
 // "30 days", "2h", "500ms", "1.5 hours" -> milliseconds; nullopt for
