@@ -43,7 +43,7 @@ int fail(const durin::error& err) {
 }
 
 int run_command(const std::string& data_dir, const std::string& flow,
-                const std::string& input_text, int timeout_ms) {
+                const std::string& input_text, std::int64_t timeout_ms) {
   durin::json input;
   try {
     input = durin::json::parse(input_text);
@@ -799,7 +799,8 @@ void add_local_commands(CLI::App& app, cli& c) {
       ->required();
   run->add_option("--input", c.input, "the flow's input, as JSON");
   run->add_option("--data-dir", c.data_dir, "where the node keeps its store");
-  run->add_option("--timeout-ms", c.timeout_ms, "how long to wait for the end");
+  run->add_option("--timeout-ms", c.timeout_ms, "how long to wait for the end")
+      ->check(CLI::Range(std::int64_t{0}, durin::limits::duration_ms_max));
   on_chosen(run, c, [](cli& c) {
     return run_command(c.data_dir, c.flow, c.input, c.timeout_ms);
   });

@@ -1063,7 +1063,8 @@ namespace durin::testing {
 namespace {
 
 // The CLI refuses numbers out of their documented range before it sends
-// anything (a page size, a worker's concurrency), and `durin serve` refuses
+// or opens anything (a page size, a worker's concurrency, `durin run`'s
+// timeout), and `durin serve` refuses
 // a read timeout that is not positive or a negative drain timeout before
 // it opens its store.
 TEST_F(ServeTest, CliNumbersOutOfRangeAreRefusedBeforeAnythingIsSent) {
@@ -1081,6 +1082,12 @@ TEST_F(ServeTest, CliNumbersOutOfRangeAreRefusedBeforeAnythingIsSent) {
   }
   auto listed = run_durin("runs list --limit 1000" + server);
   EXPECT_EQ(listed.code, 0) << listed.output;
+  temp_dir untouched;
+  auto run = run_durin("run acme.sleep --timeout-ms -5 --data-dir " +
+                       untouched.path() + "/db 2>&1");
+  EXPECT_NE(run.code, 0);
+  EXPECT_NE(run.output.find("not in range"), std::string::npos) << run.output;
+  EXPECT_FALSE(std::filesystem::exists(untouched.path() + "/db"));
   temp_dir other;
   for (const auto& [flag, value, says] :
        {std::tuple<std::string, std::string, std::string>{
