@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -115,6 +116,11 @@ class api {
   // Long polls of a run's end (GET /v1/runs/{id}?waitMs=) answer now,
   // with the run as it is, and new ones at once (the gateway drains).
   void release_run_waits();
+
+  // Waited starts still waiting `after` from now answer the run as it is
+  // then (the gateway drains: by then it has answered them 503, and the
+  // node's exit waits for the workers they hold).
+  void end_waited_starts_after(std::chrono::milliseconds after);
 
   // Hands no more waited starts over to an offload (call once the gateway
   // has stopped, before it is destroyed).
@@ -350,6 +356,9 @@ class api {
   // Long polls of a run's end, looked at every tick until their deadline.
   std::unique_ptr<services::due_list<std::shared_ptr<run_wait>>> run_waits_;
   std::atomic<bool> run_waits_released_{false};
+  // When waited starts stop waiting (steady clock, ns); none before a drain.
+  std::atomic<std::int64_t> waited_starts_end_ns_{
+      std::numeric_limits<std::int64_t>::max()};
   // Set with placement_; kept until the api goes (after the runtime's
   // actors, which may be using it).
   std::shared_ptr<remote_port> remote_;  // shared: deleted where complete

@@ -307,9 +307,11 @@ int serve(serve_options options, registry flows, std::ostream& out,
   };
   // At SIGTERM long polls answer at once (empty), not at the end of their
   // wait: they would hold the drain.
-  options.http.on_drain = [&node, &routes] {
+  options.http.on_drain = [&node, &routes,
+                           drain_ms = options.http.drain_timeout_ms] {
     runtime_access::services(**node).tasks->release_polls();
     routes.release_run_waits();
+    routes.end_waited_starts_after(std::chrono::milliseconds(drain_ms));
   };
   auto server = http_server::start(options.http);
   if (!server) {

@@ -400,14 +400,16 @@ http_response api::answer_waited(const std::string& run_id,
   // shard may leave this node meanwhile (a move, a lost lease): its events
   // then come on another node, so the wait looks up its shard every slice
   // and ends with a retryable 503; the keyed retry waits at the new owner.
+  // The slices also end it at the drain's deadline (end_waited_starts_after):
+  // a worker held to the wait's own end (25 s) would hold the node's exit
+  // past the drain timeout.
   using std::chrono::milliseconds;
   const auto shard = runtime_access::services(node_).map.of_run(run_id);
   for (;;) {
     const auto left = std::max(
         milliseconds(0),
         std::chrono::duration_cast<milliseconds>(deadline - clock_type::now()));
-    const auto slice =
-        placement_ == nullptr ? left : std::min(left, milliseconds(250));
+    const auto slice = std::min(left, milliseconds(250));
     auto settled = node_.wait_settled(run_id, slice, tenant);
     if (settled) {
       return run_response(200, *settled);
@@ -415,10 +417,12 @@ http_response api::answer_waited(const std::string& run_id,
     if (settled.error().code != errc::timeout) {
       return error_response(settled.error());
     }
-    if (slice == left) {
+    if (slice == left || clock_type::now().time_since_epoch().count() >=
+                             waited_starts_end_ns_.load()) {
       break;
     }
-    if (placement_->locate(shard) != placement::where::here) {
+    if (placement_ != nullptr &&
+        placement_->locate(shard) != placement::where::here) {
       auto moved = error_response(
           503, "shard-moved",
           "run " + run_id + "'s shard " + std::to_string(shard) +
@@ -448,6 +452,13 @@ void api::answer(async_start& start, http_response response,
   start.reply = nullptr;
   reply(std::move(response));
   start.r.reset();
+}
+
+void api::end_waited_starts_after(std::chrono::milliseconds after) {
+  waited_starts_end_ns_.store(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+          (clock_type::now() + after).time_since_epoch())
+          .count());
 }
 
 void api::hand_over(std::shared_ptr<async_start> start) {

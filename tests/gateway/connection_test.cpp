@@ -401,7 +401,9 @@ TEST_F(ConnectionTest, SigtermAnswersEveryAdmittedRequest) {
 // A request still running when the drain timeout ends is answered 503
 // shutting-down, its outcome unknown (the retry with its key tells), rather
 // than cut off: here a waited start whose step waits for a worker that
-// never comes, under --drain-timeout-ms 1000.
+// never comes, under --drain-timeout-ms 1000. The wait ends with the drain
+// too, so the node exits then, not when the waited start's own 25 s would
+// have run out.
 TEST_F(ConnectionTest, RequestsOutlastingTheDrainAreAnsweredAsUnknown) {
   start({.flags = {"--drain-timeout-ms", "1000"}});
   auto body =
@@ -424,6 +426,12 @@ TEST_F(ConnectionTest, RequestsOutlastingTheDrainAreAnsweredAsUnknown) {
   EXPECT_TRUE(answer.has_header("Connection: close")) << answer.head;
   EXPECT_GE(took, 900ms);
   EXPECT_LT(took, 4s);
+  EXPECT_TRUE(eventually([&] { return !server_->running(); }, 8s))
+      << "durin serve still runs "
+      << std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now() - began)
+             .count()
+      << " ms after SIGTERM with --drain-timeout-ms 1000";
 }
 
 }  // namespace
