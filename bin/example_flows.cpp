@@ -33,7 +33,14 @@ flow<json> review_order(context& ctx, json input) {
 }
 
 flow<json> sleep_flow(context& ctx, json input) {
+  // Saturated, not wrapped: {"ms": 1e300} is beyond ctx.sleep's maximum (the
+  // run fails as invalid-argument), as {"ms": INT64_MAX} is; converted as
+  // is, it became INT64_MIN, a sleep that ended at once.
   auto ms = input.value("ms", std::int64_t{0});
+  if (input.contains("ms") && input["ms"].is_number_float()) {
+    ms = static_cast<std::int64_t>(
+        std::clamp(input["ms"].get<double>(), -1.0, 9.0e18));
+  }
   co_await ctx.sleep(std::chrono::milliseconds(ms));
   co_return json{{"sleptMs", ms}};
 }

@@ -251,6 +251,28 @@ result<cron_fields> cron_fields::parse(const std::string& text) {
   copy_into(out.days_of_week, values[4]);  // 7 lands on 0: Sunday
   out.any_day_of_month = fields[2] == "*";
   out.any_day_of_week = fields[4] == "*";
+  // Only the day of the month picks days (no weekday may match instead):
+  // it must name a day one of the months has, or the schedule would never
+  // fire ("0 0 30 2 *": February 30).
+  if (out.any_day_of_week) {
+    static constexpr std::array<unsigned, 13> days_in = {
+        0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    bool meets = false;
+    for (unsigned month = 1; month <= 12 && !meets; ++month) {
+      for (unsigned day = 1; day <= days_in[month] && out.months[month];
+           ++day) {
+        if (out.days_of_month[day]) {
+          meets = true;
+          break;
+        }
+      }
+    }
+    if (!meets) {
+      return bad("spec.cron '" + text +
+                 "' never fires: none of its months has the day of the "
+                 "month it names");
+    }
+  }
   return out;
 }
 

@@ -373,6 +373,21 @@ TEST_F(LimitsTest, ASleepBeyondTheMaximumFailsTheRunAsInvalidArgument) {
   EXPECT_EQ(count(*rt->history(run->id), "timer-armed"), 0u);
 }
 
+// The same given as a float beyond every integer: saturated, not wrapped
+// into a negative sleep that ended at once with "sleptMs": INT64_MIN.
+TEST_F(LimitsTest, ASleepOfAHugeFloatFailsTheRunAsBeyondTheMaximum) {
+  examples::register_examples(flows_);
+  auto rt = open();
+  auto run = rt->start("acme.sleep", json{{"ms", 1e300}});
+  ASSERT_TRUE(run.ok());
+  auto done = rt->wait(run->id, wait_max);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->status, run_status::failed);
+  ASSERT_TRUE(done->error.has_value());
+  EXPECT_EQ(done->error->code, "invalid-argument");
+  EXPECT_EQ(count(*rt->history(run->id), "timer-armed"), 0u);
+}
+
 TEST_F(LimitsTest, RuntimeOptionsBeyondTheirLimitsAreRefused) {
   auto refused = [&](auto change) {
     runtime_options options;

@@ -179,6 +179,8 @@ TEST(ScheduleSpecTest, BadSpecsNameTheFieldThatIsWrong) {
       {{{"interval", "1m"}, {"timezone", "UTC"}}, "cron only"},
       {{{"interval", "1m"}, {"startAt", "yesterday"}}, "spec.startAt"},
       {{{"interval", "1m"}, {"colour", "red"}}, "unknown field 'spec.colour'"},
+      {{{"cron", "0 0 30 2 *"}}, "never fires"},
+      {{{"cron", "0 0 31 4,6,9,11 *"}}, "never fires"},
   };
   for (const auto& one : cases) {
     auto parsed = schedule_spec::from_json(one.spec);
@@ -187,6 +189,20 @@ TEST(ScheduleSpecTest, BadSpecsNameTheFieldThatIsWrong) {
     EXPECT_NE(parsed.error().message.find(one.says), std::string::npos)
         << parsed.error().message;
   }
+}
+
+// A day of the month that only some months lack is not refused: February
+// 29 fires in leap years, the 31st in the months that have one, and with a
+// weekday restricted too (either may match) "February 30" still fires on
+// February's Mondays.
+TEST(ScheduleSpecTest, ADayOfTheMonthSomeMonthHasIsKept) {
+  const auto from = at("2026-12-06T00:00:00Z");
+  EXPECT_EQ(occurrences(spec_of({{"cron", "0 0 29 2 *"}}), from, 1),
+            std::vector<std::string>{"2028-02-29T00:00:00.000Z"});
+  EXPECT_EQ(occurrences(spec_of({{"cron", "0 0 31 2,3 *"}}), from, 1),
+            std::vector<std::string>{"2027-03-31T00:00:00.000Z"});
+  EXPECT_EQ(occurrences(spec_of({{"cron", "0 0 30 2 mon"}}), from, 1),
+            std::vector<std::string>{"2027-02-01T00:00:00.000Z"});
 }
 
 }  // namespace
