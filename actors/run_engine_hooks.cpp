@@ -9,6 +9,7 @@
 #include "actors/identity.hpp"
 #include "actors/run_engine.hpp"
 #include "base/time_text.hpp"
+#include "durin/ids.hpp"
 #include "durin/limits.hpp"
 
 namespace durin::actors {
@@ -33,15 +34,14 @@ std::string webhook_token() {
 // A caller's hook token: 1 to token_bytes_max bytes, outside the namespace
 // reserved for instance and command ids.
 void check_caller_token(const std::string& token) {
-  if (token.empty() || token.size() > token_bytes_max) {
-    throw invalid_argument_error("a hook token is 1 to " +
-                                 std::to_string(token_bytes_max) +
-                                 " bytes; got " + std::to_string(token.size()));
-  }
   if (is_reserved_token(token)) {
     throw invalid_argument_error(
         "a hook token may not begin with byte 0x1F (reserved for instance "
         "and command ids)");
+  }
+  if (auto problem = id_problem("a hook token", token, token_bytes_max);
+      !problem.empty()) {
+    throw invalid_argument_error(problem);
   }
 }
 

@@ -21,6 +21,7 @@
 #include <optional>
 #include <thread>
 
+#include "base/json_text.hpp"
 #include "bin/example_flows.hpp"
 #include "bin/worker_steps.hpp"
 #include "client/http_client.hpp"
@@ -48,7 +49,8 @@ int run_command(const std::string& data_dir, const std::string& flow,
   try {
     input = durin::json::parse(input_text);
   } catch (const durin::json::exception& e) {
-    std::cerr << "invalid-input: --input is not JSON: " << e.what() << "\n";
+    std::cerr << "invalid-input: --input is not JSON: "
+              << durin::json_problem(e) << "\n";
     return 2;
   }
   durin::registry flows;
@@ -1034,7 +1036,7 @@ void add_message_commands(CLI::App* runs, cli& c) {
                       "with --instance: start this flow when no run holds it");
   message->add_option("--start-input", c.start_input,
                       "the started run's input, as JSON");
-  add_client_options(message, c.client, false);
+  add_client_options(message, c.client, true);
   request_command(
       message, c, "POST",
       [](const cli& c) {
@@ -1068,7 +1070,7 @@ void add_message_commands(CLI::App* runs, cli& c) {
   update->add_option("--update-id", c.update_id,
                      "a repeat gets the first update's handle or result");
   update->add_option("--wait-for", c.wait_for, "accepted or completed");
-  add_client_options(update, c.client, false);
+  add_client_options(update, c.client, true);
   request_command(
       update, c, "POST",
       [](const cli& c) {

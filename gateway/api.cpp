@@ -584,7 +584,6 @@ bool api::parse_target(request& ctx, const reply_fn& reply) {
   std::string_view path = target.substr(0, question);
   std::string_view query =
       question == std::string_view::npos ? "" : target.substr(question + 1);
-  // Segments: no empty ones, no dot segments, no encoded separators.
   std::size_t at = 1;
   while (at <= path.size()) {
     auto next = path.find('/', at);
@@ -597,11 +596,8 @@ bool api::parse_target(request& ctx, const reply_fn& reply) {
       break;  // the path "/"
     }
     auto segment = percent_decode(raw, false);
-    if (raw.empty() || !segment || segment->empty() || *segment == "." ||
-        *segment == ".." || segment->find('/') != std::string::npos ||
-        segment->find('\\') != std::string::npos ||
-        segment->find('\0') != std::string::npos || !valid_utf8(*segment) ||
-        segment->size() > options_.id_bytes_max) {
+    // A segment obeys the rule every addressable id obeys (durin/ids.hpp).
+    if (!segment || !id_problem("", *segment, options_.id_bytes_max).empty()) {
       reply(error_response(400, "invalid-path",
                            "the path has an empty, dot, malformed or too "
                            "long segment"));

@@ -56,11 +56,10 @@ http_response api::send_message(request& ctx) {
   bool by_instance = ctx.path[1] == "instances";
   const std::string& id = ctx.params[0];
   const std::string& name = ctx.params[1];
-  if (auto problem = only_fields(
-          ctx.body,
+  if (auto problem =
           by_instance
-              ? std::set<std::string>{"payload", "idempotencyKey", "start"}
-              : std::set<std::string>{"payload", "idempotencyKey"})) {
+              ? only_fields(ctx.body, {"payload", "idempotencyKey", "start"})
+              : only_fields(ctx.body, {"payload", "idempotencyKey"})) {
     return *problem;
   }
   message_options options;

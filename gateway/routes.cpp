@@ -147,8 +147,8 @@ http_response api::list_runs(request& ctx) {
       auto status = parse_run_status(value);
       if (!status) {
         return bad_request("unknown status '" + value +
-                           "'; one of pending, running, waiting, completed, "
-                           "failed, cancelled, terminated");
+                           "'; one of pending, running, waiting, blocked, "
+                           "completed, failed, cancelled, terminated");
       }
       filter.status = status;
     } else if (name == "flow") {
@@ -322,10 +322,14 @@ http_response api::stop_run(request& ctx, bool terminate) {
   }
   cancel_options options;
   options.tenant = ctx.caller.tenant;
-  for (const char* field : {"reason", "commandId"}) {
-    if (ctx.body.contains(field) && !ctx.body[field].is_string()) {
-      return bad_request(std::string("field '") + field + "' must be a string");
-    }
+  if (ctx.body.contains("reason") && !ctx.body["reason"].is_string()) {
+    return bad_request("field 'reason' must be a string");
+  }
+  // As on a start or a resume: an empty command id would key nothing.
+  if (ctx.body.contains("commandId") &&
+      (!ctx.body["commandId"].is_string() ||
+       ctx.body["commandId"].get<std::string>().empty())) {
+    return bad_request("field 'commandId' must be a non-empty string");
   }
   options.reason = ctx.body.value("reason", std::string());
   options.command_id = ctx.body.value("commandId", std::string());
@@ -453,7 +457,7 @@ namespace {
 
 std::optional<http_response> optional_name(
     const json& body, std::string& name,
-    const std::set<std::string>& allowed = {"name"}) {
+    std::initializer_list<std::string_view> allowed = {"name"}) {
   if (auto problem = only_fields(body, allowed)) {
     return problem;
   }
@@ -464,6 +468,11 @@ std::optional<http_response> optional_name(
                          std::to_string(limits::key_name_bytes_max) + " bytes");
     }
     name = body["name"].get<std::string>();
+    // A name is shown in lists and on terminals: no line breaks or escapes.
+    if (std::any_of(name.begin(), name.end(),
+                    [](unsigned char c) { return c < 0x20 || c == 0x7F; })) {
+      return bad_request("field 'name' may not contain control characters");
+    }
   }
   return std::nullopt;
 }

@@ -1,6 +1,8 @@
 #include "gateway/wire_format.hpp"
 
+#include <algorithm>
 #include <stdexcept>
+#include <vector>
 
 #include "base/json_text.hpp"
 
@@ -69,25 +71,48 @@ parsed_body parse_body(const std::string& body, std::size_t depth_max) {
   }
   std::size_t depth = 0;
   bool too_deep = false;
+  // The keys of each object open around the parser: a key given twice is
+  // refused, not resolved by the last one winning, so that what a proxy or
+  // a log reads of the body is what the node acts on.
+  std::vector<std::vector<std::string>> open_objects;
+  std::optional<std::string> repeated;
   json value;
   try {
-    value = json::parse(body, [&](int, json::parse_event_t event, json&) {
-      if (event == json::parse_event_t::object_start ||
-          event == json::parse_event_t::array_start) {
-        if (++depth > depth_max) {
-          too_deep = true;
-          throw std::out_of_range("too deep");
-        }
-      } else if (event == json::parse_event_t::object_end ||
-                 event == json::parse_event_t::array_end) {
-        --depth;
-      }
-      return true;
-    });
+    value =
+        json::parse(body, [&](int, json::parse_event_t event, json& parsed) {
+          if (event == json::parse_event_t::object_start ||
+              event == json::parse_event_t::array_start) {
+            if (++depth > depth_max) {
+              too_deep = true;
+              throw std::out_of_range("too deep");
+            }
+            if (event == json::parse_event_t::object_start) {
+              open_objects.emplace_back();
+            }
+          } else if (event == json::parse_event_t::object_end ||
+                     event == json::parse_event_t::array_end) {
+            --depth;
+            if (event == json::parse_event_t::object_end) {
+              open_objects.pop_back();
+            }
+          } else if (event == json::parse_event_t::key) {
+            auto& keys = open_objects.back();
+            const auto& key = parsed.get_ref<const std::string&>();
+            if (std::find(keys.begin(), keys.end(), key) != keys.end()) {
+              repeated = key;
+              throw std::invalid_argument("repeated key");
+            }
+            keys.push_back(key);
+          }
+          return true;
+        });
+  } catch (const std::invalid_argument&) {
+    return {json(), error_response(400, "invalid-json",
+                                   "the body has the key '" + *repeated +
+                                       "' twice in one object")};
   } catch (const json::exception& e) {
-    return {json(),
-            error_response(400, "invalid-json",
-                           std::string("the body is not JSON: ") + e.what())};
+    return {json(), error_response(400, "invalid-json",
+                                   "the body is not JSON: " + json_problem(e))};
   } catch (const std::out_of_range&) {
     too_deep = true;
   }
@@ -103,61 +128,26 @@ parsed_body parse_body(const std::string& body, std::size_t depth_max) {
   return {std::move(value), std::nullopt};
 }
 
-// Refuses fields other than `allowed`.
-std::optional<http_response> only_fields(const json& body,
-                                         const std::set<std::string>& allowed) {
+std::optional<http_response> only_fields(
+    const json& body, std::initializer_list<std::string_view> allowed,
+    const std::string& where) {
   for (const auto& [key, value] : body.items()) {
     (void)value;
-    if (allowed.count(key) == 0) {
-      std::string names;
-      for (const auto& name : allowed) {
-        names += (names.empty() ? "" : ", ") + name;
-      }
-      return bad_request("unknown field '" + key + "'; allowed: " + names);
+    if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) {
+      continue;
     }
+    if (allowed.size() == 0) {
+      return bad_request("unknown field '" + where + key +
+                         "'; this request takes no fields");
+    }
+    std::string names;
+    for (auto name : allowed) {
+      names += (names.empty() ? "" : ", ") + std::string(name);
+    }
+    return bad_request("unknown field '" + where + key +
+                       "'; allowed: " + names);
   }
   return std::nullopt;
-}
-
-bool valid_utf8(std::string_view text) {
-  std::size_t i = 0;
-  const auto* b = reinterpret_cast<const unsigned char*>(text.data());
-  while (i < text.size()) {
-    unsigned char c = b[i];
-    std::size_t extra = 0;
-    std::uint32_t code = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      extra = 1;
-      code = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      extra = 2;
-      code = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      extra = 3;
-      code = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + extra >= text.size()) {
-      return false;
-    }
-    for (std::size_t k = 1; k <= extra; ++k) {
-      if ((b[i + k] & 0xC0) != 0x80) {
-        return false;
-      }
-      code = (code << 6) | (b[i + k] & 0x3F);
-    }
-    if ((extra == 1 && code < 0x80) || (extra == 2 && code < 0x800) ||
-        (extra == 3 && (code < 0x10000 || code > 0x10FFFF)) ||
-        (code >= 0xD800 && code <= 0xDFFF)) {
-      return false;
-    }
-    i += extra + 1;
-  }
-  return true;
 }
 
 unsigned http_status_of(errc code) {

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <set>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "client/http_message.hpp"
 #include "durin/error.hpp"
+#include "durin/ids.hpp"
 #include "durin/json.hpp"
 
 namespace durin::gateway {
@@ -39,8 +41,8 @@ std::optional<std::uint64_t> query_number(std::string_view value,
                                           std::uint64_t min, std::uint64_t max,
                                           std::size_t digits_max);
 
-// True when `text` is well-formed UTF-8.
-bool valid_utf8(std::string_view text);
+// One definition of well-formed UTF-8 for the gateway and the id rule.
+using durin::valid_utf8;
 // True when every byte is printable ASCII (0x21..0x7e).
 bool printable_ascii(std::string_view text);
 // Percent-decodes `text` ('+' as a space when `plus_is_space`, as in a
@@ -57,8 +59,10 @@ struct parsed_body {
 };
 parsed_body parse_body(const std::string& body, std::size_t depth_max);
 
-// 400 naming the first field of `body` not in `allowed`, if any.
-std::optional<http_response> only_fields(const json& body,
-                                         const std::set<std::string>& allowed);
+// 400 naming the first field of `body` (as `where` + its name, for a nested
+// object) not in `allowed`, listed in the given order; none when all are.
+std::optional<http_response> only_fields(
+    const json& body, std::initializer_list<std::string_view> allowed,
+    const std::string& where = {});
 
 }  // namespace durin::gateway

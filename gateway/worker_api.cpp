@@ -9,6 +9,7 @@
 #include <future>
 #include <memory>
 
+#include "durin/ids.hpp"
 #include "durin/limits.hpp"
 #include "gateway/api.hpp"
 #include "gateway/idempotency.hpp"
@@ -52,23 +53,6 @@ std::optional<std::string> text_field(const json& body, const char* name,
   return value.get<std::string>();
 }
 
-std::optional<http_response> only_fields(
-    const json& body, std::initializer_list<std::string_view> allowed,
-    const std::string& where) {
-  for (const auto& [key, value] : body.items()) {
-    (void)value;
-    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
-      std::string names;
-      for (auto name : allowed) {
-        names += (names.empty() ? "" : ", ") + std::string(name);
-      }
-      return bad_request("unknown field '" + where + key +
-                         "'; allowed: " + names);
-    }
-  }
-  return std::nullopt;
-}
-
 std::optional<std::int64_t> int_field(const json& body, const char* name,
                                       std::int64_t min, std::int64_t max,
                                       std::optional<http_response>& problem,
@@ -109,10 +93,10 @@ std::optional<poll_fields> read_poll(const worker_request& request,
     problem = std::move(unknown);
     return std::nullopt;
   }
-  if (queue.empty() || queue.size() > limits::task_queue_bytes_max) {
-    problem =
-        bad_request("a task queue name is 1 to " +
-                    std::to_string(limits::task_queue_bytes_max) + " bytes");
+  if (auto bad =
+          id_problem("a task queue name", queue, limits::task_queue_bytes_max);
+      !bad.empty()) {
+    problem = bad_request(bad);
     return std::nullopt;
   }
   auto worker_id = text_field(request.body, "workerId",

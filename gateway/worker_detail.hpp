@@ -34,11 +34,6 @@ std::optional<std::string> text_field(const json& body, const char* name,
                                       std::optional<http_response>& problem,
                                       const std::string& where = {});
 
-// 400 naming the first field not in `allowed` (listed in the given order).
-std::optional<http_response> only_fields(
-    const json& body, std::initializer_list<std::string_view> allowed,
-    const std::string& where = {});
-
 // The integer field `name`, min..max; nullopt when absent, or after filling
 // `problem`.
 std::optional<std::int64_t> int_field(const json& body, const char* name,

@@ -380,9 +380,16 @@ result<run_info> runtime::terminate(std::string_view run_id,
 result<run_info> runtime::cancel_or_terminate(std::string_view run_id,
                                               const cancel_options& options,
                                               bool terminate) {
+  if (options.reason.size() > limits::reason_bytes_max) {
+    return make_error(
+        errc::invalid_argument,
+        "a reason is at most " + std::to_string(limits::reason_bytes_max) +
+            " bytes; got " + std::to_string(options.reason.size()));
+  }
   if (options.command_id.size() > identity_bytes_max) {
     return make_error(errc::invalid_argument,
-                      "command_id is at most 200 bytes; got " +
+                      "a command id is at most " +
+                          std::to_string(identity_bytes_max) + " bytes; got " +
                           std::to_string(options.command_id.size()));
   }
   auto outcome = cancel_once(run_id, options, terminate);

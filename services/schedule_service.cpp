@@ -15,6 +15,7 @@
 #include "actors/messages.hpp"
 #include "actors/run_engine.hpp"
 #include "base/time_text.hpp"
+#include "durin/ids.hpp"
 #include "durin/limits.hpp"
 #include "persistence/keys.hpp"
 #include "persistence/schedules.hpp"
@@ -117,9 +118,9 @@ result<schedule_definition> schedule_definition::from_json(const json& body) {
     return bad("missing field 'scheduleId' (a string)");
   }
   out.id = body["scheduleId"].get<std::string>();
-  if (out.id.empty() || out.id.size() > schedule_id_bytes_max) {
-    return bad("scheduleId is 1 to " + std::to_string(schedule_id_bytes_max) +
-               " bytes; got " + std::to_string(out.id.size()));
+  if (auto problem = id_problem("scheduleId", out.id, schedule_id_bytes_max);
+      !problem.empty()) {
+    return bad(std::move(problem));
   }
   if (!body.contains("spec")) {
     return bad("missing field 'spec'");

@@ -10,6 +10,7 @@
 #include "actors/identity.hpp"
 #include "actors/run_engine.hpp"
 #include "actors/token_actor.hpp"
+#include "durin/ids.hpp"
 #include "durin/limits.hpp"
 #include "persistence/keys.hpp"
 #include "services/node.hpp"
@@ -31,14 +32,20 @@ using done_fn = std::function<void(result<run_info>)>;
 // else the command id's (held for command_retention); none for a plain start.
 result<std::optional<start_hook>> start_token_of(
     const start_options& options, const runtime_options& configured) {
-  for (const auto* id : {&options.instance_id, &options.command_id}) {
-    if (id->size() > identity_bytes_max) {
-      return make_error(errc::invalid_argument,
-                        std::string(id == &options.instance_id ? "instance_id"
-                                                               : "command_id") +
-                            " is at most 200 bytes; got " +
-                            std::to_string(id->size()));
+  // An instance id is named in routes (/v1/instances/{id}); a command id
+  // only travels in bodies, so only its length is bounded.
+  if (!options.instance_id.empty()) {
+    if (auto problem = id_problem("an instance id", options.instance_id,
+                                  identity_bytes_max);
+        !problem.empty()) {
+      return make_error(errc::invalid_argument, std::move(problem));
     }
+  }
+  if (options.command_id.size() > identity_bytes_max) {
+    return make_error(errc::invalid_argument,
+                      "a command id is at most " +
+                          std::to_string(identity_bytes_max) + " bytes; got " +
+                          std::to_string(options.command_id.size()));
   }
   if (options.hook) {
     if (!options.instance_id.empty()) {
@@ -164,10 +171,9 @@ result<persistence::run_record> new_record(
 void start_with_token(node& node, persistence::run_record record,
                       const start_hook& hook, run_info info,
                       start_request start, done_fn done) {
-  if (hook.token.empty() || hook.token.size() > hook_token_bytes_max) {
-    done(make_error(errc::invalid_argument,
-                    "hook.token must be 1 to 256 bytes; got " +
-                        std::to_string(hook.token.size())));
+  if (auto problem = id_problem("hook.token", hook.token, hook_token_bytes_max);
+      !problem.empty()) {
+    done(make_error(errc::invalid_argument, std::move(problem)));
     return;
   }
   auto until = actors::retain_until(hook.min_retention, record.created_at_ms,

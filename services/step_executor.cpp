@@ -3,6 +3,8 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "base/json_text.hpp"
+
 namespace durin {
 
 namespace {
@@ -86,7 +88,7 @@ step_outcome run_step_body(
   } catch (const json::exception& e) {
     // Arguments or a result that do not convert will not convert next time.
     outcome.result = step_outcome::kind::fatal;
-    outcome.message = std::string("JSON conversion failed: ") + e.what();
+    outcome.message = "JSON conversion failed: " + json_problem(e);
   } catch (const std::exception& e) {
     outcome.result = step_outcome::kind::retryable;
     outcome.message = e.what();

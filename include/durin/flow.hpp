@@ -27,6 +27,7 @@
 
 #include "durin/detail/driver.hpp"
 #include "durin/hook.hpp"
+#include "durin/ids.hpp"
 #include "durin/json.hpp"
 #include "durin/limits.hpp"
 #include "durin/message.hpp"
@@ -290,12 +291,11 @@ class context {
   // invalid_argument_error for a queue name or a worker timeout out of
   // range, opening nothing.
   worker_session session(session_options options) {
-    if (options.task_queue.empty() ||
-        options.task_queue.size() > limits::task_queue_bytes_max) {
-      throw invalid_argument_error(
-          "ctx.session: a task queue name must be 1 to " +
-          std::to_string(limits::task_queue_bytes_max) + " bytes, not " +
-          std::to_string(options.task_queue.size()));
+    if (auto problem =
+            id_problem("ctx.session: a task queue name", options.task_queue,
+                       limits::task_queue_bytes_max);
+        !problem.empty()) {
+      throw invalid_argument_error(problem);
     }
     auto timeout_ms = options.worker_timeout.count();
     auto problem =

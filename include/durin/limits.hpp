@@ -60,6 +60,9 @@ static_assert(path_segment_bytes_max >= token_bytes_max &&
                   path_segment_bytes_max >= identity_bytes_max,
               "every id a route names must fit in one path segment");
 
+// The reason given to a cancel or a terminate, kept in the run's error.
+inline constexpr std::size_t reason_bytes_max = 4096;
+
 // The name of an API key or a tenant (POST /v1/api-keys, /v1/tenants).
 inline constexpr std::size_t key_name_bytes_max = 128;
 

@@ -108,6 +108,13 @@ class registry {
         throw invalid_argument_error("step '" + name + "': " + problem);
       }
     }
+    if (!config.task_queue.empty()) {
+      if (auto problem = id_problem("its task queue", config.task_queue,
+                                    limits::task_queue_bytes_max);
+          !problem.empty()) {
+        throw invalid_argument_error("step '" + name + "': " + problem);
+      }
+    }
     step_entry entry;
     entry.retry = config.retry;
     entry.task_queue = std::move(config.task_queue);

@@ -25,7 +25,9 @@
 #include <set>
 #include <thread>
 #include <tuple>
+#include <vector>
 
+#include "durin/limits.hpp"
 #include "tests/support/serve_process.hpp"
 #include "tests/support/shard_dirs.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -1476,6 +1478,167 @@ TEST_F(ServeTest, AWorkerKeyReportsOnlyForItself) {
                            {{"workerId", "w"}, {"result", "echo"}});
   EXPECT_EQ(honest.status, 200u) << honest.body;
   EXPECT_EQ(honest.value["recorded"], true);
+}
+
+// `durin runs message` and `runs update` take --idempotency-key as every
+// mutating command does: a repeat gets the first answer, and the same key
+// with another payload is a conflict.
+TEST_F(ServeTest, CliMessageAndUpdateTakeAnIdempotencyKey) {
+  auto client = admin();
+  auto run = client.post(
+      "/v1/runs",
+      {{"flow", "acme.counter"}, {"input", json::object()}, {"wait", false}});
+  ASSERT_EQ(run.status, 202u) << run.body;
+  const auto id = run.value["id"].get<std::string>();
+  const auto common =
+      " --server http://127.0.0.1:" + std::to_string(server_->port()) +
+      " --data-dir " + dir_.path() + " 2>&1";
+  auto first =
+      run_durin("runs update " + id +
+                " add --args '{\"by\":2}' --idempotency-key=u-1" + common);
+  ASSERT_EQ(first.code, 0) << first.output;
+  auto repeat =
+      run_durin("runs update " + id +
+                " add --args '{\"by\":2}' --idempotency-key=u-1" + common);
+  ASSERT_EQ(repeat.code, 0) << repeat.output;
+  EXPECT_EQ(json::parse(repeat.output, nullptr, false),
+            json::parse(first.output, nullptr, false))
+      << repeat.output;
+  auto other =
+      run_durin("runs update " + id +
+                " add --args '{\"by\":5}' --idempotency-key=u-1" + common);
+  EXPECT_NE(other.code, 0);
+  EXPECT_EQ(other.output.rfind("conflict: ", 0), 0u) << other.output;
+  auto sent = run_durin("runs message " + id +
+                        " stop --payload '{}' --idempotency-key=m-1" + common);
+  ASSERT_EQ(sent.code, 0) << sent.output;
+  auto changed =
+      run_durin("runs message " + id +
+                " stop --payload '{\"x\":1}' --idempotency-key=m-1" + common);
+  EXPECT_NE(changed.code, 0);
+  EXPECT_EQ(changed.output.rfind("conflict: ", 0), 0u) << changed.output;
+}
+
+// A key given twice in one JSON object is refused, naming it, rather than
+// resolved by the last one winning (what a proxy or a log reads of a body
+// is what the node acts on); the same key in different objects is fine.
+TEST_F(ServeTest, ARepeatedKeyInABodyIsRefusedNotResolved) {
+  auto client = admin();
+  for (
+      const std::string body :
+      {R"({"flow":"acme.review-order","flow":"acme.sleep","input":{"orderId":"D-1","ms":1}})",
+       R"({"flow":"acme.review-order","input":{"orderId":"D-1","orderId":"D-2"}})"}) {
+    auto refused = client.send("POST", "/v1/runs", body);
+    EXPECT_EQ(refused.status, 400u) << refused.body;
+    EXPECT_EQ(refused.code(), "invalid-json") << refused.body;
+    EXPECT_NE(refused.value.value("message", "").find("twice"),
+              std::string::npos)
+        << refused.body;
+  }
+  EXPECT_TRUE(client.get("/v1/runs").value["runs"].empty());
+  auto fine = client.send(
+      "POST", "/v1/runs",
+      R"({"flow":"acme.review-order","input":{"orderId":"D-3","flow":"x"}})");
+  EXPECT_EQ(fine.status, 200u) << fine.body;
+}
+
+// An id no route could name (a '/', a dot segment, a control character) is
+// refused where it is made, naming the field (durin/ids.hpp): a schedule id
+// of "u/1" used to be accepted and then fire for ever, out of reach of
+// every route that reads, pauses or deletes it.
+TEST_F(ServeTest, IdsNoRouteCouldNameAreRefusedWhereTheyAreMade) {
+  auto client = admin();
+  auto refused = [&](const api_client::answer& answer, const std::string& field,
+                     const std::string& id) {
+    EXPECT_EQ(answer.status, 400u) << id << ": " << answer.body;
+    EXPECT_EQ(answer.code(), "invalid-argument") << answer.body;
+    EXPECT_NE(answer.value.value("message", "").find(field), std::string::npos)
+        << answer.body;
+  };
+  const json sleeper = {
+      {"flow", "acme.sleep"}, {"input", {{"ms", 600'000}}}, {"wait", false}};
+  for (const std::string& id : std::vector<std::string>{
+           "u/1", "..", ".", std::string("a\0b", 3), "a\nb", "a\\b"}) {
+    refused(client.post("/v1/schedules", {{"scheduleId", id},
+                                          {"spec", {{"interval", "1h"}}},
+                                          {"action",
+                                           {{"flow", "acme.review-order"},
+                                            {"input", {{"orderId", "S"}}}}}}),
+            "scheduleId", id);
+    auto hooked = sleeper;
+    hooked["hook"] = {{"token", id}};
+    refused(client.post("/v1/runs", hooked), "hook.token", id);
+    auto instance = sleeper;
+    instance["instanceId"] = id;
+    refused(client.post("/v1/runs", instance), "instance id", id);
+  }
+  auto schedules = client.get("/v1/schedules");
+  ASSERT_EQ(schedules.status, 200u) << schedules.body;
+  EXPECT_TRUE(schedules.value["schedules"].empty()) << schedules.body;
+  EXPECT_TRUE(client.get("/v1/runs").value["runs"].empty());
+  // Dots inside an id are ordinary: made, then reached by its route.
+  auto hooked = sleeper;
+  hooked["hook"] = {{"token", "order.A-1"}};
+  ASSERT_EQ(client.post("/v1/runs", hooked).status, 202u);
+  EXPECT_EQ(client.get("/v1/hooks/order.A-1").status, 200u);
+}
+
+// A cancel's or terminate's command id keys the command, as a start's and a
+// resume's do: an empty one is refused, as there; a reason is kept in the
+// run's error, so it has a limit. Neither refusal changes the run.
+TEST_F(ServeTest, CancelAndTerminateRefuseAnEmptyCommandIdOrAnOversizeReason) {
+  auto client = admin();
+  auto run = client.post(
+      "/v1/runs",
+      {{"flow", "acme.sleep"}, {"input", {{"ms", 600'000}}}, {"wait", false}});
+  ASSERT_EQ(run.status, 202u) << run.body;
+  const auto id = run.value["id"].get<std::string>();
+  for (const std::string verb : {"cancel", "terminate"}) {
+    auto empty =
+        client.post("/v1/runs/" + id + "/" + verb, {{"commandId", ""}});
+    EXPECT_EQ(empty.status, 400u) << empty.body;
+    EXPECT_NE(empty.value.value("message", "").find("commandId"),
+              std::string::npos)
+        << empty.body;
+    auto wordy = client.post(
+        "/v1/runs/" + id + "/" + verb,
+        {{"reason", std::string(limits::reason_bytes_max + 1, 'r')}});
+    EXPECT_EQ(wordy.status, 400u) << wordy.body;
+    EXPECT_NE(wordy.value.value("message", "").find("reason"),
+              std::string::npos)
+        << wordy.body;
+  }
+  auto now = client.get("/v1/runs/" + id);
+  ASSERT_EQ(now.status, 200u) << now.body;
+  EXPECT_EQ(now.value["status"], "waiting") << now.body;
+  auto cancelled =
+      client.post("/v1/runs/" + id + "/cancel",
+                  {{"reason", std::string(limits::reason_bytes_max, 'r')}});
+  EXPECT_EQ(cancelled.status, 200u) << cancelled.body;
+  EXPECT_EQ(cancelled.value["status"], "cancelled") << cancelled.body;
+}
+
+// Names (of tenants and API keys) are shown in lists and on terminals: a
+// control character in one is refused. A field sent to a route that takes
+// none is named, and the answer says the route takes none.
+TEST_F(ServeTest, NamesWithControlCharactersAndFieldsNoRouteTakesAreRefused) {
+  auto client = admin();
+  for (const std::string& name :
+       std::vector<std::string>{"a\nb", std::string("a\0b", 3), "bell\a"}) {
+    for (const char* target : {"/v1/tenants", "/v1/api-keys"}) {
+      auto made = client.post(target, {{"name", name}});
+      EXPECT_EQ(made.status, 400u) << target << ": " << made.body;
+      EXPECT_NE(made.value.value("message", "").find("control"),
+                std::string::npos)
+          << made.body;
+    }
+  }
+  EXPECT_EQ(client.post("/v1/tenants", {{"name", "beta"}}).status, 201u);
+  auto extra = client.send("DELETE", "/v1/api-keys/nobody", "{\"a\":1}");
+  EXPECT_EQ(extra.status, 400u) << extra.body;
+  EXPECT_EQ(extra.value.value("message", ""),
+            "unknown field 'a'; this request takes no fields")
+      << extra.body;
 }
 
 }  // namespace

@@ -1,0 +1,51 @@
+// Goal: an id a caller chooses and a route names (a hook token, an instance
+// id, a schedule id, a task queue) is refused where it is made unless one
+// path segment can carry it (durin/ids.hpp), so that nothing is accepted
+// that no route could reach again. (base/ has no test binary of its own;
+// the rule is tested here, next to its users, and over HTTP in
+// tests/gateway/serve_test.cpp.)
+#include "durin/ids.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace durin {
+namespace {
+
+TEST(IdsTest, AnIdOneSegmentCanCarryIsAccepted) {
+  for (const std::string& id : std::vector<std::string>{
+           "order-1", "A_1.b~c", "a b", "...", ".a", "ünïcode-✓", "a:b@c+d",
+           std::string(200, 'x')}) {
+    EXPECT_EQ(id_problem("the id", id, 200), "") << id;
+  }
+}
+
+TEST(IdsTest, AnIdNoRouteCouldNameIsRefusedNamingIt) {
+  for (const std::string& id :
+       std::vector<std::string>{"", ".", "..", "order/A-1", "/", "a\\b",
+                                std::string("a\0b", 3), "a\nb", "tab\there",
+                                "\x1f"
+                                "reserved",
+                                "del\x7f", "\xff\xfe", "\xed\xa0\x80",
+                                "\xc0\xaf", std::string(201, 'x')}) {
+    auto problem = id_problem("scheduleId", id, 200);
+    EXPECT_NE(problem, "") << id;
+    EXPECT_EQ(problem.rfind("scheduleId ", 0), 0u) << problem;
+  }
+}
+
+TEST(IdsTest, TheRefusalSaysWhatWasWrong) {
+  EXPECT_EQ(id_problem("hook.token", "", 256),
+            "hook.token is 1 to 256 bytes; got 0");
+  EXPECT_NE(id_problem("hook.token", "a/b", 256).find("'/'"),
+            std::string::npos);
+  EXPECT_NE(id_problem("hook.token", "a\nb", 256).find("0x0A"),
+            std::string::npos);
+  EXPECT_NE(id_problem("hook.token", "..", 256).find("'..'"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace durin
