@@ -419,7 +419,12 @@ bool api::authenticate(request& r, const route* matched,
     reply(std::move(*not_in_step));
     return false;
   }
-  auto who = keys_.authenticate(r.http.header("authorization"));
+  auto credential = header_once(r.http, "Authorization");
+  if (credential.problem) {
+    reply(std::move(*credential.problem));
+    return false;
+  }
+  auto who = keys_.authenticate(credential.value);
   if (!who) {
     if (who.error().code == errc::invalid_argument) {
       auto response = error_response(401, "unauthorized", who.error().message);
@@ -504,22 +509,15 @@ bool api::read_body(request& r, const route& matched, const reply_fn& reply) {
 }
 
 bool api::hold_key(const request_ptr& r, reply_fn& reply) {
-  std::string_view key;
-  int headers = 0;
-  for (const auto& [name, value] : r->http.headers) {
-    if (name == "idempotency-key") {
-      key = value;
-      ++headers;
-    }
-  }
-  if (headers == 0) {
-    return true;
-  }
-  if (headers > 1) {
-    reply(bad_request("send one Idempotency-Key header; this request has " +
-                      std::to_string(headers)));
+  auto header = header_once(r->http, "Idempotency-Key");
+  if (header.problem) {
+    reply(std::move(*header.problem));
     return false;
   }
+  if (!header.sent) {
+    return true;
+  }
+  const std::string_view key = header.value;
   if (key.empty() || key.size() > limits::idempotency_key_bytes_max ||
       !printable_ascii(key)) {
     reply(bad_request("Idempotency-Key must be 1 to " +

@@ -21,16 +21,11 @@ namespace {
 // The Idempotency-Key of a request, when it has exactly one (hold_key
 // answers the others).
 std::optional<std::string> single_key(const http_request& http) {
-  std::optional<std::string> key;
-  for (const auto& [name, value] : http.headers) {
-    if (name == "idempotency-key") {
-      if (key) {
-        return std::nullopt;
-      }
-      key = value;
-    }
+  auto key = header_once(http, "Idempotency-Key");
+  if (!key.sent || key.problem) {
+    return std::nullopt;
   }
-  return key;
+  return std::string(key.value);
 }
 
 // The start token of a POST /v1/runs body, as services/start.cpp takes it:

@@ -1,6 +1,7 @@
 #include "gateway/wire_format.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <stdexcept>
 #include <vector>
 
@@ -197,6 +198,31 @@ http_response json_response(unsigned status, const json& body) {
 
 http_response bad_request(std::string_view message) {
   return error_response(400, "invalid-argument", message);
+}
+
+single_header header_once(const http_request& request, std::string_view name) {
+  // The request's names are lower-case; `name` is as documented.
+  auto is_name = [name](std::string_view field) {
+    return std::ranges::equal(field, name, [](char lower, char spelled) {
+      return lower == std::tolower(static_cast<unsigned char>(spelled));
+    });
+  };
+  single_header found;
+  std::size_t count = 0;
+  for (const auto& [field, value] : request.headers) {
+    if (is_name(field)) {
+      found.value = value;
+      ++count;
+    }
+  }
+  found.sent = count > 0;
+  if (count > 1) {
+    found.value = {};
+    found.problem =
+        bad_request("send one " + std::string(name) +
+                    " header; this request has " + std::to_string(count));
+  }
+  return found;
 }
 
 std::optional<std::uint64_t> query_number(std::string_view value,

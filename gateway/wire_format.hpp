@@ -35,6 +35,17 @@ http_response error_response(unsigned status, std::string_view code,
 http_response json_response(unsigned status, const json& body);
 // 400 invalid-argument with `message`.
 http_response bad_request(std::string_view message);
+// A header the API reads at most once (Authorization, Idempotency-Key),
+// `name` spelled as documented. Sent twice, a proxy in front and this node
+// could each act on another one, so `problem` is then 400 invalid-argument
+// naming the header and never a value (a value may be a secret). Otherwise
+// `value`, empty when the header is absent.
+struct single_header {
+  std::string_view value;
+  bool sent = false;
+  std::optional<http_response> problem;
+};
+single_header header_once(const http_request& request, std::string_view name);
 // A query parameter's number: at most `digits_max` decimal digits, in
 // `min..max`; nullopt otherwise.
 std::optional<std::uint64_t> query_number(std::string_view value,

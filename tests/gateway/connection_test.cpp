@@ -1,7 +1,8 @@
 // End-to-end tests of how `durin serve` treats connections (issue 12, items
 // 2, 4, 9 and 12): request framing that could smuggle a second request, the
 // connection limit, descriptor exhaustion, the memory a refused connection
-// costs, and SIGTERM under load.
+// costs, and SIGTERM under load; and the refusal of a repeated Authorization
+// header.
 //
 // Method: each test starts its own `durin serve` on 127.0.0.1 port 0 with the
 // flags or descriptor limit it needs (tests/support/serve_process.hpp) and
@@ -432,6 +433,36 @@ TEST_F(ConnectionTest, RequestsOutlastingTheDrainAreAnsweredAsUnknown) {
              std::chrono::steady_clock::now() - began)
              .count()
       << " ms after SIGTERM with --drain-timeout-ms 1000";
+}
+
+// Two Authorization headers are refused as two Idempotency-Keys are: 400
+// invalid-argument naming the header, never either value (a proxy in front
+// may take the other one than this node would); nothing runs. One header
+// on the same connection is served.
+TEST_F(ConnectionTest, ARepeatedAuthorizationHeaderIsRefused) {
+  start();
+  const auto secret = server_->admin_key();
+  const auto body = review("TWO-KEYS").dump();
+  auto connection = connect();
+  for (const auto& second : {secret, std::string("dk_wrong")}) {
+    ASSERT_TRUE(connection.send(request_bytes(
+        "POST", "/v1/runs",
+        {"Authorization: Bearer " + secret, "Authorization: Bearer " + second,
+         "Content-Length: " + std::to_string(body.size())},
+        body)));
+    auto answer = connection.read_answer(5s);
+    EXPECT_EQ(answer.status, 400u) << answer.head << answer.body;
+    auto value = json::parse(answer.body, nullptr, false);
+    ASSERT_TRUE(value.is_object()) << answer.body;
+    EXPECT_EQ(value["code"], "invalid-argument");
+    EXPECT_EQ(value["message"],
+              "send one Authorization header; this request has 2");
+    EXPECT_EQ(answer.body.find(secret), std::string::npos);
+  }
+  ASSERT_TRUE(connection.send(
+      request_bytes("GET", "/v1/runs", {"Authorization: Bearer " + secret})));
+  EXPECT_EQ(connection.read_answer(5s).status, 200u);
+  EXPECT_EQ(runs_for("TWO-KEYS"), 0);
 }
 
 }  // namespace
