@@ -319,9 +319,12 @@ void api::dispatch_known(const request_ptr& r, reply_fn reply,
                          bool path_known) {
   if (r->matched == nullptr) {
     if (path_known) {
-      reply(error_response(
-          405, "method-not-allowed",
-          r->http.method + " is not allowed on " + r->path_text));
+      const auto allow = allowed_methods(r->path);
+      auto refused = error_response(405, "method-not-allowed",
+                                    r->http.method + " is not allowed on " +
+                                        r->path_text + "; it takes " + allow);
+      refused.headers.emplace_back("Allow", allow);
+      reply(std::move(refused));
     } else {
       reply(error_response(404, "not-found", "no route " + r->path_text));
     }
@@ -344,18 +347,43 @@ void api::dispatch_known(const request_ptr& r, reply_fn reply,
 }
 
 bool api::match_route(request& r) {
+  // A HEAD is its GET (RFC 9110 9.3.2), served as one all the way (a
+  // forward too), so it answers the same status and headers; the server
+  // sends no body to a HEAD.
+  const bool head = r.http.method == "HEAD";
   bool path_known = false;
   for (const auto& candidate : routes()) {
     if (matches(candidate.pattern, r.path, nullptr)) {
       path_known = true;
-      if (candidate.method == r.http.method) {
+      if (candidate.method == r.http.method ||
+          (head && candidate.method == "GET")) {
         r.matched = &candidate;
+        if (head) {
+          r.http.method = "GET";
+        }
         matches(candidate.pattern, r.path, &r.params);
         break;
       }
     }
   }
   return path_known;
+}
+
+std::string api::allowed_methods(const std::vector<std::string>& path) {
+  std::set<std::string_view> methods;
+  for (const auto& candidate : routes()) {
+    if (matches(candidate.pattern, path, nullptr)) {
+      methods.insert(candidate.method);
+      if (candidate.method == "GET") {
+        methods.insert("HEAD");
+      }
+    }
+  }
+  std::string allow;
+  for (auto method : methods) {
+    allow.append(allow.empty() ? "" : ", ").append(method);
+  }
+  return allow;
 }
 
 void api::run_handler(const request_ptr& r, reply_fn reply) {

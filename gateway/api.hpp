@@ -196,9 +196,13 @@ class api {
                             reply_fn& reply);
   // The pipeline's steps; each answers a problem itself and returns false.
   bool parse_target(request& r, const reply_fn& reply);
-  // The route for the request's method and path (r.matched, r.params);
-  // whether any route has that path.
+  // The route for the request's method and path (r.matched, r.params; a
+  // HEAD takes the GET route and becomes a GET); whether any route has
+  // that path.
   bool match_route(request& r);
+  // The methods the routes of `path` take, as an Allow header lists them
+  // (HEAD with every GET).
+  static std::string allowed_methods(const std::vector<std::string>& path);
   // The matched route's handler: inline, or on a worker when it may block.
   void run_handler(const request_ptr& r, reply_fn reply);
   bool authenticate(request& r, const route* matched, const reply_fn& reply);

@@ -364,6 +364,7 @@ class session : public std::enable_shared_from_this<session> {
     // Accepted as the drain began: it gets nothing more to wait for.
     idle_cancelled_ = false;
     answered_ = false;
+    head_request_ = false;
     if (owner_.draining() && quiet()) {
       return close();
     }
@@ -398,6 +399,7 @@ class session : public std::enable_shared_from_this<session> {
     if (ec) {
       return on_read_error(ec);
     }
+    head_request_ = parser_->get().method() == http::verb::head;
     if (auto problem = framing_problem(parser_->get())) {
       return refuse(400, "bad-request", "malformed HTTP request: " + *problem);
     }
@@ -537,7 +539,10 @@ class session : public std::enable_shared_from_this<session> {
                           response.status == 304;
     if (!bodiless) {
       add_header("Content-Length", std::to_string(response.body.size()));
-    } else {
+    }
+    // A HEAD's answer states the length its GET's body would have, and
+    // sends none: the client reads no body after it (RFC 9110 9.3.2).
+    if (bodiless || head_request_) {
       response.body.clear();
     }
     if (!keep_alive) {
@@ -645,6 +650,7 @@ class session : public std::enable_shared_from_this<session> {
   bool timed_out_ = false;
   bool idle_cancelled_ = false;  // close_if_idle cancelled the read
   bool answered_ = false;        // the request being read has its answer
+  bool head_request_ = false;    // ... and it is a HEAD: answered bodiless
   bool watching_ = false;        // the timer has a wait pending
   std::string head_;
   std::string body_;

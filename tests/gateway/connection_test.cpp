@@ -1,8 +1,8 @@
 // End-to-end tests of how `durin serve` treats connections (issue 12, items
 // 2, 4, 9 and 12): request framing that could smuggle a second request, the
 // connection limit, descriptor exhaustion, the memory a refused connection
-// costs, and SIGTERM under load; and the refusal of a repeated Authorization
-// header.
+// costs, and SIGTERM under load; and HTTP rules clients rely on: HEAD,
+// Allow, one Authorization header.
 //
 // Method: each test starts its own `durin serve` on 127.0.0.1 port 0 with the
 // flags or descriptor limit it needs (tests/support/serve_process.hpp) and
@@ -77,6 +77,16 @@ std::size_t count_of(const std::string& text, const std::string& what) {
     ++count;
   }
   return count;
+}
+
+// The header line of `head` that begins with `name`, or empty.
+std::string line_of(const std::string& head, const std::string& name) {
+  auto at = head.find("\r\n" + name);
+  if (at == std::string::npos) {
+    return "";
+  }
+  auto end = head.find('\r', at + 2);
+  return head.substr(at + 2, end == std::string::npos ? end : end - at - 2);
 }
 
 class ConnectionTest : public ::testing::Test {
@@ -433,6 +443,76 @@ TEST_F(ConnectionTest, RequestsOutlastingTheDrainAreAnsweredAsUnknown) {
              std::chrono::steady_clock::now() - began)
              .count()
       << " ms after SIGTERM with --drain-timeout-ms 1000";
+}
+
+// RFC 9110 9.3.2: an answer to a HEAD carries the GET's status and headers
+// (its Content-Length the GET body's) and no body, on every route that
+// answers GET: open, keyed, a worker route, the console. Each HEAD is
+// followed by its GET on the same connection, which is answered as sent:
+// a body after the HEAD's head would be read as the GET's answer.
+TEST_F(ConnectionTest, AnAnswerToHeadIsTheGetsWithoutItsBody) {
+  start();
+  const auto key = "Authorization: Bearer " + server_->admin_key();
+  auto started = admin().post("/v1/runs", review("HEAD-1"));
+  ASSERT_EQ(started.status, 200u) << started.body;
+  const std::string run = "/v1/runs/" + started.value["id"].get<std::string>();
+  auto connection = connect();
+  for (const auto& target : std::vector<std::string>{
+           "/healthz", "/readyz", "/v1/runs", run, run + "/history",
+           "/v1/tasks", "/v1/hooks/no-such-hook", "/console/"}) {
+    SCOPED_TRACE(target);
+    ASSERT_TRUE(connection.send(request_bytes("HEAD", target, {key})));
+    auto head = connection.read_answer(5s, true);
+    ASSERT_TRUE(connection.send(request_bytes("GET", target, {key})));
+    auto get = connection.read_answer(5s);
+    ASSERT_NE(get.status, 0u) << "the GET after the HEAD got no answer";
+    EXPECT_EQ(head.status, get.status) << head.head;
+    EXPECT_FALSE(get.body.empty());
+    EXPECT_EQ(line_of(head.head, "Content-Length:"),
+              "Content-Length: " + std::to_string(get.body.size()));
+    EXPECT_EQ(line_of(head.head, "Content-Type:"),
+              line_of(get.head, "Content-Type:"));
+  }
+  // Nothing came after the last GET's answer.
+  bool closed = false;
+  EXPECT_EQ(connection.read_all(200ms, &closed), "");
+  EXPECT_FALSE(closed);
+}
+
+// RFC 9110 15.5.6: a 405 names the methods the path takes in `Allow`, from
+// the route table (HEAD wherever GET is); a HEAD refused so gets no body.
+TEST_F(ConnectionTest, MethodNotAllowedListsTheAllowedMethods) {
+  start();
+  const auto key = "Authorization: Bearer " + server_->admin_key();
+  struct refusal {
+    std::string method;
+    std::string target;
+    std::string allow;
+  };
+  const std::vector<refusal> refusals = {
+      {"PUT", "/v1/runs", "GET, HEAD, POST"},
+      {"GET", "/v1/runs/r-1/cancel", "POST"},
+      {"HEAD", "/v1/runs/r-1/cancel", "POST"},
+      {"DELETE", "/healthz", "GET, HEAD"},
+      {"POST", "/v1/schedules/s-1", "DELETE, GET, HEAD"},
+      {"GET", "/v1/api-keys/k-1", "DELETE"},
+      {"DELETE", "/v1/tasks", "GET, HEAD"},
+  };
+  auto connection = connect();
+  for (const auto& [method, target, allow] : refusals) {
+    SCOPED_TRACE(method + " " + target);
+    ASSERT_TRUE(connection.send(request_bytes(method, target, {key})));
+    auto answer = connection.read_answer(5s, method == "HEAD");
+    EXPECT_EQ(answer.status, 405u) << answer.head << answer.body;
+    EXPECT_EQ(line_of(answer.head, "Allow:"), "Allow: " + allow);
+    if (method != "HEAD") {
+      EXPECT_NE(answer.body.find("\"code\":\"method-not-allowed\""),
+                std::string::npos)
+          << answer.body;
+    }
+  }
+  ASSERT_TRUE(connection.send(request_bytes("GET", "/healthz", {})));
+  EXPECT_EQ(connection.read_answer(5s).status, 200u);
 }
 
 // Two Authorization headers are refused as two Idempotency-Keys are: 400

@@ -105,8 +105,10 @@ class raw_connection {
   }
 
   // Reads one answer (head, then a Content-Length body) within `limit`;
-  // bytes after it stay for the next call.
-  raw_answer read_answer(std::chrono::milliseconds limit) {
+  // bytes after it stay for the next call. An answer to a HEAD is read
+  // `bodiless`: its Content-Length is its GET's, and no body follows.
+  raw_answer read_answer(std::chrono::milliseconds limit,
+                         bool bodiless = false) {
     raw_answer answer;
     std::string text = std::move(pending_);
     pending_.clear();
@@ -122,7 +124,7 @@ class raw_connection {
     answer.head = text.substr(0, head_end);
     std::size_t length = 0;
     auto at = lower(answer.head).find("\r\ncontent-length:");
-    if (at != std::string::npos) {
+    if (at != std::string::npos && !bodiless) {
       length = std::strtoul(answer.head.c_str() + at + 17, nullptr, 10);
     }
     while (text.size() < head_end + 4 + length) {
