@@ -96,6 +96,22 @@ std::optional<std::string> framing_problem(const Fields& header) {
   return std::nullopt;
 }
 
+// Whether the client waits for `100 Continue` before it sends the body
+// (RFC 9110 10.1.1; an HTTP/1.0 client's expectation is ignored).
+template <class Message>
+bool expects_continue(const Message& header) {
+  if (header.version() < 11) {
+    return false;
+  }
+  for (const auto& field : header) {
+    if (field.name() == http::field::expect &&
+        lower(field.value()).find("100-continue") != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
 class session;
 
 }  // namespace
@@ -404,6 +420,26 @@ class session : public std::enable_shared_from_this<session> {
       return refuse(400, "bad-request", "malformed HTTP request: " + *problem);
     }
     deadline_ = deadline_from_now();  // the body gets its own read_timeout_ms
+    // Refusals the header decides (413 for its Content-Length, 400 for its
+    // framing) were answered above, without a 100. Once a byte of the body
+    // has arrived the client no longer waits for one.
+    if (expects_continue(parser_->get()) && !parser_->is_done() &&
+        buffer_.size() == 0) {
+      static constexpr std::string_view continue_line =
+          "HTTP/1.1 100 Continue\r\n\r\n";
+      return asio::async_write(
+          socket_, asio::buffer(continue_line),
+          [self = shared_from_this()](beast::error_code ec, std::size_t) {
+            if (ec || self->phase_ == phase::closed) {
+              return self->close();
+            }
+            self->read_body();
+          });
+    }
+    read_body();
+  }
+
+  void read_body() {
     http::async_read(
         socket_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec, std::size_t) {

@@ -10,9 +10,11 @@
 // after `read_timeout_ms` too. Framing (RFC 9112 6.3): the only transfer
 // coding read is a single `chunked`; any other Transfer-Encoding, one
 // together with Content-Length, or more than one Content-Length is 400 and
-// the connection closes, so no byte after it is read as a request. An
-// answer to a HEAD is sent without its body: the Content-Length its GET
-// would have, no bytes.
+// the connection closes, so no byte after it is read as a request. A
+// request with `Expect: 100-continue` gets `100 Continue` once its header
+// is read and refused for nothing (a Content-Length over the limit is 413
+// instead, without it), before its body is read. An answer to a HEAD is
+// sent without its body: the Content-Length its GET would have, no bytes.
 //
 // Per server: at most `connections_max` open connections; one more is
 // answered 503 `too-many-connections` (Retry-After: 1) and closed without

@@ -1,8 +1,8 @@
 // End-to-end tests of how `durin serve` treats connections (issue 12, items
 // 2, 4, 9 and 12): request framing that could smuggle a second request, the
 // connection limit, descriptor exhaustion, the memory a refused connection
-// costs, and SIGTERM under load; and HTTP rules clients rely on: HEAD,
-// Allow, one Authorization header.
+// costs, and SIGTERM under load; and HTTP rules clients rely on: 100
+// Continue, HEAD, Allow, one Authorization header.
 //
 // Method: each test starts its own `durin serve` on 127.0.0.1 port 0 with the
 // flags or descriptor limit it needs (tests/support/serve_process.hpp) and
@@ -443,6 +443,69 @@ TEST_F(ConnectionTest, RequestsOutlastingTheDrainAreAnsweredAsUnknown) {
              std::chrono::steady_clock::now() - began)
              .count()
       << " ms after SIGTERM with --drain-timeout-ms 1000";
+}
+
+// RFC 9110 10.1.1: a client that sends `Expect: 100-continue` waits for
+// `100 Continue` before it sends the body (curl does for bodies over 1 KiB,
+// then gives up after 1 s). Here the client sends only the header and waits:
+// the 100 comes before any byte of the body was sent, then the body gets
+// its answer, for a Content-Length body and a chunked one alike. A request
+// whose framing says it has no body gets its answer and no 100.
+TEST_F(ConnectionTest, ExpectContinueIsAnsweredBeforeTheBody) {
+  start({.read_timeout_ms = 10'000});
+  const auto key = "Authorization: Bearer " + server_->admin_key();
+  auto connection = connect();
+  for (bool chunked : {false, true}) {
+    SCOPED_TRACE(chunked ? "chunked" : "Content-Length");
+    const std::string order = chunked ? "CONTINUE-CHUNKED" : "CONTINUE";
+    // Blank space after the object keeps it JSON and makes it 2 KiB.
+    auto body = review(order).dump() + std::string(2048, ' ');
+    char size[16];
+    std::snprintf(size, sizeof size, "%zx", body.size());
+    std::string framing = "Content-Length: " + std::to_string(body.size());
+    if (chunked) {
+      framing = "Transfer-Encoding: chunked";
+      body = std::string(size) + "\r\n" + body + "\r\n0\r\n\r\n";
+    }
+    ASSERT_TRUE(connection.send(request_bytes(
+        "POST", "/v1/runs", {key, framing, "Expect: 100-continue"})));
+    auto interim = connection.read_answer(5s);
+    ASSERT_EQ(interim.status, 100u) << "no 100 Continue before the body";
+    EXPECT_EQ(interim.head, "HTTP/1.1 100 Continue");
+    ASSERT_TRUE(connection.send(body));
+    auto answer = connection.read_answer(10s);
+    EXPECT_EQ(answer.status, 200u) << answer.head << answer.body;
+    EXPECT_EQ(runs_for(order), 1);
+  }
+  ASSERT_TRUE(connection.send(
+      request_bytes("GET", "/healthz", {"Expect: 100-continue"})));
+  auto health = connection.read_answer(5s);
+  EXPECT_EQ(health.status, 200u) << health.head;
+}
+
+// Where the header alone decides a refusal (a Content-Length over the body
+// limit: 413; framing that could smuggle a request: 400), the client gets
+// that final answer instead of a 100, and the connection closes as it does
+// without Expect.
+TEST_F(ConnectionTest, ExpectContinueGetsTheRefusalTheHeaderDecides) {
+  start({.read_timeout_ms = 10'000});
+  const auto key = "Authorization: Bearer " + server_->admin_key();
+  const std::vector<std::pair<std::string, std::string>> refusals = {
+      {"Content-Length: " + std::to_string(2 << 20), "413"},
+      {"Transfer-Encoding: gzip", "400"},
+  };
+  for (const auto& [framing, status] : refusals) {
+    SCOPED_TRACE(framing);
+    auto connection = connect();
+    ASSERT_TRUE(connection.send(request_bytes(
+        "POST", "/v1/runs", {key, framing, "Expect: 100-continue"})));
+    bool closed = false;
+    auto text = connection.read_all(5s, &closed);
+    EXPECT_EQ(text.rfind("HTTP/1.1 " + status + " ", 0), 0u) << text;
+    EXPECT_EQ(text.find("100 Continue"), std::string::npos) << text;
+    EXPECT_EQ(count_of(text, "HTTP/1.1 "), 1u) << text;
+    EXPECT_TRUE(closed) << "the connection stays open";
+  }
 }
 
 // RFC 9110 9.3.2: an answer to a HEAD carries the GET's status and headers
