@@ -31,8 +31,9 @@ std::string webhook_token() {
   return token;
 }
 
-// A caller's hook token: 1 to token_bytes_max bytes, outside the namespace
-// reserved for instance and command ids.
+// A caller's hook token: an id a route can name (durin/ids.hpp) of at most
+// token_bytes_max bytes, outside the namespace reserved for instance and
+// command ids.
 void check_caller_token(const std::string& token) {
   if (is_reserved_token(token)) {
     throw invalid_argument_error(

@@ -58,6 +58,11 @@ result<std::optional<start_hook>> start_token_of(
                         "hook.token may not begin with byte 0x1F (reserved "
                         "for instance and command ids)");
     }
+    if (auto problem =
+            id_problem("hook.token", options.hook->token, hook_token_bytes_max);
+        !problem.empty()) {
+      return make_error(errc::invalid_argument, std::move(problem));
+    }
     return std::optional<start_hook>(options.hook);
   }
   if (!options.instance_id.empty()) {
@@ -171,9 +176,13 @@ result<persistence::run_record> new_record(
 void start_with_token(node& node, persistence::run_record record,
                       const start_hook& hook, run_info info,
                       start_request start, done_fn done) {
-  if (auto problem = id_problem("hook.token", hook.token, hook_token_bytes_max);
-      !problem.empty()) {
-    done(make_error(errc::invalid_argument, std::move(problem)));
+  // The token may be an instance's or a command's (a reserved byte first):
+  // a caller's own was checked as an id in start_token_of.
+  if (hook.token.empty() || hook.token.size() > hook_token_bytes_max) {
+    done(make_error(errc::invalid_argument,
+                    "hook.token is 1 to " +
+                        std::to_string(hook_token_bytes_max) + " bytes; got " +
+                        std::to_string(hook.token.size())));
     return;
   }
   auto until = actors::retain_until(hook.min_retention, record.created_at_ms,

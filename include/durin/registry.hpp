@@ -98,7 +98,9 @@ class registry {
 
   // The same with a task queue (remote workers run it) and timeouts.
   // Throws invalid_argument_error when the retry policy or a timeout is out
-  // of range (retry_policy::problem, step_timeouts::problem).
+  // of range (retry_policy::problem, step_timeouts::problem), or the task
+  // queue is not an id a route can name (durin/ids.hpp: workers poll it at
+  // /v1/task-queues/{queue}/poll).
   template <class F>
   registry& step(std::string name, F fn, step_config config) {
     using traits = detail::callable_traits<detail::plain_t<F>>;

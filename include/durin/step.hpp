@@ -90,7 +90,8 @@ struct step_options {
 struct step_config {
   retry_policy retry;
   // Empty: the node's own step executor runs it. Otherwise the step's
-  // attempts wait on this task queue (1..128 bytes) for a remote worker.
+  // attempts wait on this task queue (1..128 bytes, an id a route can
+  // name: durin/ids.hpp) for a remote worker.
   std::string task_queue;
   step_timeouts timeouts;
 };

@@ -130,7 +130,7 @@ TEST_F(IdentityTest, BadIdentitiesAreRefusedNamingTheProblem) {
             std::string::npos);
   auto long_id =
       rt->start("sleeps", json::object(), instance(std::string(201, 'x')));
-  EXPECT_NE(long_id.error().message.find("instance_id"), std::string::npos);
+  EXPECT_NE(long_id.error().message.find("instance id"), std::string::npos);
   start_options reserved;
   reserved.hook = start_hook{"\x1fi:order-10", nullptr, nullptr};
   auto spoof = rt->start("sleeps", json::object(), reserved);

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "durin/registry.hpp"
+
 #include <string>
 #include <vector>
 
@@ -45,6 +47,19 @@ TEST(IdsTest, TheRefusalSaysWhatWasWrong) {
             std::string::npos);
   EXPECT_NE(id_problem("hook.token", "..", 256).find("'..'"),
             std::string::npos);
+}
+
+// The code that makes such an id checks it: a step registered on a task
+// queue no worker could poll is refused at registration.
+TEST(IdsTest, AStepOnATaskQueueNoRouteCouldNameIsRefusedAtRegistration) {
+  registry flows;
+  auto one = [](int x) { return x; };
+  EXPECT_THROW(flows.step("charge", one, {.task_queue = "payments/eu"}),
+               invalid_argument_error);
+  EXPECT_THROW(flows.step("charge", one, {.task_queue = std::string(129, 'q')}),
+               invalid_argument_error);
+  EXPECT_NO_THROW(flows.step("charge", one, {.task_queue = "payments.eu"}));
+  EXPECT_NE(flows.find_step("charge"), nullptr);
 }
 
 }  // namespace
