@@ -4,13 +4,21 @@
 
 namespace durin {
 
+std::string id_length_problem(std::string_view what, std::string_view id,
+                              std::size_t bytes_max) {
+  if (id.empty() || id.size() > bytes_max) {
+    return std::string(what) + " is 1 to " + std::to_string(bytes_max) +
+           " bytes; got " + std::to_string(id.size());
+  }
+  return {};
+}
+
 std::string id_problem(std::string_view what, std::string_view id,
                        std::size_t bytes_max) {
-  std::string name(what);
-  if (id.empty() || id.size() > bytes_max) {
-    return name + " is 1 to " + std::to_string(bytes_max) + " bytes; got " +
-           std::to_string(id.size());
+  if (auto problem = id_length_problem(what, id, bytes_max); !problem.empty()) {
+    return problem;
   }
+  std::string name(what);
   if (id == "." || id == "..") {
     return name + " may not be '" + std::string(id) +
            "': a route could not name it";

@@ -303,42 +303,29 @@ bool is_worker_route(const std::vector<std::string>& path) {
 namespace {
 
 // Routes by path; `reply` is called exactly once, perhaps later (a parked
-// poll, a report once durable).
+// poll, a report once durable). The gateway's route table has matched the
+// method and path before (forwarded requests too: they pass the same table
+// on the node that receives them), so only the path is looked at here.
 void route(runtime& node, const worker_request& request,
            std::function<void(http_response)> reply) {
   auto& tasks = *runtime_access::services(node).tasks;
   const auto& p = request.path;
-  const auto& method = request.method;
-  auto not_allowed = [&] {
-    return error_response(405, "method-not-allowed",
-                          method + " is not allowed here");
-  };
   if (p[1] == "task-queues" && p.size() == 4 && p[3] == "poll") {
-    if (method != "POST") {
-      return reply(not_allowed());
-    }
     return poll(tasks, request, p[2], std::move(reply));
   }
   if (p[1] == "tasks" && p.size() == 2) {
-    return reply(method == "GET" ? list(tasks, request) : not_allowed());
+    return reply(list(tasks, request));
   }
   if (p[1] == "tasks" && p.size() == 3 && p[2] == "report") {
-    if (method != "POST") {
-      return reply(not_allowed());
-    }
     return report_many(tasks, request, std::move(reply));
   }
-  if (p[1] == "tasks" && p.size() == 4) {
-    if (method != "POST") {
-      return reply(not_allowed());
-    }
-    if (p[3] == "complete" || p[3] == "fail") {
-      return report_one(tasks, request, p[2], p[3] == "complete",
-                        std::move(reply));
-    }
-    if (p[3] == "heartbeat") {
-      return reply(heartbeat(tasks, request, p[2]));
-    }
+  if (p[1] == "tasks" && p.size() == 4 &&
+      (p[3] == "complete" || p[3] == "fail")) {
+    return report_one(tasks, request, p[2], p[3] == "complete",
+                      std::move(reply));
+  }
+  if (p[1] == "tasks" && p.size() == 4 && p[3] == "heartbeat") {
+    return reply(heartbeat(tasks, request, p[2]));
   }
   reply(error_response(404, "not-found", "no such task route"));
 }

@@ -2,6 +2,7 @@
 // waits on the run-event hub, lists merged across shards, cancels. Opening
 // is in runtime_open.cpp.
 #include "durin/runtime.hpp"
+#include "durin/ids.hpp"
 #include "durin/limits.hpp"
 
 #include <caf/actor_system.hpp>
@@ -38,7 +39,6 @@ namespace durin {
 namespace {
 
 using limits::identity_bytes_max;
-using limits::run_id_bytes_max;
 constexpr std::size_t input_bytes_max = limits::payload_bytes_max;
 constexpr std::size_t hook_token_bytes_max = limits::token_bytes_max;
 constexpr auto cancel_answer_timeout = std::chrono::seconds(30);
@@ -68,15 +68,18 @@ void runtime::resume_hook_async(std::string_view token, json payload,
     done(make_error(errc::shutting_down, "the runtime is closing"));
     return;
   }
-  if (token.empty() || token.size() > hook_token_bytes_max) {
-    done(make_error(
-        errc::invalid_argument,
-        "a hook token is 1 to 256 bytes; got " + std::to_string(token.size())));
+  if (auto problem =
+          id_length_problem("a hook token", token, hook_token_bytes_max);
+      !problem.empty()) {
+    done(make_error(errc::invalid_argument, problem));
     return;
   }
-  if (options.resume_id.size() > 256 || options.command_id.size() > 256) {
+  if (options.resume_id.size() > limits::resume_id_bytes_max ||
+      options.command_id.size() > limits::resume_id_bytes_max) {
     done(make_error(errc::invalid_argument,
-                    "a resume id (command id) is at most 256 bytes"));
+                    "a resume id (command id) is at most " +
+                        std::to_string(limits::resume_id_bytes_max) +
+                        " bytes"));
     return;
   }
   if (!options.command_id.empty() && !options.resume_id.empty() &&
@@ -128,10 +131,10 @@ result<std::string> runtime::resume_hook(std::string_view token, json payload,
 
 result<hook_info> runtime::get_hook_by_token(std::string_view token,
                                              std::string_view tenant) const {
-  if (token.empty() || token.size() > hook_token_bytes_max) {
-    return make_error(
-        errc::invalid_argument,
-        "a hook token is 1 to 256 bytes; got " + std::to_string(token.size()));
+  if (auto problem =
+          id_length_problem("a hook token", token, hook_token_bytes_max);
+      !problem.empty()) {
+    return make_error(errc::invalid_argument, problem);
   }
   if (actors::is_reserved_token(token)) {
     return make_error(errc::hook_not_found,
@@ -142,10 +145,10 @@ result<hook_info> runtime::get_hook_by_token(std::string_view token,
 
 result<run_info> runtime::get_instance(std::string_view instance_id,
                                        std::string_view tenant) const {
-  if (instance_id.empty() || instance_id.size() > identity_bytes_max) {
-    return make_error(errc::invalid_argument,
-                      "an instance id is 1 to 200 bytes; got " +
-                          std::to_string(instance_id.size()));
+  if (auto problem =
+          id_length_problem("an instance id", instance_id, identity_bytes_max);
+      !problem.empty()) {
+    return make_error(errc::invalid_argument, problem);
   }
   auto hook = actors::read_hook(impl_->services, tenant,
                                 actors::instance_token(instance_id));
@@ -247,8 +250,13 @@ result<run_page> runtime::list(const run_filter& filter) const {
     return make_error(errc::invalid_argument, "limit must be 1 to 1000; got " +
                                                   std::to_string(filter.limit));
   }
-  if (filter.cursor.size() > run_id_bytes_max) {
-    return make_error(errc::invalid_argument, "cursor is not valid");
+  // A cursor is the last run id of a page. Anything else used to list an
+  // arbitrary slice (often nothing) as though it were the end.
+  if (!filter.cursor.empty() &&
+      !services::shard_map::is_run_id(filter.cursor)) {
+    return make_error(errc::invalid_argument,
+                      "cursor must be a nextCursor a list of runs gave (a run "
+                      "id: \"run_\" and 26 characters)");
   }
   if (filter.page_bytes_max < 1024 || filter.page_bytes_max > (1U << 30)) {
     return make_error(errc::invalid_argument,

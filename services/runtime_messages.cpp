@@ -8,6 +8,7 @@
 
 #include "actors/identity.hpp"
 #include "actors/run_engine.hpp"
+#include "durin/ids.hpp"
 #include "durin/limits.hpp"
 #include "durin/runtime.hpp"
 #include "persistence/keys.hpp"
@@ -149,10 +150,10 @@ result<message_receipt> runtime::send_message_to_instance(
       !problem.empty()) {
     return make_error(errc::invalid_argument, problem);
   }
-  if (instance_id.empty() || instance_id.size() > limits::identity_bytes_max) {
-    return make_error(errc::invalid_argument,
-                      "an instance id is 1 to 200 bytes; got " +
-                          std::to_string(instance_id.size()));
+  if (auto problem = id_length_problem("an instance id", instance_id,
+                                       limits::identity_bytes_max);
+      !problem.empty()) {
+    return make_error(errc::invalid_argument, problem);
   }
   auto& node = impl_->services;
   std::string instance(instance_id);

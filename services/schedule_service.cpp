@@ -806,10 +806,10 @@ result<std::uint32_t> schedule_service::home(lock_type& lock,
                                              const std::string& tenant,
                                              const std::string& id) {
   (void)lock;
-  if (id.empty() || id.size() > schedule_id_bytes_max) {
-    return make_error(errc::invalid_argument,
-                      "a schedule id is 1 to " +
-                          std::to_string(schedule_id_bytes_max) + " bytes");
+  if (auto problem =
+          id_length_problem("a schedule id", id, schedule_id_bytes_max);
+      !problem.empty()) {
+    return make_error(errc::invalid_argument, problem);
   }
   if (node_.closing) {
     return make_error(errc::shutting_down, "the runtime is closing");

@@ -10,6 +10,8 @@ namespace {
 
 constexpr char digits[] = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
+constexpr std::size_t run_id_digits = 26;
+
 int digit_value(char c) {
   for (int i = 0; i < 32; ++i) {
     if (digits[i] == c) {
@@ -68,6 +70,16 @@ std::uint32_t shard_map::of_key(const persistence::request_address& key) const {
 
 std::string shard_map::run_id_suffix(std::uint32_t shard) {
   return {digits[(shard >> 5) & 31], digits[shard & 31]};
+}
+
+bool shard_map::is_run_id(std::string_view text) {
+  constexpr std::string_view prefix = "run_";
+  if (text.size() != prefix.size() + run_id_digits ||
+      text.substr(0, prefix.size()) != prefix) {
+    return false;
+  }
+  return text.find_first_not_of(digits, prefix.size()) ==
+         std::string_view::npos;
 }
 
 }  // namespace durin::services

@@ -44,6 +44,9 @@ class shard_map {
 
   // The two characters a run id of `shard` ends with.
   static std::string run_id_suffix(std::uint32_t shard);
+  // True when `text` has the form of a run id durin makes (node::new_run_id:
+  // "run_" and 26 Crockford base32 digits). A list's cursor must be one.
+  static bool is_run_id(std::string_view text);
 
  private:
   std::uint32_t count_ = 1;

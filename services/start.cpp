@@ -178,11 +178,10 @@ void start_with_token(node& node, persistence::run_record record,
                       start_request start, done_fn done) {
   // The token may be an instance's or a command's (a reserved byte first):
   // a caller's own was checked as an id in start_token_of.
-  if (hook.token.empty() || hook.token.size() > hook_token_bytes_max) {
-    done(make_error(errc::invalid_argument,
-                    "hook.token is 1 to " +
-                        std::to_string(hook_token_bytes_max) + " bytes; got " +
-                        std::to_string(hook.token.size())));
+  if (auto problem =
+          id_length_problem("hook.token", hook.token, hook_token_bytes_max);
+      !problem.empty()) {
+    done(make_error(errc::invalid_argument, problem));
     return;
   }
   auto until = actors::retain_until(hook.min_retention, record.created_at_ms,

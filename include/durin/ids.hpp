@@ -18,6 +18,12 @@ namespace durin {
 std::string id_problem(std::string_view what, std::string_view id,
                        std::size_t bytes_max);
 
+// Only id_problem's length rule, for lookups of ids that may have been
+// accepted before the full rule existed (a token with a '/' made through
+// the C++ API can still be resumed through it).
+std::string id_length_problem(std::string_view what, std::string_view id,
+                              std::size_t bytes_max);
+
 // True when `text` is well-formed UTF-8 (no overlong forms, surrogates or
 // code points past U+10FFFF).
 bool valid_utf8(std::string_view text);

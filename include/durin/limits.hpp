@@ -19,8 +19,11 @@ namespace durin::limits {
 
 // A hook token, from the caller's domain (start hooks, create_hook).
 inline constexpr std::size_t token_bytes_max = 256;
-// An instance id, or a start's or resume's command id.
+// An instance id, or a start's, cancel's or terminate's command id.
 inline constexpr std::size_t identity_bytes_max = 200;
+// A resume's id (its command id): kept in its token's record, never made a
+// start token, so it may be as long as a token.
+inline constexpr std::size_t resume_id_bytes_max = token_bytes_max;
 // Instance and command ids become start tokens in a reserved namespace:
 // a mark byte, a kind byte and ':' before the id.
 inline constexpr std::size_t identity_token_prefix_bytes = 3;

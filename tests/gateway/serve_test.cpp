@@ -687,6 +687,12 @@ void expect_run_routes(api_client& client, std::string& id) {
   EXPECT_EQ(next.value["runs"][0]["input"]["orderId"], "K-1");
   EXPECT_EQ(client.get("/v1/runs?status=completed").value["runs"].size(), 2u);
   EXPECT_EQ(client.get("/v1/runs?status=bogus").code(), "invalid-argument");
+  // A cursor no list gave is refused, not read as an empty last page.
+  auto garbage = client.get("/v1/runs?cursor=not-a-cursor");
+  EXPECT_EQ(garbage.status, 400u);
+  EXPECT_EQ(garbage.code(), "invalid-argument");
+  EXPECT_NE(garbage.value["message"].get<std::string>().find("cursor"),
+            std::string::npos);
 }
 
 // Cancel a sleeping run (replayed with its key, refused once finished), a

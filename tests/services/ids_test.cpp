@@ -49,6 +49,17 @@ TEST(IdsTest, TheRefusalSaysWhatWasWrong) {
             std::string::npos);
 }
 
+// A lookup checks only the length: an id made before the full rule existed
+// (or through the C++ API) stays reachable through the C++ API.
+TEST(IdsTest, ALookupChecksOnlyTheLengthOfAnId) {
+  EXPECT_EQ(id_length_problem("a hook token", "order/A-1", 256), "");
+  EXPECT_EQ(id_length_problem("a hook token", "a\nb", 256), "");
+  EXPECT_EQ(id_length_problem("a hook token", std::string(257, 'x'), 256),
+            "a hook token is 1 to 256 bytes; got 257");
+  EXPECT_EQ(id_length_problem("a hook token", "", 256),
+            id_problem("a hook token", "", 256));
+}
+
 // The code that makes such an id checks it: a step registered on a task
 // queue no worker could poll is refused at registration.
 TEST(IdsTest, AStepOnATaskQueueNoRouteCouldNameIsRefusedAtRegistration) {

@@ -435,5 +435,29 @@ TEST_F(LimitsTest, APageOfRunsStopsAtItsByteCapAndGivesACursor) {
   EXPECT_EQ(rt->list(filter).error().code, errc::invalid_argument);
 }
 
+// A cursor is a run id a page gave: anything else (a typo, a cut-off id, a
+// run id in lower case) is refused instead of listing an arbitrary slice.
+TEST_F(LimitsTest, AListsCursorMustBeARunIdAPageGave) {
+  flows_.flow("echo",
+              [](context&, json input) -> flow<json> { co_return input; });
+  auto rt = open();
+  auto run = rt->start("echo", json(1));
+  ASSERT_TRUE(run.ok());
+  run_filter filter;
+  for (const std::string& cursor :
+       {std::string("garbage"), run->id.substr(0, run->id.size() - 1),
+        run->id + "0", "RUN_" + run->id.substr(4),
+        std::string("run_") + std::string(26, 'u'), std::string(300, 'x')}) {
+    filter.cursor = cursor;
+    auto page = rt->list(filter);
+    ASSERT_FALSE(page.ok()) << cursor;
+    EXPECT_EQ(page.error().code, errc::invalid_argument) << cursor;
+  }
+  filter.cursor = run->id;  // the run itself is not before its own id
+  auto page = rt->list(filter);
+  ASSERT_TRUE(page.ok()) << page.error().to_string();
+  EXPECT_TRUE(page->runs.empty());
+}
+
 }  // namespace
 }  // namespace durin
