@@ -96,6 +96,25 @@ std::optional<std::string> framing_problem(const Fields& header) {
   return std::nullopt;
 }
 
+// RFC 9112 3.2: an HTTP/1.1 request carries exactly one Host (an HTTP/1.0
+// one at most one). A server that guesses the missing or doubled authority
+// differently from a proxy in front of it can be made to route a request
+// elsewhere than the proxy checked. The problem, or nullopt.
+template <class Message>
+std::optional<std::string> host_problem(const Message& header) {
+  std::size_t hosts = 0;
+  for (const auto& field : header) {
+    hosts += field.name() == http::field::host ? 1 : 0;
+  }
+  if (hosts > 1) {
+    return std::string("more than one Host header");
+  }
+  if (hosts == 0 && header.version() >= 11) {
+    return std::string("an HTTP/1.1 request needs a Host header");
+  }
+  return std::nullopt;
+}
+
 // Whether the client waits for `100 Continue` before it sends the body
 // (RFC 9110 10.1.1; an HTTP/1.0 client's expectation is ignored).
 template <class Message>
@@ -417,6 +436,9 @@ class session : public std::enable_shared_from_this<session> {
     }
     head_request_ = parser_->get().method() == http::verb::head;
     if (auto problem = framing_problem(parser_->get())) {
+      return refuse(400, "bad-request", "malformed HTTP request: " + *problem);
+    }
+    if (auto problem = host_problem(parser_->get())) {
       return refuse(400, "bad-request", "malformed HTTP request: " + *problem);
     }
     deadline_ = deadline_from_now();  // the body gets its own read_timeout_ms

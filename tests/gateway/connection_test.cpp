@@ -182,6 +182,42 @@ TEST_F(ConnectionTest, TransferCodingsOtherThanChunkedAreRefused) {
   EXPECT_EQ(runs_for("SMUGGLED"), 0);
 }
 
+// RFC 9112 3.2: an HTTP/1.1 request without a Host header, or any request
+// with two, is 400 and runs nothing; HTTP/1.0 may leave Host out.
+TEST_F(ConnectionTest, ARequestWithoutExactlyOneHostIsRefused) {
+  start();
+  const auto key = "Authorization: Bearer " + server_->admin_key();
+  const auto body = review("HOSTLESS").dump();
+  const auto framing = "Content-Length: " + std::to_string(body.size());
+  const auto without_host = [&](const std::string& version,
+                                const std::vector<std::string>& headers) {
+    std::string text = "POST /v1/runs " + version + "\r\n";
+    for (const auto& header : headers) {
+      text += header + "\r\n";
+    }
+    return text + key + "\r\n" + framing + "\r\n\r\n" + body;
+  };
+  for (const auto& bytes :
+       {without_host("HTTP/1.1", {}),
+        without_host("HTTP/1.1", {"Host: durin", "Host: elsewhere"}),
+        without_host("HTTP/1.0", {"Host: durin", "Host: elsewhere"})}) {
+    SCOPED_TRACE(bytes.substr(0, bytes.find("Authorization")));
+    auto connection = connect();
+    ASSERT_TRUE(connection.send(bytes));
+    bool closed = false;
+    auto text = connection.read_all(5s, &closed);
+    EXPECT_TRUE(closed) << "the connection stays open";
+    EXPECT_EQ(text.rfind("HTTP/1.1 400 ", 0), 0u) << text;
+    EXPECT_NE(text.find("Host"), std::string::npos) << text;
+  }
+  EXPECT_EQ(runs_for("HOSTLESS"), 0);
+  auto connection = connect();
+  ASSERT_TRUE(connection.send(without_host("HTTP/1.0", {})));
+  auto answer = connection.read_answer(10s);
+  EXPECT_EQ(answer.status, 200u) << answer.head << answer.body;
+  EXPECT_EQ(runs_for("HOSTLESS"), 1);
+}
+
 // --max-connections N: the connection beyond N is answered 503
 // too-many-connections with Retry-After and closed; once one closes, a new
 // connection is served again.
