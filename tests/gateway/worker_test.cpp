@@ -43,7 +43,13 @@ class worker_process {
                   "--api-key", node.admin_key(), "--queue", queue,
                   "--concurrency", std::to_string(concurrency), "--worker-id",
                   id.empty() ? next_id() : id},
-                 std::move(env), false) {}
+                 std::move(env), true) {
+    // Signals sent before its handlers are installed would kill it.
+    auto said = process_.read_until_line(" polling ", std::chrono::seconds(30));
+    if (said.find(" polling ") == std::string::npos) {
+      throw std::runtime_error("durin worker did not start: " + said);
+    }
+  }
 
   void kill9() { process_.kill9(); }
   pid_t pid() const { return process_.pid(); }

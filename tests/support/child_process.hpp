@@ -5,6 +5,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -15,6 +16,7 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace durin::testing {
@@ -105,6 +107,36 @@ class child_process {
       int status = 0;
       ::waitpid(pid_, &status, 0);
       pid_ = -1;
+    }
+  }
+
+  // Reads the captured stdout until a whole line holding `marker` has
+  // arrived, the process closes its stdout, or `limit` passes; all that was
+  // read. A process is ready for signals once it printed the line that
+  // follows its handlers' installation: a SIGTERM before that kills it.
+  std::string read_until_line(std::string_view marker,
+                              std::chrono::milliseconds limit) {
+    std::string output;
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+      auto at = output.find(marker);
+      if (at != std::string::npos &&
+          output.find('\n', at) != std::string::npos) {
+        return output;
+      }
+      if (stdout_fd_ < 0 || std::chrono::steady_clock::now() >= deadline) {
+        return output;
+      }
+      pollfd poll_fd{stdout_fd_, POLLIN, 0};
+      if (::poll(&poll_fd, 1, 100) <= 0) {
+        continue;
+      }
+      char chunk[512];
+      auto got = ::read(stdout_fd_, chunk, sizeof chunk);
+      if (got <= 0) {
+        return output;
+      }
+      output.append(chunk, static_cast<std::size_t>(got));
     }
   }
 

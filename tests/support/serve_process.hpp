@@ -49,25 +49,10 @@ class serve_process {
       : data_dir_(std::move(data_dir)),
         process_(DURIN_CLI, arguments(data_dir_, setup), std::move(setup.env),
                  true, setup.descriptors_max) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (port_ == 0 && std::chrono::steady_clock::now() < deadline) {
-      pollfd poll_fd{process_.stdout_fd(), POLLIN, 0};
-      if (::poll(&poll_fd, 1, 100) <= 0) {
-        continue;
-      }
-      char chunk[512];
-      auto got = ::read(process_.stdout_fd(), chunk, sizeof chunk);
-      if (got <= 0) {
-        break;
-      }
-      output_.append(chunk, static_cast<std::size_t>(got));
-      auto at = output_.find("listening on 127.0.0.1:");
-      if (at != std::string::npos) {
-        auto end = output_.find('\n', at);
-        if (end != std::string::npos) {
-          port_ = std::stoi(output_.substr(at + 23, end - at - 23));
-        }
-      }
+    constexpr std::string_view listening = "listening on 127.0.0.1:";
+    output_ = process_.read_until_line(listening, std::chrono::seconds(60));
+    if (auto at = output_.find(listening); at != std::string::npos) {
+      port_ = std::atoi(output_.c_str() + at + listening.size());
     }
     if (port_ == 0) {
       kill9();
