@@ -394,11 +394,9 @@ result<run_info> runtime::cancel_or_terminate(std::string_view run_id,
         "a reason is at most " + std::to_string(limits::reason_bytes_max) +
             " bytes; got " + std::to_string(options.reason.size()));
   }
-  if (options.command_id.size() > identity_bytes_max) {
-    return make_error(errc::invalid_argument,
-                      "a command id is at most " +
-                          std::to_string(identity_bytes_max) + " bytes; got " +
-                          std::to_string(options.command_id.size()));
+  if (auto problem = services::command_id_problem(options.command_id);
+      !problem.empty()) {
+    return make_error(errc::invalid_argument, std::move(problem));
   }
   auto outcome = cancel_once(run_id, options, terminate);
   if (outcome || outcome.error().code != errc::run_finished ||

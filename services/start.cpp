@@ -41,11 +41,8 @@ result<std::optional<start_hook>> start_token_of(
       return make_error(errc::invalid_argument, std::move(problem));
     }
   }
-  if (options.command_id.size() > identity_bytes_max) {
-    return make_error(errc::invalid_argument,
-                      "a command id is at most " +
-                          std::to_string(identity_bytes_max) + " bytes; got " +
-                          std::to_string(options.command_id.size()));
+  if (auto problem = command_id_problem(options.command_id); !problem.empty()) {
+    return make_error(errc::invalid_argument, std::move(problem));
   }
   if (options.hook) {
     if (!options.instance_id.empty()) {
@@ -473,6 +470,13 @@ result<run_info> get_run(const node& node, std::string_view run_id,
     }
   }
   return info;
+}
+
+std::string command_id_problem(std::string_view command_id) {
+  // Only its length: a command id travels in bodies, never in a route.
+  return command_id.empty() ? std::string()
+                            : id_length_problem("a command id", command_id,
+                                                identity_bytes_max);
 }
 
 }  // namespace durin::services

@@ -78,4 +78,8 @@ void remove_key_marker(node& node, const persistence::request_address& address,
 result<run_info> get_run(const node& node, std::string_view run_id,
                          std::string_view tenant);
 
+// Why a command id (of a start, a cancel or a terminate) cannot be one;
+// empty when it can. An empty id is none: the command is not keyed.
+std::string command_id_problem(std::string_view command_id);
+
 }  // namespace durin::services

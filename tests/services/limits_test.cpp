@@ -435,6 +435,44 @@ TEST_F(LimitsTest, APageOfRunsStopsAtItsByteCapAndGivesACursor) {
   EXPECT_EQ(rt->list(filter).error().code, errc::invalid_argument);
 }
 
+// A command id keys a start, a cancel or a terminate: one length rule for
+// all three (services::command_id_problem), and a refusal changes nothing.
+TEST_F(LimitsTest, ACommandIdIsAtMostItsLimitOnAStartACancelAndATerminate) {
+  flows_.flow("waits", [](context& ctx, json) -> flow<json> {
+    co_await ctx.sleep(std::chrono::hours(1));
+    co_return json();
+  });
+  auto rt = open();
+  const std::string longest(limits::identity_bytes_max, 'c');
+  const std::string too_long(limits::identity_bytes_max + 1, 'c');
+  start_options refused_start;
+  refused_start.command_id = too_long;
+  auto refused = rt->start("waits", json(), refused_start);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, errc::invalid_argument);
+  EXPECT_NE(refused.error().message.find("a command id"), std::string::npos)
+      << refused.error().message;
+  start_options accepted;
+  accepted.command_id = longest;
+  auto run = rt->start("waits", json(), accepted);
+  ASSERT_TRUE(run.ok()) << run.error().to_string();
+  cancel_options stop;
+  stop.command_id = too_long;
+  for (bool terminate : {false, true}) {
+    auto answer =
+        terminate ? rt->terminate(run->id, stop) : rt->cancel(run->id, stop);
+    ASSERT_FALSE(answer.ok()) << terminate;
+    EXPECT_EQ(answer.error().code, errc::invalid_argument) << terminate;
+  }
+  auto now = rt->get(run->id);
+  ASSERT_TRUE(now.ok());
+  EXPECT_FALSE(is_terminal(now->status)) << to_string(now->status);
+  stop.command_id = longest;
+  auto cancelled = rt->cancel(run->id, stop);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.error().to_string();
+  EXPECT_EQ(cancelled->status, run_status::cancelled);
+}
+
 // A cursor is a run id a page gave: anything else (a typo, a cut-off id, a
 // run id in lower case) is refused instead of listing an arbitrary slice.
 TEST_F(LimitsTest, AListsCursorMustBeARunIdAPageGave) {
