@@ -24,7 +24,7 @@ std::string id_problem(std::string_view what, std::string_view id,
            "': a route could not name it";
   }
   for (unsigned char c : id) {
-    if (c < 0x20 || c == 0x7F) {
+    if (is_control_byte(c)) {
       return name + " may not contain a control character (byte 0x" +
              "0123456789ABCDEF"[c >> 4] + "0123456789ABCDEF"[c & 15] + ")";
     }

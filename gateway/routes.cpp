@@ -9,6 +9,7 @@
 #include <string>
 
 #include "base/time_text.hpp"
+#include "durin/ids.hpp"
 #include "durin/limits.hpp"
 #include "gateway/api.hpp"
 #include "gateway/readiness.hpp"
@@ -470,7 +471,7 @@ std::optional<http_response> optional_name(
     name = body["name"].get<std::string>();
     // A name is shown in lists and on terminals: no line breaks or escapes.
     if (std::any_of(name.begin(), name.end(),
-                    [](unsigned char c) { return c < 0x20 || c == 0x7F; })) {
+                    [](unsigned char c) { return is_control_byte(c); })) {
       return bad_request("field 'name' may not contain control characters");
     }
   }

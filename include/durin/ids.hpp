@@ -24,6 +24,12 @@ std::string id_problem(std::string_view what, std::string_view id,
 std::string id_length_problem(std::string_view what, std::string_view id,
                               std::size_t bytes_max);
 
+// True for the bytes no id or name may hold: 0x00-0x1F and 0x7F (line
+// breaks and terminal escapes in lists and logs).
+constexpr bool is_control_byte(unsigned char c) {
+  return c < 0x20 || c == 0x7F;
+}
+
 // True when `text` is well-formed UTF-8 (no overlong forms, surrogates or
 // code points past U+10FFFF).
 bool valid_utf8(std::string_view text);
