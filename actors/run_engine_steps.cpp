@@ -252,6 +252,14 @@ void run_engine::dispatch_step() {
     dispatch.worker_timeout_ms = session->worker_timeout_ms;
   }
   output_.dispatches.push_back(std::move(dispatch));
+  if (!pending_.task_queue.empty() && !in_flight_ &&
+      (run_dirty_ || !staged_.empty())) {
+    // A worker's step is seen from outside (task lists, the worker's own
+    // calls) and may hold it for long: what the run did before it (its
+    // start, its status running) is written now, beside the dispatch, not
+    // only with the step's outcome. A local step's rides with its outcome.
+    emit_commit();
+  }
 }
 
 void run_engine::fail_step(std::string code, std::string message,

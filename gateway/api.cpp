@@ -120,7 +120,9 @@ const std::vector<api::route>& api::routes() {
       {"POST", {"v1", "webhooks", "{}"}, m::webhooks, access::open, blocks,
        &api::webhook, nullptr, "{}", "*"},
       {"POST", {"v1", "runs"}, m::start, access::operate, json_body | keyed,
-       nullptr, &api::start_run, R"({"input": {}, "wait": true})"},
+       nullptr, &api::start_run,
+       R"({"input": {}, "wait": true, "onDuplicate": "reject-duplicate",
+           "hook": null, "memo": null, "searchAttributes": null})"},
       // Pages of runs and histories can be large: built on a worker, so
       // they never hold an io thread up.
       {"GET", {"v1", "runs"}, m::list_runs, access::read, blocks,
@@ -139,11 +141,14 @@ const std::vector<api::route>& api::routes() {
       // with the run, for ever); the header's is the request's, as on
       // every mutating route.
       {"POST", {"v1", "runs", "{}", "messages", "{}"}, m::messages,
-       access::operate, json_body | keyed | blocks, &api::send_message},
+       access::operate, json_body | keyed | blocks, &api::send_message,
+       nullptr, R"({"payload": null})"},
       {"POST", {"v1", "instances", "{}", "messages", "{}"}, m::messages,
-       access::operate, json_body | keyed | blocks, &api::send_message},
+       access::operate, json_body | keyed | blocks, &api::send_message,
+       nullptr, R"({"payload": null})"},
       {"POST", {"v1", "runs", "{}", "updates", "{}"}, m::messages,
-       access::operate, json_body | keyed | blocks, &api::update_run},
+       access::operate, json_body | keyed | blocks, &api::update_run,
+       nullptr, R"({"args": null, "waitFor": "completed"})"},
       {"GET", {"v1", "runs", "{}", "queries", "{}"}, m::messages,
        access::read, blocks, &api::query_run, nullptr, "{}", "args"},
       {"GET", {"v1", "run-counts"}, m::list_runs, access::read, blocks,

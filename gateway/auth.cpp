@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
@@ -164,8 +165,14 @@ result<principal> auth::authenticate(std::string_view authorization) const {
                       "missing Authorization header: send 'Authorization: "
                       "Bearer <api key>'");
   }
+  // The scheme is case-insensitive (RFC 9110 11.1): "bearer" is "Bearer".
+  auto same_letter = [](char a, char b) {
+    return std::tolower(static_cast<unsigned char>(a)) ==
+           std::tolower(static_cast<unsigned char>(b));
+  };
   if (authorization.size() <= scheme.size() ||
-      authorization.substr(0, scheme.size()) != scheme) {
+      !std::equal(scheme.begin(), scheme.end(), authorization.begin(),
+                  same_letter)) {
     return make_error(errc::invalid_argument,
                       "the Authorization header must be 'Bearer <api key>'");
   }

@@ -252,6 +252,12 @@ class parser {
       }
       while (problem_.empty()) {
         literals.push_back(&take());
+        if (!value_like(*literals.back())) {
+          // Named here, where it is, not at the separator after it.
+          fail(*literals.back(), "expected a value in the IN list, found " +
+                                     shown(*literals.back()));
+          return {};
+        }
         if (literals.size() > limits::query_in_values_max) {
           fail(*literals.back(),
                "an IN list holds at most " +
@@ -283,6 +289,12 @@ class parser {
       comparison.values.push_back(typed(name, comparison, *literal));
     }
     return out;
+  }
+
+  // A token that may be a literal (its type is checked later, by typed).
+  static bool value_like(const token& t) {
+    return t.what == token::kind::text || t.what == token::kind::number ||
+           t.what == token::kind::word;
   }
 
   static query_op op_of(const std::string& text) {

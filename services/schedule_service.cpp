@@ -59,11 +59,6 @@ json firing_json(const schedule_state::firing& one) {
           {"runId", one.run_id}};
 }
 
-bool indefinite(errc code) {
-  return code == errc::storage_error || code == errc::shutting_down ||
-         code == errc::start_outcome_unknown || code == errc::timeout;
-}
-
 }  // namespace
 
 std::string_view to_string(overlap_policy policy) {
@@ -205,6 +200,30 @@ result<schedule_definition> schedule_definition::from_json(const json& body) {
   }
   return out;
 }
+
+namespace {
+
+// What a create asks for, as compared with an earlier create of the id:
+// every field with its default made explicit and durations in ms, so that
+// a default sent explicitly, "1m" for 60000 or another key order is the
+// same definition.
+std::string meaning_of(const schedule_definition& definition,
+                       const json& body) {
+  json action = {{"flow", definition.flow},
+                 {"input", definition.input},
+                 {"memo", definition.memo},
+                 {"searchAttributes", to_json(definition.search)}};
+  return json{{"scheduleId", definition.id},
+              {"spec", definition.spec.to_json()},
+              {"action", std::move(action)},
+              {"overlap", to_string(definition.overlap)},
+              {"catchupWindow", definition.catchup_window_ms},
+              {"paused", body.value("paused", false)},
+              {"note", body.value("note", std::string())}}
+      .dump();
+}
+
+}  // namespace
 
 json schedule_state::to_json() const {
   json out = {
@@ -698,7 +717,7 @@ void schedule_service::start_last(std::uint32_t shard, const std::string& key,
                            again.state.last_error.clear();
                            return;
                          }
-                         if (indefinite(started.error().code)) {
+                         if (start_outcome_indefinite(started.error().code)) {
                            // May or may not be admitted: looked up again later.
                            again.due_ms = node_.clock->now_ms() + retry_ms;
                            return;
@@ -865,6 +884,11 @@ result<json> schedule_service::create(const std::string& tenant,
     return make_error(errc::flow_not_found,
                       "no flow registered under '" + definition->flow + "'");
   }
+  // As a start would be refused (nothing fixed: no run has them yet).
+  if (auto checked = node_.search.check(tenant, definition->search); !checked) {
+    return make_error(errc::invalid_argument,
+                      "action.searchAttributes: " + checked.error().message);
+  }
   lock_type lock(mutex_);
   auto shard = home(lock, tenant, definition->id);
   if (!shard) {
@@ -874,7 +898,9 @@ result<json> schedule_service::create(const std::string& tenant,
   const auto canonical = body.dump();
   auto& entries = parts_[*shard].entries;
   if (auto found = entries.find(key); found != entries.end()) {
-    if (found->second.canonical != canonical) {
+    if (meaning_of(found->second.definition,
+                   json::parse(found->second.canonical)) !=
+        meaning_of(*definition, body)) {
       return make_error(errc::schedule_exists,
                         "schedule '" + definition->id +
                             "' exists with another definition; delete it "

@@ -77,12 +77,73 @@ void search_types::agree(std::string_view tenant,
   then({});
 }
 
+namespace {
+
+status type_mismatch(const std::string& name, search_attribute_type fixed,
+                     search_attribute_type got) {
+  return make_error(
+      errc::invalid_argument,
+      "search attribute '" + name + "' is " + std::string(to_string(fixed)) +
+          " in this tenant; got a " + std::string(to_string(got)));
+}
+
+}  // namespace
+
+status search_types::check(std::string_view tenant,
+                           const search_attributes& attributes) const {
+  for (const auto& [name, value] : attributes) {
+    if (auto fixed = type_of(tenant, name); fixed && *fixed != value.type) {
+      return type_mismatch(name, *fixed, value.type);
+    }
+  }
+  return {};
+}
+
 status search_types::claim(std::string_view tenant,
                            const search_attributes& attributes) {
   if (attributes.empty()) {
     return {};
   }
   std::unique_lock lock(mutex_);
+  return claim_locked(tenant, attributes, false, lock);
+}
+
+status search_types::claim_for_start(std::string_view tenant,
+                                     const search_attributes& attributes) {
+  if (attributes.empty()) {
+    return {};
+  }
+  std::unique_lock lock(mutex_);
+  return claim_locked(tenant, attributes, true, lock);
+}
+
+void search_types::settle_start(std::string_view tenant,
+                                const search_attributes& attributes,
+                                bool admitted) {
+  std::lock_guard lock(mutex_);
+  auto known = tenants_.find(tenant);
+  if (known == tenants_.end()) {
+    return;
+  }
+  for (const auto& [name, value] : attributes) {
+    auto found = known->second.find(name);
+    if (found == known->second.end() || !found->second.provisional) {
+      continue;
+    }
+    auto& fixed = found->second;
+    --fixed.unsettled;
+    if (admitted) {
+      fixed.provisional = false;
+    } else if (fixed.unsettled == 0) {
+      known->second.erase(found);
+    }
+  }
+}
+
+status search_types::claim_locked(std::string_view tenant,
+                                  const search_attributes& attributes,
+                                  bool for_start,
+                                  std::unique_lock<std::mutex>& lock) {
   auto unknown = unknown_locked(tenant, attributes);
   if (agree_ && !unknown.empty()) {
     lock.unlock();
@@ -98,11 +159,7 @@ status search_types::claim(std::string_view tenant,
     if (found == known.end()) {
       ++added;
     } else if (found->second.type != value.type) {
-      return make_error(errc::invalid_argument,
-                        "search attribute '" + name + "' is " +
-                            std::string(to_string(found->second.type)) +
-                            " in this tenant; got a " +
-                            std::string(to_string(value.type)));
+      return type_mismatch(name, found->second.type, value.type);
     }
   }
   if (known.size() + added > limits::search_attribute_names_per_tenant_max) {
@@ -113,7 +170,14 @@ status search_types::claim(std::string_view tenant,
             " search attribute names");
   }
   for (const auto& [name, value] : attributes) {
-    known.emplace(name, fixed_type{value.type});
+    auto [at, added] = known.emplace(name, fixed_type{value.type});
+    auto& fixed = at->second;
+    if (!for_start) {
+      fixed.provisional = false;
+    } else if (added || fixed.provisional) {
+      fixed.provisional = true;
+      ++fixed.unsettled;
+    }
   }
   return {};
 }
@@ -188,6 +252,7 @@ void search_types::learn(std::string_view tenant, std::string_view name,
   std::lock_guard lock(mutex_);
   auto [at, added] = tenants_[std::string(tenant)].emplace(std::string(name),
                                                            fixed_type{type});
+  at->second.provisional = false;  // a stored run has it
   if (added && agree_) {
     // A shard recovered on a cluster node: its runs' type is proposed now,
     // before a claim can fix another.
@@ -230,7 +295,7 @@ search_attribute_type search_types::agreed_locked(
                  std::string(to_string(type)).c_str(),
                  std::string(to_string(fixed.type)).c_str());
   }
-  fixed = {type, true};
+  fixed = {.type = type, .agreed = true};
   misses_.erase({std::string(tenant), std::string(name)});
   return type;
 }

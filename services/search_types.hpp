@@ -30,8 +30,9 @@
 // background.
 //
 // Not durable by itself: the run records (and in a cluster, etcd) are. A
-// type claimed by a start that is then refused, or by an upsert whose
-// write fails, stays fixed.
+// type claimed only by starts that were all refused is forgotten (a node
+// restarted would not know it); one claimed by an upsert whose write
+// fails stays fixed.
 #pragma once
 
 #include <chrono>
@@ -81,6 +82,23 @@ class search_types {
   // then under way, so that a claim a little later finds the name known.
   status claim(std::string_view tenant, const search_attributes& attributes);
 
+  // As claim, for a start not yet admitted: a name it fixes stays fixed
+  // only once settle_start says its run is (or may be) admitted, or
+  // something else (a stored run, an upsert, the cluster) fixes it too.
+  // Until then queries and other claims see the type as fixed.
+  status claim_for_start(std::string_view tenant,
+                         const search_attributes& attributes);
+  // The outcome of a start whose claim_for_start succeeded.
+  void settle_start(std::string_view tenant,
+                    const search_attributes& attributes, bool admitted);
+
+  // As claim, fixing nothing: invalid-argument naming the first of
+  // `attributes` whose type differs from the one fixed for `tenant`. For
+  // what will be claimed later (a schedule's action); may ask the cluster,
+  // as type_of does.
+  status check(std::string_view tenant,
+               const search_attributes& attributes) const;
+
   // As claim, from stored runs: never refuses (the store holds it anyway);
   // a name already fixed keeps its type.
   void learn(std::string_view tenant, std::string_view name,
@@ -106,7 +124,14 @@ class search_types {
   struct fixed_type {
     search_attribute_type type;
     bool agreed = false;  // by the cluster; else by this node alone
+    // Fixed only by starts not yet settled (`unsettled` of them): erased
+    // when the last is refused.
+    bool provisional = false;
+    std::uint32_t unsettled = 0;
   };
+  status claim_locked(std::string_view tenant,
+                      const search_attributes& attributes, bool for_start,
+                      std::unique_lock<std::mutex>& lock);
   using names = std::map<std::string, fixed_type, std::less<>>;
   // The type, if fixed and (with an agreement) agreed.
   std::optional<search_attribute_type> known_locked(

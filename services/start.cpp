@@ -159,8 +159,9 @@ result<persistence::run_record> new_record(
     return make_error(errc::invalid_argument, problem);
   }
   // Last: a start refused above fixes no type here (in a cluster, what
-  // start_run agreed stays agreed).
-  if (auto claimed = node.search.claim(record.tenant, start.options.search);
+  // start_run agreed stays agreed). Settled by start_agreed's answer.
+  if (auto claimed =
+          node.search.claim_for_start(record.tenant, start.options.search);
       !claimed) {
     return claimed.error();
   }
@@ -412,6 +413,17 @@ void start_agreed(node& node, start_request start, done_fn done) {
     done(record.error());
     return;
   }
+  if (!record->search.empty()) {
+    // The types this start claimed last only if its run is (or may be)
+    // admitted: a refused start (a held token, a duplicate) fixes none.
+    done = [at = &node, tenant = record->tenant, search = record->search,
+            done = std::move(done)](result<run_info> outcome) {
+      at->search.settle_start(
+          tenant, search,
+          outcome.ok() || start_outcome_indefinite(outcome.error().code));
+      done(std::move(outcome));
+    };
+  }
   auto info = actors::describe_run(*record);
   info.input = std::move(start.input);
   if (*keyed) {
@@ -424,6 +436,11 @@ void start_agreed(node& node, start_request start, done_fn done) {
     start_plain(node, std::move(*record), std::move(info), start.answer,
                 std::move(done));
   }
+}
+
+bool start_outcome_indefinite(errc code) {
+  return code == errc::storage_error || code == errc::shutting_down ||
+         code == errc::start_outcome_unknown || code == errc::timeout;
 }
 
 void start_run(node& node, start_request start, done_fn done) {

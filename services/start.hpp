@@ -49,6 +49,10 @@ struct start_request {
 void start_run(node& node, start_request request,
                std::function<void(result<run_info>)> done);
 
+// True when a start that failed with `code` may still have admitted its run
+// (a write whose outcome is unknown); any other failure admitted nothing.
+bool start_outcome_indefinite(errc code);
+
 // Starts the actor of a run whose admission is durable.
 bool activate_fresh(node& node, actors::fresh_run run);
 

@@ -54,6 +54,22 @@ TEST_F(AuthTest, CachedKeyStillNeedsItsSecret) {
   EXPECT_EQ(again->tenant, "default");
 }
 
+// The scheme's name is case-insensitive (RFC 9110 11.1); anything else in
+// its place is refused.
+TEST_F(AuthTest, TheBearerSchemeIsMatchedWithoutRegardToCase) {
+  auto key = keys_->create_key("default", "k");
+  ASSERT_TRUE(key.ok());
+  for (const char* scheme : {"Bearer ", "bearer ", "BEARER "}) {
+    auto found = keys_->authenticate(scheme + key->secret);
+    ASSERT_TRUE(found.ok()) << scheme << found.error().message;
+    EXPECT_EQ(found->key_id, key->record.id);
+  }
+  for (const char* scheme : {"Basic ", "Bearer", "Bearerx "}) {
+    auto refused = keys_->authenticate(scheme + key->secret);
+    EXPECT_FALSE(refused.ok()) << scheme;
+  }
+}
+
 TEST_F(AuthTest, RevokedKeyIsRefusedAtOnceThoughKeysAreCached) {
   auto key = keys_->create_key("default", "k");
   auto other = keys_->create_key("default", "other");

@@ -95,6 +95,31 @@ TEST_F(MessageServeTest,
             "run-finished");
 }
 
+// An update's defaults ("waitFor": "completed", no args; a message's: no
+// payload) are its meaning when sent explicitly: the retry is replayed.
+TEST_F(MessageServeTest, TheFingerprintTakesAnUpdatesDefaultsAsSent) {
+  auto client = admin();
+  auto id = waiting_run(client, "acme.counter");
+  auto base = "/v1/runs/" + id;
+  auto added = client.post(base + "/updates/add", {{"args", {{"by", 1}}}},
+                           "update-defaults");
+  ASSERT_EQ(added.status, 200u) << added.body;
+  auto again = client.post(base + "/updates/add",
+                           {{"args", {{"by", 1}}}, {"waitFor", "completed"}},
+                           "update-defaults");
+  EXPECT_EQ(again.status, 200u) << again.body;
+  EXPECT_EQ(again.headers["idempotent-replayed"], "true");
+  EXPECT_EQ(again.body, added.body);
+  auto sent =
+      client.post(base + "/messages/tick", json::object(), "message-defaults");
+  ASSERT_EQ(sent.status, 200u) << sent.body;
+  auto resent = client.post(base + "/messages/tick", {{"payload", nullptr}},
+                            "message-defaults");
+  EXPECT_EQ(resent.headers["idempotent-replayed"], "true") << resent.body;
+  auto value = client.get(base + "/queries/value");
+  EXPECT_EQ(value.value["result"], json({{"value", 1}})) << value.body;
+}
+
 TEST_F(MessageServeTest, MessagesByInstanceIdReachTheInstancesRun) {
   auto client = admin();
   auto run = client.post("/v1/runs", {{"flow", "acme.inbox"},

@@ -1240,6 +1240,29 @@ TEST_F(ServeTest, TheFingerprintIsTheRequestsMeaningNotItsSpelling) {
   EXPECT_EQ(runs_for(client, "F-1"), 1);
 }
 
+// Every default a start takes is its meaning when sent explicitly: the
+// duplicate policy, and null for a hook, a memo and search attributes.
+TEST_F(ServeTest, TheFingerprintTakesEveryDefaultOfAStartAsSent) {
+  auto client = admin();
+  json plain = review("F-2");
+  plain["wait"] = false;
+  auto first = client.post("/v1/runs", plain, "defaults");
+  ASSERT_EQ(first.status, 202u) << first.body;
+  json spelled = plain;
+  spelled["onDuplicate"] = "reject-duplicate";
+  spelled["hook"] = nullptr;
+  spelled["memo"] = nullptr;
+  spelled["searchAttributes"] = nullptr;
+  auto again = client.post("/v1/runs", spelled, "defaults");
+  EXPECT_EQ(again.status, 202u) << again.body;
+  EXPECT_EQ(again.headers["idempotent-replayed"], "true");
+  EXPECT_EQ(again.body, first.body);
+  spelled["onDuplicate"] = "return-existing-active";
+  auto other = client.post("/v1/runs", spelled, "defaults");
+  EXPECT_EQ(other.code(), "conflict") << other.body;
+  EXPECT_EQ(runs_for(client, "F-2"), 1);
+}
+
 // A waited start that finds its instance id held and asks for the active
 // run gets that run (it admits nothing of its own, so it is answered from
 // the run as it is, not from a settle of its own that never comes).

@@ -206,6 +206,27 @@ TEST_F(ScheduleServiceTest, EachRunGetsTheActionsMemoAndSearchAttributes) {
   EXPECT_FALSE(schedules_of(*rt).get("default", "bad-tags").ok());
 }
 
+// An action's search attribute of another type than the tenant's is
+// refused at create, as a start's would be, not at every firing; another
+// tenant has types of its own.
+TEST_F(ScheduleServiceTest, AnActionsAttributeOfAnotherTypeIsRefusedAtCreate) {
+  auto rt = open();
+  start_options options;
+  options.search = {{"tier", search_value::of_int(1)}};
+  ASSERT_TRUE(rt->start("quick", json::object(), options).ok());
+  auto retyped = body("retyped", {{"interval", "1m"}});
+  retyped["action"]["searchAttributes"] = {{"tier", "gold"}};
+  auto refused = schedules_of(*rt).create("default", retyped);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, errc::invalid_argument);
+  EXPECT_NE(refused.error().message.find(
+                "action.searchAttributes: search attribute 'tier' is int"),
+            std::string::npos)
+      << refused.error().message;
+  EXPECT_FALSE(schedules_of(*rt).get("default", "retyped").ok());
+  EXPECT_TRUE(schedules_of(*rt).create("acme", retyped).ok());
+}
+
 // The action's memo is measured as a start measures it (encoded), so that
 // no firing refuses what its create took, nor a create what a start takes.
 TEST_F(ScheduleServiceTest, AnActionsMemoIsMeasuredAsAStartMeasuresIt) {
@@ -260,6 +281,33 @@ TEST_F(ScheduleServiceTest, ARepeatedCreateIsAReplayAndAnotherBodyAConflict) {
   EXPECT_NE(conflict.error().message.find("'nightly'"), std::string::npos);
   // Another tenant has ids of its own.
   EXPECT_TRUE(schedules_of(*rt).create("acme", other).ok());
+}
+
+// A create compares what it asks for, not its spelling: defaults sent
+// explicitly and a duration as text or milliseconds are the same schedule.
+TEST_F(ScheduleServiceTest, ARepeatedCreateComparesMeaningNotSpelling) {
+  auto rt = open();
+  auto first = body("hourly", {{"interval", "1h"}});
+  ASSERT_TRUE(schedules_of(*rt).create("default", first).ok());
+  auto spelled = body("hourly", {{"interval", 3'600'000}});
+  spelled["overlap"] = "skip";
+  spelled["catchupWindow"] = "1m";
+  spelled["paused"] = false;
+  spelled["note"] = "";
+  spelled["action"]["searchAttributes"] = json::object();
+  auto again = schedules_of(*rt).create("default", spelled);
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_FALSE((*again)["created"].get<bool>());
+  spelled["overlap"] = "allow_all";
+  auto other = schedules_of(*rt).create("default", spelled);
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.error().code, errc::schedule_exists);
+  // After a reopen the stored definition is compared the same way.
+  rt.reset();
+  rt = open();
+  auto reopened = schedules_of(*rt).create("default", first);
+  ASSERT_TRUE(reopened.ok()) << reopened.error().message;
+  EXPECT_FALSE((*reopened)["created"].get<bool>());
 }
 
 TEST_F(ScheduleServiceTest, BadDefinitionsAreRefusedAndChangeNothing) {

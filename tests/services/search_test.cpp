@@ -297,7 +297,10 @@ TEST_F(SearchTest, AQueryThatDoesNotParseNamesThePositionAndTheToken) {
            {"status = 'sleeping'", "position 10: status is one of"},
            {"createdAt > 'yesterday'", "is not an RFC 3339 time"},
            {"status < 'running'", "compared only with =, != and IN"},
-           {"customer IN ('a' 'b')", "expected ',' or ')'"}}) {
+           {"customer IN ('a' 'b')", "expected ',' or ')'"},
+           {"customer IN ()", "position 14: expected a value in the IN list"},
+           {"customer IN (", "position 14: expected a value in the IN list"},
+           {"customer IN ('a',)", "position 18: expected a value"}}) {
     auto refused = found(*rt, query);
     ASSERT_FALSE(refused.ok()) << query;
     EXPECT_EQ(refused.error().code, errc::invalid_argument);
@@ -331,6 +334,27 @@ TEST_F(SearchTest, AnAttributesTypeIsFixedByItsFirstUseInItsTenant) {
             std::string::npos);
   EXPECT_EQ(count_events(*rt, flow_run->id, "search-attributes-upserted"), 0u);
   EXPECT_TRUE(done->search_attributes.empty());
+}
+
+// A start refused (here: its instance id is held) fixes no type: the node
+// would not know it after a restart, so it must not know it before.
+TEST_F(SearchTest, ARefusedStartFixesNoAttributesType) {
+  auto rt = open();
+  start_options held;
+  held.instance_id = "only-one";
+  ASSERT_TRUE(rt->start("tag-then-sleep", json::object(), held).ok());
+  start_options again = held;
+  again.search = {{"level", search_value::of_int(7)}};
+  auto refused = rt->start("noop", json::object(), again);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, errc::hook_conflict);
+  EXPECT_FALSE(start(*rt, {{"level", search_value::keyword("high")}}).empty());
+  // An admitted start's type is fixed, as before.
+  start_options retyped;
+  retyped.search = {{"level", search_value::of_int(7)}};
+  auto other = rt->start("noop", json::object(), retyped);
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.error().code, errc::invalid_argument);
 }
 
 TEST_F(SearchTest, TypesFixedBeforeARestartStayFixedAfterIt) {

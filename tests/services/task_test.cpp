@@ -172,6 +172,32 @@ TEST_F(TaskTest, RemoteStepWaitsOnItsQueueAndCompletesWhenAWorkerReports) {
   EXPECT_EQ(completed[0].detail["stepId"], run->id + "/1");
 }
 
+// While a worker holds its step, a run is seen running, with its start
+// recorded: its start is written beside the dispatch, not only with the
+// step's outcome.
+TEST_F(TaskTest, ARunWhoseStepAWorkerHoldsIsRunningWithItsStartRecorded) {
+  auto rt = open(remote_flows({}));
+  auto run = rt->start("one-remote", json{{"x", 1}});
+  ASSERT_TRUE(run.ok());
+  auto task = poll(*rt, "w1");
+  ASSERT_TRUE(task.has_value());
+  EXPECT_TRUE(testing::eventually([&] {
+    auto seen = rt->get(run->id);
+    return seen.ok() && seen->status == run_status::running;
+  }));
+  auto seen = rt->get(run->id);
+  ASSERT_TRUE(seen.ok());
+  EXPECT_EQ(seen->started_at_ms, clock_->now_ms());
+  EXPECT_EQ(events_of(*rt, run->id, "run-started").size(), 1u);
+  auto [verdict, answer] =
+      report(*rt, task->spec.attempt_id, "w1", succeeded(json{{"y", 2}}));
+  EXPECT_EQ(verdict, report_verdict::accepted);
+  auto done = rt->wait(run->id, wait_max);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->status, run_status::completed);
+  EXPECT_EQ(events_of(*rt, run->id, "run-started").size(), 1u);
+}
+
 TEST_F(TaskTest, TaskCarriesTheInstanceIdTheRunWasStartedWith) {
   auto rt = open(remote_flows({}));
   start_options options;
