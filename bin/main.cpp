@@ -185,8 +185,10 @@ void add_client_options(CLI::App* command, client_options& options,
                       "API key (default $DURIN_API_KEY or DATA_DIR/admin.key)");
   command->add_option("--data-dir", options.data_dir,
                       "a local node's data dir, for its admin.key");
-  command->add_option("--timeout-ms", options.timeout_ms,
-                      "how long to wait for the answer");
+  command
+      ->add_option("--timeout-ms", options.timeout_ms,
+                   "how long to wait for the answer")
+      ->check(CLI::Range(std::int64_t{1}, durin::limits::duration_ms_max));
   if (mutating) {
     command->add_option("--idempotency-key", options.idempotency_key,
                         "retry-safe key: a repeat gets the first answer");
@@ -428,6 +430,14 @@ int reset_key_command(const std::string& data_dir) {
   // reaches the other nodes at this node's next join (gateway/key_sync.hpp).
   const bool clustered = std::filesystem::exists(data_dir + "/node");
   const bool sharded = std::filesystem::exists(data_dir + "/shards/count");
+  // A mistyped path would otherwise get a new, empty store and a key that
+  // no node knows.
+  if (!clustered && !sharded &&
+      !std::filesystem::exists(data_dir + "/CURRENT")) {
+    std::cerr << "invalid-argument: " << data_dir
+              << " holds no node's data (no store was made there)\n";
+    return 1;
+  }
   auto store = durin::persistence::store::open(
       clustered ? data_dir + "/node"
                 : (sharded ? data_dir + "/shards/000" : data_dir));
@@ -551,10 +561,17 @@ int serve_command(const std::string& data_dir, const std::string& listen,
                    [](unsigned char ch) { return std::tolower(ch); });
     options.api.webhook_dropped_headers.erase(name);
   }
-  // The node's files are its owner's only: the data dir 0700, every file
-  // in it (RocksDB's, admin.key) 0600.
+  // The node's files are its owner's only: every file and directory it
+  // makes (RocksDB's, admin.key, the data dir when it is new) 0600 or
+  // 0700. A data dir that exists keeps its mode: it may be a directory
+  // others use too (--data-dir .), which is not the node's to change.
   ::umask(077);
-  ::chmod(data_dir.c_str(), 0700);
+  if (struct stat info{};
+      ::stat(data_dir.c_str(), &info) == 0 && (info.st_mode & 077) != 0) {
+    std::cerr << "durin serve: note: the data dir " << data_dir
+              << " is open to other users; the node's files in it are its "
+                 "owner's only\n";
+  }
   durin::registry flows;
   durin::examples::register_examples(flows);
   durin::examples::register_worker_steps(flows);
@@ -727,7 +744,7 @@ struct cli {
   std::string data_dir = "./durin-data";
   std::string flow;
   std::string input = "{}";
-  int timeout_ms = 60'000;
+  std::int64_t timeout_ms = 60'000;
   std::string listen = "127.0.0.1:7070";
   serve_limits limits;
   cluster_flags cluster;
@@ -817,13 +834,18 @@ void add_local_commands(CLI::App& app, cli& c) {
   serve->add_option("--drain-timeout-ms", c.limits.drain_timeout_ms,
                     "at SIGTERM, how long requests in flight may take to be "
                     "answered (default 30000)");
-  serve->add_option("--max-connections", c.limits.connections_max,
-                    "open connections at most; one more is answered 503 "
-                    "too-many-connections (default: half the descriptor "
-                    "limit, at most 10000)");
-  serve->add_option("--max-polls-per-tenant", c.limits.tenant_polls_max,
-                    "long polls one tenant may have waiting; one more is 429 "
-                    "too-many-polls (default 256)");
+  // Checked as signed numbers: "-1" would wrap to "no limit" as a size.
+  serve
+      ->add_option("--max-connections", c.limits.connections_max,
+                   "open connections at most; one more is answered 503 "
+                   "too-many-connections (default: half the descriptor "
+                   "limit, at most 10000)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1'000'000}));
+  serve
+      ->add_option("--max-polls-per-tenant", c.limits.tenant_polls_max,
+                   "long polls one tenant may have waiting; one more is 429 "
+                   "too-many-polls (default 256)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000}));
   serve->add_flag("--metrics-open", c.limits.metrics_open,
                   "answer GET /metrics without a key (default: admin key)");
   serve->add_option("--webhook-keep-header", c.limits.webhook_kept_headers,

@@ -42,6 +42,17 @@ class http_connection_impl {
       const std::string& method, const std::string& target,
       const std::vector<std::pair<std::string, std::string>>& headers,
       const std::string& body) {
+    // A line break would end the header and start another (a key file
+    // saved with CRLF, a pasted key): refused here, naming the header.
+    for (const auto& [name, value] : headers) {
+      if (value.find_first_of(std::string_view("\r\n\0", 3)) !=
+          std::string::npos) {
+        return make_error(errc::invalid_argument,
+                          "the " + name +
+                              " header's value may not contain a line "
+                              "break or a NUL byte");
+      }
+    }
     for (int attempt = 0; attempt < 2; ++attempt) {
       bool fresh = !stream_;
       if (fresh) {

@@ -932,11 +932,18 @@ result<cluster_config> init_cluster(etcd_client& etcd,
         errc::invalid_argument,
         "--shards must be 1 to 1024; got " + std::to_string(shards));
   }
-  for (const auto& node : nodes) {
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const auto& node = nodes[i];
     if (!valid_name(node)) {
       return make_error(
           errc::invalid_argument,
           "node id '" + node + "' must be 1 to 64 of A-Z a-z 0-9 . _ -");
+    }
+    // A repeated id would count as a node that can hold a copy.
+    if (std::find(nodes.begin(), nodes.begin() + i, node) !=
+        nodes.begin() + i) {
+      return make_error(errc::invalid_argument,
+                        "--nodes names node id '" + node + "' twice");
     }
   }
   if (replicas == 0) {

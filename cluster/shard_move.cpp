@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <cstdio>
@@ -560,8 +561,8 @@ result<std::vector<std::pair<std::uint32_t, std::string>>> copies_plan(
       return make_error(
           errc::invalid_argument,
           "no live node without a copy of shard " + std::to_string(shard) +
-              " can keep one in place of node '" + node +
-              "''s (the cluster keeps " + std::to_string(view->replicas) +
+              " can keep one in place of the copy on node '" + node +
+              "' (the cluster keeps " + std::to_string(view->replicas) +
               " copies of each shard)");
     }
     plan.emplace_back(shard, rendezvous(shard, free));
@@ -656,7 +657,7 @@ result<std::vector<std::pair<std::uint32_t, std::string>>> drain_plan(
     if (others.empty()) {
       return make_error(
           errc::invalid_argument,
-          "no other node is live to take node '" + node + "''s shards");
+          "no other node is live to take the shards of node '" + node + "'");
     }
     // A copy in step takes over at once; otherwise a node by rendezvous
     // hashing (which first catches up, or copies the shard offline).
@@ -668,6 +669,19 @@ result<std::vector<std::pair<std::uint32_t, std::string>>> drain_plan(
       }
     }
     plan.emplace_back(shard, std::move(to));
+  }
+  // A mistyped id would otherwise be "drained" at once: nothing names it.
+  const bool named = view->nodes.count(node) != 0 ||
+                     std::any_of(view->configs.begin(), view->configs.end(),
+                                 [&node](const auto& shard) {
+                                   return shard.second.owner == node ||
+                                          shard.second.is_backup(node);
+                                 });
+  if (!named) {
+    return make_error(errc::invalid_argument,
+                      "node '" + node + "' is not in cluster '" + cluster +
+                          "': no live node has that id and no shard is "
+                          "placed on it");
   }
   return plan;
 }

@@ -40,7 +40,8 @@ std::string plain_words(const rocksdb::Status& status) {
     return "an I/O error on the data disk";
   }
   if (says("lock file") || says("lock hold")) {
-    return "the data directory is in use by another open";
+    return "the data directory is in use by another process (or another "
+           "open of it in this one)";
   }
   if (says("Permission denied")) {
     return "permission denied on the data directory";

@@ -74,6 +74,51 @@ TEST(ClusterInit, ASecondInitOfTheSameNameIsRefused) {
   EXPECT_EQ(view["shards"].size(), 4u);
 }
 
+// A repeated node id would count twice towards --replicas and leave every
+// shard without its backup: refused, and nothing is written.
+TEST(ClusterServe, AnInitNamingANodeTwiceIsRefused) {
+  etcd_process etcd;
+  std::string output;
+  EXPECT_EQ(cluster_harness::run_cli(
+                {"cluster", "init", "--etcd", etcd.endpoint(), "--cluster",
+                 "twice", "--shards", "4", "--nodes", "a,a", "--replicas", "2"},
+                &output),
+            1)
+      << output;
+  EXPECT_NE(output.find("names node id 'a' twice"), std::string::npos)
+      << output;
+  std::string status;
+  EXPECT_NE(cluster_harness::run_cli({"cluster", "status", "--etcd",
+                                      etcd.endpoint(), "--cluster", "twice"},
+                                     &status),
+            0)
+      << status;
+}
+
+// A drain of an id nothing names (a typo) is an error, not "drained".
+TEST(ClusterServe, ADrainOfANodeNotInTheClusterIsRefused) {
+  etcd_process etcd;
+  std::string output;
+  ASSERT_EQ(cluster_harness::run_cli(
+                {"cluster", "init", "--etcd", etcd.endpoint(), "--cluster",
+                 "named", "--shards", "4", "--nodes", "a,b"},
+                &output),
+            0)
+      << output;
+  for (bool remove : {false, true}) {
+    std::vector<std::string> drain = {"cluster", "drain",         "typo",
+                                      "--etcd",  etcd.endpoint(), "--cluster",
+                                      "named"};
+    if (remove) {
+      drain.push_back("--remove");
+    }
+    EXPECT_EQ(cluster_harness::run_cli(drain, &output), 1) << output;
+    EXPECT_NE(output.find("node 'typo' is not in cluster 'named'"),
+              std::string::npos)
+        << output;
+  }
+}
+
 TEST(ClusterServe, AServeOfAClusterNeverInitialisedIsRefused) {
   etcd_process etcd;
   temp_dir dir;

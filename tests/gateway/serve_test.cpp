@@ -1080,7 +1080,8 @@ TEST_F(ServeTest, CliNumbersOutOfRangeAreRefusedBeforeAnythingIsSent) {
   for (const std::string args :
        {"runs list --limit 0", "runs list --limit -5", "runs list --limit 1001",
         "schedules list --limit 0", "worker --concurrency 0",
-        "worker --concurrency -1", "worker --concurrency 257"}) {
+        "worker --concurrency -1", "worker --concurrency 257",
+        "runs list --timeout-ms -1", "runs list --timeout-ms 0"}) {
     auto ran = run_durin(args + server);
     EXPECT_NE(ran.code, 0) << args;
     EXPECT_NE(ran.output.find("not in range"), std::string::npos)
@@ -1094,7 +1095,23 @@ TEST_F(ServeTest, CliNumbersOutOfRangeAreRefusedBeforeAnythingIsSent) {
   EXPECT_NE(run.code, 0);
   EXPECT_NE(run.output.find("not in range"), std::string::npos) << run.output;
   EXPECT_FALSE(std::filesystem::exists(untouched.path() + "/db"));
+  // A wide timeout in range is taken (it used to overflow an int).
+  auto wide = run_durin("run acme.sleep --timeout-ms 5000000000 --data-dir " +
+                        untouched.path() + "/wide 2>&1");
+  EXPECT_EQ(wide.output.find("not in range"), std::string::npos) << wide.output;
+  EXPECT_EQ(wide.output.find("Could not convert"), std::string::npos)
+      << wide.output;
   temp_dir other;
+  // Sizes are checked as signed numbers: -1 is no "unlimited".
+  for (const std::string args :
+       {"--max-connections -1", "--max-polls-per-tenant -1",
+        "--max-polls-per-tenant 0"}) {
+    auto ran = run_durin("serve --listen 127.0.0.1:0 --data-dir " +
+                         other.path() + " " + args + " 2>&1");
+    EXPECT_NE(ran.code, 0) << args;
+    EXPECT_NE(ran.output.find("not in range"), std::string::npos)
+        << args << ": " << ran.output;
+  }
   for (const auto& [flag, value, says] :
        {std::tuple<std::string, std::string, std::string>{
             "--read-timeout-ms", "0", "--read-timeout-ms must be positive"},
@@ -1108,6 +1125,28 @@ TEST_F(ServeTest, CliNumbersOutOfRangeAreRefusedBeforeAnythingIsSent) {
         << ran.output;
   }
   EXPECT_FALSE(std::filesystem::exists(other.path() + "/admin.key"));
+}
+
+// A header value with a line break (a key file saved with CRLF, a pasted
+// key) would smuggle in another header: the CLI refuses it, naming it,
+// and sends nothing.
+TEST_F(ServeTest, AHeaderValueWithALineBreakIsRefusedByTheClient) {
+  const std::string server =
+      " --server http://127.0.0.1:" + std::to_string(server_->port()) + " 2>&1";
+  auto ran = run_durin(
+      "runs list --api-key \"$(printf 'abc\\r\\nX-Injected: yes')\"" + server);
+  EXPECT_NE(ran.code, 0) << ran.output;
+  EXPECT_NE(ran.output.find("invalid-argument: the Authorization header's "
+                            "value may not contain a line break"),
+            std::string::npos)
+      << ran.output;
+  auto keyed = run_durin(
+      "runs start --flow acme.sleep --idempotency-key \"$(printf 'a\\nb')\"" + server +
+      " --data-dir " + dir_.path());
+  EXPECT_NE(keyed.code, 0) << keyed.output;
+  EXPECT_NE(keyed.output.find("the Idempotency-Key header's value"),
+            std::string::npos)
+      << keyed.output;
 }
 
 // Issue 5's durable identities over HTTP: an instance id has one active run
@@ -1411,6 +1450,17 @@ TEST_F(ServeTest, AdminResetKeyRecoversOffline) {
   EXPECT_NE(server_->admin_key(), old_key);
   auto tenant = admin().post("/v1/tenants", {{"name", "after-reset"}});
   EXPECT_EQ(tenant.status, 201u) << tenant.body;
+  // A path that holds no node's data (a typo, an empty dir) is refused,
+  // and nothing is made there.
+  temp_dir elsewhere;
+  for (const auto& path : {elsewhere.path() + "/typo", elsewhere.path()}) {
+    auto refused = run(path);
+    EXPECT_EQ(refused.first, 1) << refused.second;
+    EXPECT_NE(refused.second.find("holds no node's data"), std::string::npos)
+        << refused.second;
+  }
+  EXPECT_FALSE(std::filesystem::exists(elsewhere.path() + "/typo"));
+  EXPECT_TRUE(std::filesystem::is_empty(elsewhere.path()));
 }
 
 // GET /metrics shows node-wide counters: it needs an admin key (401 without
@@ -1453,6 +1503,20 @@ TEST_F(ServeTest, TheDataDirIsPrivateToItsOwner) {
     ++files;
   }
   EXPECT_GT(files, 3);
+}
+
+// A data dir that exists keeps its mode (it may be shared, as with
+// --data-dir .); the node's own files in it are still 0600.
+TEST_F(ServeTest, AnExistingDataDirKeepsItsMode) {
+  const auto shared = dir_.path() + "/shared";
+  ASSERT_EQ(::mkdir(shared.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(shared.c_str(), 01777), 0);
+  serve_process other(shared);
+  struct stat info {};
+  ASSERT_EQ(::stat(shared.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 07777, 01777u);
+  ASSERT_EQ(::stat((shared + "/admin.key").c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0600u);
 }
 
 // A webhook delivery hands its run the request's headers but not the
