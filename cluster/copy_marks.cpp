@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "persistence/sync_path.hpp"
 
@@ -36,6 +37,40 @@ bool copy_marked(const std::string& store_dir) {
   std::error_code failure;
   return fs::exists(fs::path(store_dir) / copy_mark_name, failure) ||
          fs::exists(fs::path(store_dir) / "CURRENT", failure);
+}
+
+result<std::string> data_dir_identity(const std::string& data_dir) {
+  const fs::path path = fs::path(data_dir) / "DURIN-NODE-IDENTITY";
+  {
+    std::ifstream in(path);
+    std::string identity;
+    if (in && std::getline(in, identity) && identity.size() == 32) {
+      return identity;
+    }
+  }
+  std::random_device random;
+  std::string identity;
+  for (int i = 0; i < 32; ++i) {
+    identity += "0123456789abcdef"[random() % 16];
+  }
+  std::error_code failure;
+  fs::create_directories(data_dir, failure);
+  const fs::path fresh = path.string() + ".new";
+  {
+    std::ofstream out(fresh, std::ios::trunc);
+    out << identity << "\n";
+    if (!out.flush()) {
+      return make_error(errc::storage_error,
+                        "cannot write the data directory's identity");
+    }
+  }
+  if (!persistence::sync_path(fresh) ||
+      (fs::rename(fresh, path, failure), failure) ||
+      !persistence::sync_path(data_dir)) {
+    return make_error(errc::storage_error,
+                      "cannot make the data directory's identity durable");
+  }
+  return identity;
 }
 
 }  // namespace durin::cluster

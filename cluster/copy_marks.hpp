@@ -10,6 +10,11 @@
 // refuses (the shard stays unserved, GET /v1/ready names it) until another
 // copy in step takes it, or the operator runs `durin cluster accept-loss`.
 // Deleting the directory deletes the mark with it.
+//
+// The data directory's identity (a random id in a file of its own, made at
+// the node's first join) tells an earlier run of this node, whose lease
+// it may end at once, from another process registered under the same node
+// id with another directory, which it must not (cluster/membership.cpp).
 #pragma once
 
 #include <string>
@@ -27,5 +32,9 @@ status mark_copy(const std::string& store_dir);
 // The mark is there, or a RocksDB database (its CURRENT file) made by a
 // build from before marks: a copy that was served here.
 bool copy_marked(const std::string& store_dir);
+
+// The identity of the node's data directory: read, or made durably when
+// the directory has none; storage-error when it can be neither.
+result<std::string> data_dir_identity(const std::string& data_dir);
 
 }  // namespace durin::cluster

@@ -119,7 +119,8 @@ std::string encode(const node_entry& node) {
   return json{{"id", node.id},
               {"http", node.http},
               {"peer", node.peer},
-              {"lease", std::to_string(node.lease)}}
+              {"lease", std::to_string(node.lease)},
+              {"data", node.data}}
       .dump();
 }
 
@@ -133,6 +134,7 @@ result<node_entry> decode_node(std::string_view text) {
   node.http = parsed->value("http", std::string());
   node.peer = parsed->value("peer", std::string());
   node.lease = std::strtoll(parsed->value("lease", "0").c_str(), nullptr, 10);
+  node.data = parsed->value("data", std::string());
   return node;
 }
 

@@ -47,6 +47,9 @@ struct node_entry {
   std::string http;  // host:port of its HTTP API
   std::string peer;  // host:port of its CAF peer endpoint
   std::int64_t lease = 0;
+  // Its data directory's identity (copy_marks.hpp); empty from builds
+  // before it.
+  std::string data;
 };
 
 enum class shard_state : std::uint8_t { active, moving };

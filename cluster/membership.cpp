@@ -129,11 +129,18 @@ membership::~membership() {
   stop();
 }
 
-void membership::start() {
+status membership::start() {
   joined_ = clock::now();
-  (void)register_node();
+  if (register_node() == registration::taken) {
+    return make_error(errc::invalid_argument,
+                      "node id '" + options_.node_id +
+                          "' is held in cluster '" + options_.cluster +
+                          "' by a live node with another data directory; "
+                          "stop that node first, or choose another id");
+  }
   keeper_thread_ = std::thread([this] { keep_loop(); });
   acquirer_thread_ = std::thread([this] { acquire_loop(); });
+  return {};
 }
 
 void membership::stop() {
@@ -171,27 +178,61 @@ void membership::wake() {
 
 // ---- the node's lease ------------------------------------------------------
 
-bool membership::register_node() {
-  const auto sent = clock::now();
-  auto granted = control_.grant(options_.lease_ttl_s);
-  if (!granted) {
-    return false;
+bool membership::wait_for_lapse(std::int64_t lease) {
+  const auto left = control_.time_to_live(lease);
+  if (left && *left <= 0) {
+    return true;
   }
+  // A dead process's lease lapses within what it had left; one renewed
+  // past that (and a margin for etcd's rounding to seconds) is alive.
+  const auto until = clock::now() + std::chrono::seconds(left ? *left : 0) +
+                     std::chrono::milliseconds(1500);
+  while (clock::now() < until) {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) {
+        return false;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (auto now = control_.time_to_live(lease); now && *now <= 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+membership::registration membership::register_node() {
   // A previous incarnation of this node (killed before it could revoke):
   // its lease still holds shard lease keys until it expires. Ended now, so
-  // that a restart serves again at once; the data directory it wrote is
-  // ours, and RocksDB's lock keeps a second process off it.
+  // that a restart serves again at once: the data directory it wrote is
+  // ours (RocksDB's lock keeps a second process off it). One of another
+  // data directory may be another live process given the same id: it is
+  // waited out (before this node's own lease is granted, which would run
+  // down meanwhile), never ended, and while it lives the id is not ours.
   if (auto before = control_.range(keys_.node(options_.node_id));
       before && !before->kvs.empty()) {
     if (auto old = decode_node(before->kvs.front().value);
-        old && old->lease != 0 && old->lease != granted->id) {
-      (void)control_.revoke(old->lease);
+        old && old->lease != 0) {
+      const bool ours = old->data.empty() || options_.data_identity.empty() ||
+                        old->data == options_.data_identity;
+      if (ours) {
+        (void)control_.revoke(old->lease);
+      } else if (!wait_for_lapse(old->lease)) {
+        return registration::taken;
+      }
     }
   }
-  node_entry self{options_.node_id, options_.http, options_.peer, granted->id};
+  const auto sent = clock::now();
+  auto granted = control_.grant(options_.lease_ttl_s);
+  if (!granted) {
+    return registration::failed;
+  }
+  node_entry self{options_.node_id, options_.http, options_.peer, granted->id,
+                  options_.data_identity};
   if (!control_.put(keys_.node(options_.node_id), encode(self), granted->id)) {
     (void)control_.revoke(granted->id);
-    return false;
+    return registration::failed;
   }
   const auto ttl_ms = std::min(granted->ttl_s, options_.lease_ttl_s) * 1000;
   deadline_ticks_.store(
@@ -201,7 +242,7 @@ bool membership::register_node() {
       std::memory_order_release);
   lease_.store(granted->id, std::memory_order_release);
   wake();
-  return true;
+  return registration::done;
 }
 
 void membership::keep_loop() {
@@ -213,7 +254,13 @@ void membership::keep_loop() {
     lock.unlock();
     const auto lease = lease_.load(std::memory_order_acquire);
     if (lease == 0) {
-      (void)register_node();
+      if (register_node() == registration::taken) {
+        std::fprintf(stderr,
+                     "durin: node %s lost its lease, and another live node "
+                     "now holds its id with another data directory; this "
+                     "one serves nothing until that one stops\n",
+                     options_.node_id.c_str());
+      }
     } else {
       const auto sent = clock::now();
       auto kept = keeper_.keep_alive(lease);

@@ -52,6 +52,10 @@ struct membership_options {
   std::string http;  // host:port this node's HTTP API is reached at
   std::string peer;  // host:port of its CAF peer endpoint
   std::int64_t lease_ttl_s = 5;
+  // Its data directory's identity (copy_marks.hpp): a node registered
+  // under this id with another one is another process, not an earlier
+  // run of this one. Empty: none (every earlier registration is ours).
+  std::string data_identity;
   // How long before etcd could expire the lease the node stops: covers the
   // keepalive's trip and clock-rate drift. 0: a fifth of the TTL, at least
   // 250 ms.
@@ -87,8 +91,10 @@ class membership {
 
   // Registers the node and starts keeping its lease, watching the routing
   // and acquiring its shards. Returns once the node is registered (or the
-  // first attempt failed: it keeps trying).
-  void start();
+  // first attempt failed: it keeps trying). invalid-argument, and nothing
+  // started, when another live process holds the node id with another
+  // data directory (its lease still renewed once it should have lapsed).
+  status start();
   // Revokes the node's lease (its shard lease keys go with it, so a
   // restart takes them again at once) and closes every fence. Idempotent.
   void stop();
@@ -173,7 +179,12 @@ class membership {
 
   void keep_loop();
   void acquire_loop();
-  bool register_node();
+  enum class registration : std::uint8_t { done, failed, taken };
+  registration register_node();
+  // Waits for lease `lease` (another data directory's registration of
+  // this node id) to lapse: false when it is renewed instead (a live
+  // process holds the id), or the node stops meanwhile.
+  bool wait_for_lapse(std::int64_t lease);
   // Reads the whole prefix and (re)starts the watch after it.
   status resync();
   void apply(const kv& now, bool erased);

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "cluster/copy_marks.hpp"
 #include "cluster/search_agreement.hpp"
 #include "services/node.hpp"
 #include "services/runtime_access.hpp"
@@ -9,6 +10,13 @@
 namespace durin::cluster {
 
 result<std::shared_ptr<cluster_node>> cluster_node::open(node_options options) {
+  if (options.members.data_identity.empty() && !options.data_dir.empty()) {
+    auto identity = data_dir_identity(options.data_dir);
+    if (!identity) {
+      return identity.error();
+    }
+    options.members.data_identity = std::move(*identity);
+  }
   auto members = membership::open(options.members);
   if (!members) {
     return members.error();
@@ -68,7 +76,9 @@ status cluster_node::join(const std::string& http_address) {
     return listening.error();
   }
   members_->set_addresses(http_address, *listening);
-  members_->start();
+  if (auto started = members_->start(); !started) {
+    return started.error();
+  }
   if (replication_) {
     replication_->start();
   }

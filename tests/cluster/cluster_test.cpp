@@ -13,7 +13,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <future>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -157,6 +159,46 @@ class ClusterTest : public ::testing::Test {
 
   cluster_harness cluster_;
 };
+
+// A second process given a live node's id (with another data directory)
+// is refused once that node's lease has been renewed past what it had
+// left; it never ends the live node's lease, so the node's shards keep
+// their epochs and their owner.
+TEST_F(ClusterTest, ASecondProcessWithALiveNodesIdIsRefusedAndTheNodeServesOn) {
+  auto epochs = [&] {
+    std::vector<std::pair<std::string, std::uint64_t>> out;
+    for (const auto& shard : cluster_.status(1)["shards"]) {
+      out.emplace_back(shard["owner"].get<std::string>(),
+                       shard["epoch"].get<std::uint64_t>());
+    }
+    return out;
+  };
+  const auto before = epochs();
+  temp_dir other;
+  const auto log = other.path() + "/stderr";
+  child_process duplicate(
+      DURIN_CLI,
+      {"serve", "--data-dir", other.path() + "/data", "--listen", "127.0.0.1:0",
+       "--etcd", cluster_.etcd_endpoints(), "--cluster", cluster_.name(),
+       "--node-id", cluster_harness::node_id(0), "--peer-listen", "127.0.0.1:0",
+       "--lease-ttl-s", "2"},
+      {}, true, 0, log);
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (duplicate.running() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_FALSE(duplicate.running()) << "the duplicate serves";
+  EXPECT_NE(duplicate.terminate(), 0);
+  std::ifstream said(log);
+  const std::string text((std::istreambuf_iterator<char>(said)),
+                         std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("node id '" + cluster_harness::node_id(0) +
+                      "' is held in cluster"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(epochs(), before);
+  EXPECT_EQ(cluster_.client(0).get("/healthz").status, 200u);
+}
 
 TEST_F(ClusterTest, StatusNamesEveryNodeAndAnOwnerAndEpochPerShard) {
   auto view = cluster_.status(1);
