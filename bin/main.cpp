@@ -18,6 +18,8 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -111,15 +113,20 @@ std::string percent_encode(std::string_view text) {
   return out;
 }
 
-// Sends one request and prints the answer: the JSON body on stdout (exit 0)
-// or `code: message` on stderr (exit 1).
-int call(const client_options& options, const std::string& method,
-         const std::string& target, const durin::json* body) {
+// The node a client command talks to and the key it uses: the flags, else
+// $DURIN_SERVER and $DURIN_API_KEY, else the data dir's admin.key. nullopt
+// after saying what is wrong or missing.
+struct node_target {
+  durin::client::server_address server;
+  std::string key;
+};
+std::optional<node_target> resolve_target(const client_options& options) {
   auto server = durin::client::parse_server_url(
       options.server.empty() ? env_or("DURIN_SERVER", "http://127.0.0.1:7070")
                              : options.server);
   if (!server) {
-    return fail(server.error());
+    fail(server.error());
+    return std::nullopt;
   }
   std::string key =
       options.api_key.empty() ? env_or("DURIN_API_KEY", "") : options.api_key;
@@ -130,10 +137,21 @@ int call(const client_options& options, const std::string& method,
   if (key.empty()) {
     std::cerr << "unauthorized: no API key: pass --api-key, set "
                  "DURIN_API_KEY, or run next to the server's data dir\n";
+    return std::nullopt;
+  }
+  return node_target{std::move(*server), std::move(key)};
+}
+
+// Sends one request and prints the answer: the JSON body on stdout (exit 0)
+// or `code: message` on stderr (exit 1).
+int call(const client_options& options, const std::string& method,
+         const std::string& target, const durin::json* body) {
+  auto node = resolve_target(options);
+  if (!node) {
     return 1;
   }
   std::vector<std::pair<std::string, std::string>> headers = {
-      {"Authorization", "Bearer " + key}};
+      {"Authorization", "Bearer " + node->key}};
   std::string payload;
   if (body != nullptr) {
     headers.emplace_back("Content-Type", "application/json");
@@ -142,7 +160,7 @@ int call(const client_options& options, const std::string& method,
   if (!options.idempotency_key.empty()) {
     headers.emplace_back("Idempotency-Key", options.idempotency_key);
   }
-  durin::client::http_connection connection(*server, options.timeout_ms);
+  durin::client::http_connection connection(node->server, options.timeout_ms);
   auto answer = connection.send(method, target, headers, payload);
   if (!answer) {
     return fail(answer.error());
@@ -613,6 +631,16 @@ int worker_command(const client_options& client, const std::string& queue,
   options.task_queue = queue;
   options.concurrency = concurrency;
   options.worker_id = worker_id;
+  // Each problem once while it lasts: a node that is down fails every
+  // retry the same way.
+  auto last_problem = std::make_shared<std::pair<std::mutex, std::string>>();
+  options.on_problem = [last_problem](const std::string& problem) {
+    std::lock_guard lock(last_problem->first);
+    if (problem != last_problem->second) {
+      last_problem->second = problem;
+      std::cerr << "durin worker: " << problem << std::endl;
+    }
+  };
   durin::worker worker(options, std::move(steps));
   std::signal(SIGTERM, [](int) { worker_signalled = true; });
   std::signal(SIGINT, [](int) { worker_signalled = true; });
@@ -625,34 +653,26 @@ int worker_command(const client_options& client, const std::string& queue,
   std::cout << "worker " << worker.worker_id() << " polling " << queue << " on "
             << options.server_url << std::endl;
   worker.run();
-  worker_signalled = true;
+  // run() ends by itself only when the node refused the key.
+  const bool refused = !worker_signalled.exchange(true);
   watcher.join();
   auto stats = worker.stats();
   std::cout << "worker stopped: " << stats.tasks << " tasks, " << stats.recorded
-            << " recorded, " << stats.refused << " refused as late"
-            << std::endl;
-  return 0;
+            << " recorded, " << stats.refused << " refused as late, "
+            << stats.errors << " failed requests" << std::endl;
+  return refused ? 1 : 0;
 }
 
 // One GET; the JSON body, or nullopt after printing why.
 std::optional<durin::json> get_json(const client_options& options,
                                     const std::string& target) {
-  auto server = durin::client::parse_server_url(
-      options.server.empty() ? env_or("DURIN_SERVER", "http://127.0.0.1:7070")
-                             : options.server);
-  if (!server) {
-    fail(server.error());
+  auto node = resolve_target(options);
+  if (!node) {
     return std::nullopt;
   }
-  std::string key =
-      options.api_key.empty() ? env_or("DURIN_API_KEY", "") : options.api_key;
-  if (key.empty()) {
-    std::ifstream file(options.data_dir + "/admin.key");
-    std::getline(file, key);
-  }
-  durin::client::http_connection connection(*server, options.timeout_ms);
-  auto answer =
-      connection.send("GET", target, {{"Authorization", "Bearer " + key}}, "");
+  durin::client::http_connection connection(node->server, options.timeout_ms);
+  auto answer = connection.send("GET", target,
+                                {{"Authorization", "Bearer " + node->key}}, "");
   if (!answer) {
     fail(answer.error());
     return std::nullopt;

@@ -4,6 +4,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <charconv>
 #include <chrono>
 #include <optional>
 
@@ -15,22 +16,38 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
 result<server_address> parse_server_url(std::string_view url) {
+  const std::string given(url);
+  auto bad = [&given](const std::string& why) {
+    return make_error(
+        errc::invalid_argument,
+        "a server is http://host:port (" + why + "); got '" + given + "'");
+  };
   constexpr std::string_view scheme = "http://";
   if (url.substr(0, scheme.size()) == scheme) {
     url.remove_prefix(scheme.size());
+  } else if (url.find("://") != std::string_view::npos) {
+    return bad("only http is spoken");
   }
   while (!url.empty() && url.back() == '/') {
     url.remove_suffix(1);
   }
+  if (url.find('/') != std::string_view::npos) {
+    return bad("no path: the API's routes start at the root");
+  }
   auto colon = url.rfind(':');
   if (url.empty() || colon == std::string_view::npos || colon == 0 ||
       colon + 1 == url.size()) {
-    return make_error(
-        errc::invalid_argument,
-        "a server is http://host:port, got '" + std::string(url) + "'");
+    return bad("a host and a port");
   }
-  return server_address{std::string(url.substr(0, colon)),
-                        std::string(url.substr(colon + 1))};
+  const auto port = url.substr(colon + 1);
+  unsigned number = 0;
+  auto [end, failed] =
+      std::from_chars(port.data(), port.data() + port.size(), number);
+  if (failed != std::errc() || end != port.data() + port.size() ||
+      number == 0 || number > 65535) {
+    return bad("a port from 1 to 65535");
+  }
+  return server_address{std::string(url.substr(0, colon)), std::string(port)};
 }
 
 class http_connection_impl {
@@ -84,7 +101,8 @@ class http_connection_impl {
     ec = await([&](auto done) { stream_->async_connect(endpoints, done); });
     if (ec) {
       stream_.reset();
-      return make_error(errc::shutting_down,
+      // Nothing was sent: the server is not there (or not yet).
+      return make_error(errc::unavailable,
                         "cannot connect to " + address_.host + ":" +
                             address_.port + ": " + ec.message());
     }
@@ -127,7 +145,7 @@ class http_connection_impl {
       retry_ok_ = true;  // nothing reached the server
       stream_.reset();
       buffer_.clear();
-      return make_error(errc::shutting_down, "send failed: " + ec.message());
+      return make_error(errc::unavailable, "send failed: " + ec.message());
     }
     http::response_parser<http::string_body> parser;
     parser.body_limit(64 << 20);

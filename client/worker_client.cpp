@@ -91,6 +91,22 @@ class worker_impl {
             {"content-type", "application/json"}};
   }
 
+  void tell(const std::string& problem) const {
+    if (options_.on_problem) {
+      options_.on_problem(problem);
+    }
+  }
+
+  // A refusal's text: "401 unauthorized: unknown or revoked API key".
+  static std::string refusal(unsigned status, const json& body) {
+    auto text = std::to_string(status);
+    if (body.is_object()) {
+      text += " " + body.value("code", std::string()) + ": " +
+              body.value("message", std::string());
+    }
+    return text;
+  }
+
   // One POST; the parsed answer, or nullopt after counting an error.
   std::optional<std::pair<unsigned, json>> post(
       client::http_connection& connection, const std::string& target,
@@ -99,12 +115,15 @@ class worker_impl {
         connection.send("POST", target, request_headers(), body.dump());
     if (!response) {
       ++errors_;
+      tell(target + ": " + response.error().to_string());
       return std::nullopt;
     }
     try {
       return std::make_pair(response->status, json::parse(response->body));
     } catch (const json::exception&) {
       ++errors_;
+      tell(target + ": " + std::to_string(response->status) +
+           " with a body that is not JSON");
       return std::nullopt;
     }
   }
@@ -139,6 +158,10 @@ class worker_impl {
           !answer->second["tasks"].is_array()) {
         if (answer) {
           ++errors_;
+          tell(target + ": " + refusal(answer->first, answer->second));
+          if (answer->first == 401 || answer->first == 403) {
+            return;  // the key is refused: no poll will be answered
+          }
         }
         pause();
         continue;
@@ -295,6 +318,7 @@ class worker_impl {
         // stale. A refused request (4xx) is this worker's bug: not retried.
         if (answer) {
           ++errors_;
+          tell("/v1/tasks/report: " + refusal(answer->first, answer->second));
         }
         if (!answer || answer->first >= 500) {
           again = std::move(batch);

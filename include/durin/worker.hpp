@@ -28,6 +28,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -45,6 +46,12 @@ struct worker_options {
   std::chrono::milliseconds poll_wait{2000};
   // A failed request (node down) is retried after this.
   std::chrono::milliseconds retry_delay{200};
+  // Told what went wrong with each request that failed (the node down, a
+  // refusal), as text naming the status and the node's code; called on
+  // the worker's threads, so it must not block. A poll refused 401 or 403
+  // (an unknown, revoked or under-privileged key) also ends run(): no
+  // poll would ever be answered otherwise.
+  std::function<void(const std::string&)> on_problem;
 };
 
 struct worker_stats {

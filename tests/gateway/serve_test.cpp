@@ -1127,6 +1127,33 @@ TEST_F(ServeTest, CliNumbersOutOfRangeAreRefusedBeforeAnythingIsSent) {
   EXPECT_FALSE(std::filesystem::exists(other.path() + "/admin.key"));
 }
 
+// A --server the client cannot speak to is refused, saying why, before
+// anything is sent; a server that is not there is `unavailable` (nothing
+// reached it), not `shutting-down`.
+TEST_F(ServeTest, AServerUrlIsCheckedAndAnAbsentServerIsUnavailable) {
+  for (const auto& [url, says] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"https://127.0.0.1:7070", "only http is spoken"},
+           {"ftp://127.0.0.1:7070", "only http is spoken"},
+           {"http://127.0.0.1:7070/prefix", "no path"},
+           {"http://127.0.0.1:99999", "a port from 1 to 65535"},
+           {"http://127.0.0.1:http", "a port from 1 to 65535"},
+           {"http://127.0.0.1", "a host and a port"}}) {
+    auto ran = run_durin("runs list --api-key k --server " + url + " 2>&1");
+    EXPECT_NE(ran.code, 0) << url;
+    EXPECT_NE(
+        ran.output.find("invalid-argument: a server is http://host:port (" +
+                        says),
+        std::string::npos)
+        << url << ": " << ran.output;
+  }
+  auto absent =
+      run_durin("runs list --api-key k --server http://127.0.0.1:1 2>&1");
+  EXPECT_NE(absent.code, 0);
+  EXPECT_EQ(absent.output.rfind("unavailable: cannot connect", 0), 0u)
+      << absent.output;
+}
+
 // A header value with a line break (a key file saved with CRLF, a pasted
 // key) would smuggle in another header: the CLI refuses it, naming it,
 // and sends nothing.
@@ -1141,8 +1168,8 @@ TEST_F(ServeTest, AHeaderValueWithALineBreakIsRefusedByTheClient) {
             std::string::npos)
       << ran.output;
   auto keyed = run_durin(
-      "runs start --flow acme.sleep --idempotency-key \"$(printf 'a\\nb')\"" + server +
-      " --data-dir " + dir_.path());
+      "runs start --flow acme.sleep --idempotency-key \"$(printf 'a\\nb')\"" +
+      server + " --data-dir " + dir_.path());
   EXPECT_NE(keyed.code, 0) << keyed.output;
   EXPECT_NE(keyed.output.find("the Idempotency-Key header's value"),
             std::string::npos)

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <random>
@@ -215,6 +217,45 @@ TEST(WorkerApiTest, BadWorkerRequestsAreRefusedNamingTheProblem) {
   EXPECT_EQ(empty.status, 200u);
   EXPECT_TRUE(empty.value["task"].is_null());
   EXPECT_EQ(client.get("/healthz").status, 200u);
+}
+
+// A worker whose key the node refuses says why and exits 1 by itself (it
+// used to poll for ever, silently); a node that cannot be reached is said
+// once, and the worker goes on trying until it is stopped.
+TEST(WorkerProcessTest, AWorkerWhoseKeyIsRefusedSaysSoAndExits) {
+  testing::temp_dir dir;
+  serve_process node(dir.path());
+  const auto log = dir.path() + "/worker.stderr";
+  testing::child_process refused(
+      DURIN_CLI,
+      {"worker", "--server", "http://127.0.0.1:" + std::to_string(node.port()),
+       "--api-key", "not-a-key", "--queue", "payments"},
+      {}, true, 0, log);
+  ASSERT_TRUE(testing::eventually([&] { return !refused.running(); }));
+  EXPECT_EQ(refused.terminate(), 1);
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)),
+                       std::istreambuf_iterator<char>());
+  };
+  EXPECT_NE(read(log).find("401 unauthorized"), std::string::npos) << read(log);
+
+  const auto unreachable_log = dir.path() + "/unreachable.stderr";
+  testing::child_process unreachable(
+      DURIN_CLI,
+      {"worker", "--server", "http://127.0.0.1:1", "--api-key", "k", "--queue",
+       "payments"},
+      {}, true, 0, unreachable_log);
+  unreachable.read_until_line(" polling ", std::chrono::seconds(30));
+  ASSERT_TRUE(testing::eventually([&] {
+    return read(unreachable_log).find("cannot connect") != std::string::npos;
+  }));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_TRUE(unreachable.running());
+  EXPECT_EQ(unreachable.terminate(), 0);
+  const auto said = read(unreachable_log);
+  EXPECT_EQ(said.find("cannot connect"), said.rfind("cannot connect"))
+      << "said more than once: " << said;
 }
 
 TEST(WorkerProcessTest, KilledWorkerAttemptIsDeliveredAgainAndTheRunCompletes) {
