@@ -460,8 +460,8 @@ int reset_key_command(const std::string& data_dir) {
       clustered ? data_dir + "/node"
                 : (sharded ? data_dir + "/shards/000" : data_dir));
   if (!store) {
-    std::cerr << "durin admin reset-key: cannot open the node's store (stop "
-                 "the node that runs on this data dir first): "
+    // The store says why: in use (a node runs on it), permission...
+    std::cerr << "durin admin reset-key: cannot open the node's store: "
               << store.error().message << "\n";
     return 1;
   }
@@ -1001,6 +1001,11 @@ std::optional<durin::json> start_body(cli& c) {
   if (c.no_wait) {
     body["wait"] = false;
   }
+  if (!c.min_retention.empty() && c.hook_token.empty()) {
+    // A retention is the start token's: alone it would be dropped.
+    std::cerr << "invalid-argument: --min-retention needs --hook-token\n";
+    return std::nullopt;
+  }
   if (!c.hook_token.empty()) {
     body["hook"] = {{"token", c.hook_token}};
     if (!c.min_retention.empty()) {
@@ -1457,6 +1462,31 @@ void add_task_commands(CLI::App& app, cli& c) {
 
 }  // namespace
 
+// CLI11 answers a word that names no command (`durin bogus`, `durin runs
+// lst`) with only "A subcommand is required": this names the word and the
+// commands there are instead. False when the error is another.
+bool said_unknown_command(const CLI::App& app) {
+  const CLI::App* at = &app;
+  for (auto chosen = at->get_subcommands(); !chosen.empty();
+       chosen = at->get_subcommands()) {
+    at = chosen.front();
+  }
+  const auto rest = at->remaining(false);
+  if (rest.empty()) {
+    return false;
+  }
+  std::string commands;
+  for (const auto* command :
+       at->get_subcommands([](const CLI::App*) { return true; })) {
+    commands += (commands.empty() ? "" : ", ") + command->get_name();
+  }
+  const auto where =
+      at == &app ? std::string("durin") : "durin " + at->get_name();
+  std::cerr << "invalid-argument: '" << rest.front() << "' is no command of "
+            << where << "; its commands: " << commands << "\n";
+  return true;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"durin: durable workflows for C++"};
   app.require_subcommand(1);
@@ -1467,6 +1497,15 @@ int main(int argc, char** argv) {
   add_key_commands(app, c);
   add_task_commands(app, c);
   add_schedule_commands(app, c);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::RequiredError& e) {
+    if (said_unknown_command(app)) {
+      return 2;
+    }
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
   return c.exit_code;
 }

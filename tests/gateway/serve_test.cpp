@@ -1127,6 +1127,37 @@ TEST_F(ServeTest, CliNumbersOutOfRangeAreRefusedBeforeAnythingIsSent) {
   EXPECT_FALSE(std::filesystem::exists(other.path() + "/admin.key"));
 }
 
+// A word that names no command is named, with the commands there are
+// (CLI11 alone said "A subcommand is required"); an option that would be
+// dropped (--min-retention without its token) is refused.
+TEST_F(ServeTest, AWordThatNamesNoCommandIsNamedWithTheCommands) {
+  auto top = run_durin("bogus 2>&1");
+  EXPECT_EQ(top.code, 2) << top.output;
+  EXPECT_NE(top.output.find("invalid-argument: 'bogus' is no command of "
+                            "durin; its commands: run, serve"),
+            std::string::npos)
+      << top.output;
+  auto nested = run_durin("runs lst 2>&1");
+  EXPECT_EQ(nested.code, 2) << nested.output;
+  EXPECT_NE(nested.output.find("'lst' is no command of durin runs"),
+            std::string::npos)
+      << nested.output;
+  EXPECT_NE(nested.output.find("list"), std::string::npos) << nested.output;
+  auto bare = run_durin("runs 2>&1");
+  EXPECT_NE(bare.code, 0);
+  EXPECT_NE(bare.output.find("A subcommand is required"), std::string::npos)
+      << bare.output;
+  auto retention = run_durin(
+      "runs start --flow acme.sleep --min-retention 1h --server "
+      "http://127.0.0.1:" +
+      std::to_string(server_->port()) + " --data-dir " + dir_.path() + " 2>&1");
+  EXPECT_NE(retention.code, 0);
+  EXPECT_NE(retention.output.find(
+                "invalid-argument: --min-retention needs --hook-token"),
+            std::string::npos)
+      << retention.output;
+}
+
 // A --server the client cannot speak to is refused, saying why, before
 // anything is sent; a server that is not there is `unavailable` (nothing
 // reached it), not `shutting-down`.
@@ -1141,10 +1172,9 @@ TEST_F(ServeTest, AServerUrlIsCheckedAndAnAbsentServerIsUnavailable) {
            {"http://127.0.0.1", "a host and a port"}}) {
     auto ran = run_durin("runs list --api-key k --server " + url + " 2>&1");
     EXPECT_NE(ran.code, 0) << url;
-    EXPECT_NE(
-        ran.output.find("invalid-argument: a server is http://host:port (" +
-                        says),
-        std::string::npos)
+    EXPECT_NE(ran.output.find(
+                  "invalid-argument: a server is http://host:port (" + says),
+              std::string::npos)
         << url << ": " << ran.output;
   }
   auto absent =
