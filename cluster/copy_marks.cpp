@@ -64,9 +64,12 @@ result<std::string> data_dir_identity(const std::string& data_dir) {
                         "cannot write the data directory's identity");
     }
   }
-  if (!persistence::sync_path(fresh) ||
-      (fs::rename(fresh, path, failure), failure) ||
-      !persistence::sync_path(data_dir)) {
+  bool durable = persistence::sync_path(fresh);
+  if (durable) {
+    fs::rename(fresh, path, failure);
+    durable = !failure && persistence::sync_path(data_dir);
+  }
+  if (!durable) {
     return make_error(errc::storage_error,
                       "cannot make the data directory's identity durable");
   }

@@ -185,7 +185,9 @@ bool membership::wait_for_lapse(std::int64_t lease) {
   }
   // A dead process's lease lapses within what it had left; one renewed
   // past that (and a margin for etcd's rounding to seconds) is alive.
-  const auto until = clock::now() + std::chrono::seconds(left ? *left : 0) +
+  // Unread, it may have a whole TTL left.
+  const auto until = clock::now() +
+                     std::chrono::seconds(left ? *left : options_.lease_ttl_s) +
                      std::chrono::milliseconds(1500);
   while (clock::now() < until) {
     {

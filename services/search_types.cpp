@@ -101,20 +101,12 @@ status search_types::check(std::string_view tenant,
 
 status search_types::claim(std::string_view tenant,
                            const search_attributes& attributes) {
-  if (attributes.empty()) {
-    return {};
-  }
-  std::unique_lock lock(mutex_);
-  return claim_locked(tenant, attributes, false, lock);
+  return claim_as(tenant, attributes, false);
 }
 
 status search_types::claim_for_start(std::string_view tenant,
                                      const search_attributes& attributes) {
-  if (attributes.empty()) {
-    return {};
-  }
-  std::unique_lock lock(mutex_);
-  return claim_locked(tenant, attributes, true, lock);
+  return claim_as(tenant, attributes, true);
 }
 
 void search_types::settle_start(std::string_view tenant,
@@ -140,10 +132,13 @@ void search_types::settle_start(std::string_view tenant,
   }
 }
 
-status search_types::claim_locked(std::string_view tenant,
-                                  const search_attributes& attributes,
-                                  bool for_start,
-                                  std::unique_lock<std::mutex>& lock) {
+status search_types::claim_as(std::string_view tenant,
+                              const search_attributes& attributes,
+                              bool for_start) {
+  if (attributes.empty()) {
+    return {};
+  }
+  std::unique_lock lock(mutex_);
   auto unknown = unknown_locked(tenant, attributes);
   if (agree_ && !unknown.empty()) {
     lock.unlock();

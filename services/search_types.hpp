@@ -129,9 +129,9 @@ class search_types {
     bool provisional = false;
     std::uint32_t unsettled = 0;
   };
-  status claim_locked(std::string_view tenant,
-                      const search_attributes& attributes, bool for_start,
-                      std::unique_lock<std::mutex>& lock);
+  // claim (lasting) and claim_for_start (provisional).
+  status claim_as(std::string_view tenant, const search_attributes& attributes,
+                  bool for_start);
   using names = std::map<std::string, fixed_type, std::less<>>;
   // The type, if fixed and (with an agreement) agreed.
   std::optional<search_attribute_type> known_locked(
