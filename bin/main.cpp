@@ -497,6 +497,17 @@ std::optional<std::chrono::milliseconds> milliseconds_flag(
 int serve_command(const std::string& data_dir, const std::string& listen,
                   const serve_limits& limits, bool bench_flows,
                   const cluster_flags& cluster) {
+  // The node's files are its owner's only: every file and directory it makes
+  // (RocksDB's, admin.key, a cluster node's identity, the data dir when it is
+  // new) 0600 or 0700. A data dir that exists keeps its mode: it may be a
+  // directory others use too (--data-dir .), which is not the node's to change.
+  ::umask(077);
+  if (struct stat info{};
+      ::stat(data_dir.c_str(), &info) == 0 && (info.st_mode & 077) != 0) {
+    std::cerr << "durin serve: note: the data dir " << data_dir
+              << " is open to other users; the node's files in it are its "
+                 "owner's only\n";
+  }
   durin::gateway::serve_options options;
   options.data_dir = data_dir;
   options.shards = limits.shards;
@@ -578,17 +589,6 @@ int serve_command(const std::string& data_dir, const std::string& listen,
     std::transform(name.begin(), name.end(), name.begin(),
                    [](unsigned char ch) { return std::tolower(ch); });
     options.api.webhook_dropped_headers.erase(name);
-  }
-  // The node's files are its owner's only: every file and directory it
-  // makes (RocksDB's, admin.key, the data dir when it is new) 0600 or
-  // 0700. A data dir that exists keeps its mode: it may be a directory
-  // others use too (--data-dir .), which is not the node's to change.
-  ::umask(077);
-  if (struct stat info{};
-      ::stat(data_dir.c_str(), &info) == 0 && (info.st_mode & 077) != 0) {
-    std::cerr << "durin serve: note: the data dir " << data_dir
-              << " is open to other users; the node's files in it are its "
-                 "owner's only\n";
   }
   durin::registry flows;
   durin::examples::register_examples(flows);

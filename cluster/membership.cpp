@@ -500,13 +500,15 @@ void membership::tend_owned(std::uint32_t shard, const table& seen,
                    options_.node_id.c_str(), shard, config.target.c_str());
       resigned_[shard].store(taken.epoch, std::memory_order_release);
       fences_[shard]->close();
-      // Writes that landed here before the close reach the target before
-      // it promotes: it then continues this copy's log, which follows it
-      // without a re-copy. Bounded: a backup that does not answer is
-      // dropped by the shipping itself within its timeout.
-      const auto* shipping = fences_[shard]->replication();
+      // Writes that landed here before the close (also one the committer
+      // is writing now) reach the target before it promotes: it then
+      // continues this copy's log, which follows it without a re-copy.
+      // Bounded: a backup that does not answer is dropped by the shipping
+      // itself within its timeout.
+      const auto& fence = *fences_[shard];
+      const auto* shipping = fence.replication();
       const auto until = clock::now() + handover_settle_max;
-      while (shipping != nullptr && !shipping->settled() &&
+      while (shipping != nullptr && (fence.writing() || !shipping->settled()) &&
              clock::now() < until) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }

@@ -336,12 +336,23 @@ void committer::commit_group(std::vector<pending>& group, fault injected) {
     std::uint64_t position = 0;
     const auto& fence = store_.guard();
     const bool replicated = fence && fence->replication() != nullptr;
-    const status written = write_group(*target, members.size(), operations,
-                                       injected, !replicated, epoch, position);
-    if (written && position != 0 && replicated) {
-      replicate(*fence, group, members, outcomes, epoch, position, *target);
+    if (fence) {
+      fence->begin_write();
+    }
+    bool landed = false;
+    const status written =
+        write_group(*target, members.size(), operations, injected, !replicated,
+                    epoch, position, landed);
+    if (landed && position != 0 && replicated) {
+      // Shipped even when the fence closed during the write (answered
+      // failed then): a copy must never lack a write its primary holds.
+      replicate(*fence, group, members, outcomes, epoch, position, *target,
+                written);
       members.clear();  // answered once durable here and replicated
       answered_later = true;
+    }
+    if (fence) {
+      fence->end_write();
     }
     for (const std::size_t index : members) {
       outcomes[index] = written;
@@ -363,7 +374,8 @@ void committer::commit_group(std::vector<pending>& group, fault injected) {
 void committer::replicate(const fence& guard, std::vector<pending>& group,
                           const std::vector<std::size_t>& members,
                           std::vector<status>& outcomes, std::uint64_t epoch,
-                          std::uint64_t position, write_batch& written) {
+                          std::uint64_t position, write_batch& written,
+                          const status& verdict) {
   // The two halves of a replicated write: the backups' and this node's
   // fsync. The last to finish answers, with the first failure if any.
   std::vector<callback> waiting;
@@ -409,7 +421,7 @@ void committer::replicate(const fence& guard, std::vector<pending>& group,
                         "primary; it may or may not count, retry with the "
                         "same key");
   }
-  settle(synced);
+  settle(synced ? verdict : synced);
 }
 
 write_batch* committer::merge_group(std::vector<pending>& group,
@@ -445,7 +457,8 @@ write_batch* committer::merge_group(std::vector<pending>& group,
 
 status committer::write_group(write_batch& target, std::size_t batches,
                               std::size_t operations, fault injected, bool sync,
-                              std::uint64_t& epoch, std::uint64_t& position) {
+                              std::uint64_t& epoch, std::uint64_t& position,
+                              bool& landed) {
   if (injected == fault::fail_before_write) {
     return make_error(errc::storage_error, "injected fault: group not written");
   }
@@ -455,18 +468,20 @@ status committer::write_group(write_batch& target, std::size_t batches,
   const auto& fence = store_.guard();
   epoch = 0;
   position = 0;
+  landed = false;
   if (fence) {
-    if (!fence->open()) {
+    epoch = fence->epoch();
+    if (epoch == 0 || !fence->open()) {
       (void)store_.hold();  // makes the store not ready: it reports why
       return store_.unavailable();
     }
-    epoch = fence->epoch();
     position = store_.log_position() + 1;
     target.put_position(epoch, position);
   }
   DURIN_TEST_KILL_POINT("committer.before_write");
   status written = store_.write(target, sync);  // durable when ok and sync
   DURIN_TEST_KILL_POINT("committer.after_write");
+  landed = static_cast<bool>(written);
   if (fence && written) {
     store_.advanced_to(position, epoch);
     if (!fence->open() || fence->epoch() != epoch) {

@@ -118,18 +118,22 @@ class committer {
                            write_batch& merged);
   // Ships the landed, unsynced write at `position` to the shard's
   // replication, then syncs it here: the members' callbacks are answered
-  // once both are done (ok only when both are), the sync's failure gives
-  // the shard up at `epoch` (replication::lost).
+  // once both are done (ok only when both are and `verdict`, the write's
+  // own outcome, is), the sync's failure gives the shard up at `epoch`
+  // (replication::lost).
   void replicate(const fence& guard, std::vector<pending>& group,
                  const std::vector<std::size_t>& members,
                  std::vector<status>& outcomes, std::uint64_t epoch,
-                 std::uint64_t position, write_batch& written);
+                 std::uint64_t position, write_batch& written,
+                 const status& verdict);
   // Writes `target` (synced unless not `sync`) and counts it, or fails it
   // as `injected` says. In a cluster, `position` gets the log position
-  // written (0 outside).
+  // written (0 outside); `landed` whether the write reached the store,
+  // also when it is answered failed (the fence closed meanwhile).
   status write_group(write_batch& target, std::size_t batches,
                      std::size_t operations, fault injected, bool sync,
-                     std::uint64_t& epoch, std::uint64_t& position);
+                     std::uint64_t& epoch, std::uint64_t& position,
+                     bool& landed);
 
   store& store_;
   options options_;

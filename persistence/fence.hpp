@@ -11,7 +11,9 @@
 //
 // Thread-safety: every method may be called from any thread. A check that
 // races a grant or a close may see the fence closed a moment early, never
-// open a moment late.
+// open a moment late. The epoch and deadline are sequentially consistent:
+// a close followed by `writing()` sees every group write that saw the
+// fence open (the committer's count comes before its check).
 #pragma once
 
 #include <atomic>
@@ -32,17 +34,17 @@ class fence {
   // Opens the fence at `epoch` (> 0) until `deadline`, then tells the
   // listener (the store reopens at once instead of at its next backoff).
   void grant(std::uint64_t epoch, clock::time_point deadline) {
-    deadline_ns_.store(0, std::memory_order_release);
-    epoch_.store(epoch, std::memory_order_release);
-    deadline_ns_.store(ticks(deadline), std::memory_order_release);
+    deadline_ns_.store(0);
+    epoch_.store(epoch);
+    deadline_ns_.store(ticks(deadline));
     tell();
   }
 
   // A keepalive came back: the current epoch's deadline moves. No-op when
   // the fence was closed or granted again at another epoch meanwhile.
   void extend(std::uint64_t epoch, clock::time_point deadline) {
-    if (epoch_.load(std::memory_order_acquire) == epoch) {
-      deadline_ns_.store(ticks(deadline), std::memory_order_release);
+    if (epoch_.load() == epoch) {
+      deadline_ns_.store(ticks(deadline));
     }
   }
 
@@ -50,23 +52,30 @@ class fence {
   // ready at once, not at its next read: a grant later must find it not
   // ready, so that it reopens and its runs are recovered).
   void close() {
-    epoch_.store(0, std::memory_order_release);
-    deadline_ns_.store(0, std::memory_order_release);
+    epoch_.store(0);
+    deadline_ns_.store(0);
     tell();
   }
 
   bool open(clock::time_point now = clock::now()) const {
-    return epoch_.load(std::memory_order_acquire) != 0 &&
-           ticks(now) < deadline_ns_.load(std::memory_order_acquire);
+    return epoch_.load() != 0 && ticks(now) < deadline_ns_.load();
   }
 
   // The epoch granted last; 0 when closed. Open or not by its deadline.
-  std::uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
+  std::uint64_t epoch() const { return epoch_.load(); }
 
   clock::time_point deadline() const {
-    return clock::time_point(
-        clock::duration(deadline_ns_.load(std::memory_order_acquire)));
+    return clock::time_point(clock::duration(deadline_ns_.load()));
   }
+
+  // The committer counts a group write from before it checks the fence
+  // until the write is shipped (or failed): a primary handing its shard
+  // over closes the fence, then waits for `writing()` to be false and its
+  // shipping settled, so that every write that landed here reaches the
+  // target before it promotes (one log, no re-copy).
+  void begin_write() { writing_.fetch_add(1); }
+  void end_write() { writing_.fetch_sub(1); }
+  bool writing() const { return writing_.load() != 0; }
 
   // Whether the store behind the fence is open and takes writes now: set
   // by the store once it reopened under the grant, cleared by a fault or
@@ -109,6 +118,7 @@ class fence {
   std::atomic<std::uint64_t> epoch_{0};
   std::atomic<std::int64_t> deadline_ns_{0};
   std::atomic<bool> ready_{false};
+  std::atomic<int> writing_{0};
   std::mutex mutex_;
   std::function<void()> listener_;
   std::shared_ptr<persistence::replication> replication_;

@@ -32,6 +32,7 @@
 #include "persistence/keys.hpp"
 #include "persistence/storage_error.hpp"
 #include "persistence/store_internal.hpp"
+#include "persistence/test_points.hpp"
 
 namespace durin::persistence {
 
@@ -660,6 +661,7 @@ status store::write(write_batch& batch, bool sync) {
     }
     rocksdb::WriteOptions options = sync_write();
     options.sync = sync;
+    DURIN_TEST_SLOW_POINT("store.write");  // past the fence's check
     const rocksdb::Status written = db_->Write(options, batch.batch_.get());
     if (!written.ok()) {
       (void)batch.batch_->RollbackToSavePoint();

@@ -5,11 +5,13 @@
 #if defined(DURIN_TEST_POINTS)
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 namespace durin::test_points {
 
@@ -18,7 +20,8 @@ namespace {
 // Longest point name DURIN_KILL_AT may name; points are short literals.
 constexpr std::size_t name_bytes_max = 127;
 
-// A parsed DURIN_KILL_AT or DURIN_FAIL_AT: which point, at which hit. Fixed
+// A parsed DURIN_KILL_AT, DURIN_FAIL_AT or DURIN_SLOW_AT: which point, at
+// which hit (for a slow point: how many milliseconds). Fixed
 // storage, so parsing cannot throw inside the noexcept reach().
 struct kill_plan {
   bool armed = false;
@@ -70,6 +73,12 @@ kill_plan& fail_at() {
   return read;
 }
 
+kill_plan& slow_at() {
+  static kill_plan parsed;
+  static kill_plan& read = read_plan("DURIN_SLOW_AT", parsed);
+  return read;
+}
+
 // Whether this reach of `name` is the planned hit.
 bool planned_hit(kill_plan& current, const char* name) noexcept {
   // The common case: nothing planned, one predictable branch.
@@ -90,6 +99,13 @@ void reach(const char* name) noexcept {
 
 bool fails(const char* name) noexcept {
   return planned_hit(fail_at(), name);
+}
+
+void slow(const char* name) noexcept {
+  const kill_plan& plan = slow_at();
+  if (plan.armed && std::strcmp(name, plan.name) == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(plan.at_hit));
+  }
 }
 
 }  // namespace durin::test_points

@@ -8,6 +8,7 @@
 // etcd, real nodes on loopback, real kill -9 and SIGSTOP
 // (tests/support/cluster_harness.hpp).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <chrono>
@@ -198,6 +199,28 @@ TEST_F(ClusterTest, ASecondProcessWithALiveNodesIdIsRefusedAndTheNodeServesOn) {
       << text;
   EXPECT_EQ(epochs(), before);
   EXPECT_EQ(cluster_.client(0).get("/healthz").status, 200u);
+}
+
+// A cluster node's files are its owner's only, as a single node's: its
+// data dir (made before the node joins its cluster) 0700, every file 0600.
+TEST_F(ClusterTest, ANodesDataDirIsPrivateToItsOwner) {
+  auto started = cluster_.client(0).post("/v1/runs", review("private"));
+  ASSERT_EQ(started.status, 200u) << started.body;
+  for (int i = 0; i < 3; ++i) {
+    const auto dir = cluster_.data_dir(i);
+    struct stat info {};
+    ASSERT_EQ(::stat(dir.c_str(), &info), 0) << dir;
+    EXPECT_EQ(info.st_mode & 0777, 0700u) << dir;
+    int files = 0;
+    for (const auto& entry :
+         std::filesystem::recursive_directory_iterator(dir)) {
+      ASSERT_EQ(::stat(entry.path().c_str(), &info), 0);
+      EXPECT_EQ(info.st_mode & 0777, entry.is_directory() ? 0700u : 0600u)
+          << entry.path();
+      ++files;
+    }
+    EXPECT_GT(files, 3) << dir;
+  }
 }
 
 TEST_F(ClusterTest, StatusNamesEveryNodeAndAnOwnerAndEpochPerShard) {

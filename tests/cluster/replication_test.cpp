@@ -727,6 +727,42 @@ TEST(ReplicationTest, AnOnlineMoveToABackupHandsTheShardOverUnderLoad) {
   expect_copies_equal(cluster);
 }
 
+// A hand-over that closes the fence while the primary's committer is
+// writing ships that write before the target promotes: the write lands
+// here (answered failed, the fence closed during it), and a copy that
+// held it while the target lacked it would have to re-copy. Every write is
+// slowed between the store's fence check and RocksDB, so the move meets
+// one there.
+TEST(ReplicationTest,
+     AHandOverDuringAWriteShipsThatWriteBeforeTheTargetTakesOver) {
+  auto setup = replicated(2, 1);
+  setup.env = {"DURIN_SLOW_AT=store.write:40"};
+  cluster_harness cluster(setup);
+  ASSERT_TRUE(cluster.wait_for_routing());
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
+  const int from = *owners(cluster, 0).begin();
+  const int to = 1 - from;
+  request_log log;
+  keyed_load load(cluster, log, 3);
+  std::this_thread::sleep_for(1500ms);
+  std::string output;
+  ASSERT_EQ(
+      move_cli(cluster, {"move", "0", "--to", cluster_harness::node_id(to)},
+               output),
+      0)
+      << output;
+  std::this_thread::sleep_for(1500ms);
+  load.stop();
+  const auto shard = cluster.status(0)["shards"][0];
+  SCOPED_TRACE(shard.dump());
+  EXPECT_EQ(shard["owner"], cluster_harness::node_id(to));
+  EXPECT_EQ(shard["backups"], json::array({cluster_harness::node_id(from)}));
+  expect_every_acknowledged_start_present(cluster, log);
+  ASSERT_TRUE(wait_for_copies_in_step(cluster, 0));
+  EXPECT_EQ(metric(cluster, from, "durin_replication_recopies_total"), 0u);
+  expect_copies_equal(cluster);
+}
+
 // A move to a node that keeps no copy: it becomes a backup, catches up,
 // takes over, and the old owner's copy is dropped (still two copies).
 TEST(ReplicationTest, AnOnlineMoveToANewNodeCatchesUpThenDropsTheOldCopy) {

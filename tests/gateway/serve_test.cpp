@@ -1743,6 +1743,11 @@ TEST_F(ServeTest, CancelAndTerminateRefuseAnEmptyCommandIdOrAnOversizeReason) {
       {{"flow", "acme.sleep"}, {"input", {{"ms", 600'000}}}, {"wait", false}});
   ASSERT_EQ(run.status, 202u) << run.body;
   const auto id = run.value["id"].get<std::string>();
+  // A start that does not wait is answered at admission; the run reaches
+  // `waiting` after the answer.
+  ASSERT_TRUE(eventually([&] {
+    return client.get("/v1/runs/" + id).value.value("status", "") == "waiting";
+  }));
   for (const std::string verb : {"cancel", "terminate"}) {
     auto empty =
         client.post("/v1/runs/" + id + "/" + verb, {{"commandId", ""}});
