@@ -483,15 +483,36 @@ std::int64_t schedule_service::due_of(const entry& one,
   return due;
 }
 
+namespace {
+
+// Whether a run a schedule remembers has ended. Unreadable: no (it may be
+// running); absent: as `absent` says (a start refused, at the next firing;
+// a start on its way, in a view).
+bool run_ended(const persistence::store& store, const std::string& run_id,
+               bool absent) {
+  auto record = store.get_run(run_id);
+  return record && (!*record ? absent : is_terminal((*record)->status));
+}
+
+}  // namespace
+
 void schedule_service::prune_running(std::uint32_t shard,
                                      schedule_state& state) const {
   const auto& store = *node_.shards[shard]->store;
   std::erase_if(state.running, [&](const std::string& run_id) {
-    auto record = store.get_run(run_id);
-    // Unreadable: kept (it may be running); absent (a start that was
-    // refused): dropped.
-    return record && (!*record || is_terminal((*record)->status));
+    return run_ended(store, run_id, true);
   });
+}
+
+void schedule_service::show_running_now(std::uint32_t shard, json& view) const {
+  const auto& store = *node_.shards[shard]->store;
+  json now = json::array();
+  for (const auto& run_id : view["info"]["running"]) {
+    if (!run_ended(store, run_id.get<std::string>(), false)) {
+      now.push_back(run_id);
+    }
+  }
+  view["info"]["running"] = std::move(now);
 }
 
 bool schedule_service::watch_running(std::uint32_t shard,
@@ -1046,7 +1067,10 @@ result<json> schedule_service::get(const std::string& tenant,
   if (found == entries.end()) {
     return not_found(id);
   }
-  return view(found->second);
+  auto out = view(found->second);
+  lock.unlock();
+  show_running_now(*shard, out);
+  return out;
 }
 
 result<json> schedule_service::list(const std::string& tenant,
@@ -1054,28 +1078,33 @@ result<json> schedule_service::list(const std::string& tenant,
                                     std::size_t limit) {
   lock_type lock(mutex_);
   follow_shards();
-  std::vector<const entry*> mine;
-  for (const auto& one : parts_) {
-    for (const auto& [key, candidate] : one.entries) {
+  std::vector<std::pair<const entry*, std::uint32_t>> mine;
+  for (std::uint32_t shard = 0; shard < parts_.size(); ++shard) {
+    for (const auto& [key, candidate] : parts_[shard].entries) {
       (void)key;
       if (candidate.tenant == tenant && candidate.definition.id > after_id) {
-        mine.push_back(&candidate);
+        mine.emplace_back(&candidate, shard);
       }
     }
   }
-  std::sort(mine.begin(), mine.end(), [](const entry* a, const entry* b) {
-    return a->definition.id < b->definition.id;
+  std::sort(mine.begin(), mine.end(), [](const auto& a, const auto& b) {
+    return a.first->definition.id < b.first->definition.id;
   });
-  json page = json::array();
-  for (const auto* one : mine) {
-    if (page.size() == limit) {
+  std::vector<std::pair<json, std::uint32_t>> views;
+  for (const auto& [one, shard] : mine) {
+    if (views.size() == limit) {
       break;
     }
-    page.push_back(view(*one));
+    views.emplace_back(view(*one), shard);
   }
-  json next = page.size() == limit && mine.size() > limit
-                  ? json(page.back()["scheduleId"])
-                  : json(nullptr);
+  const bool more = views.size() == limit && mine.size() > limit;
+  lock.unlock();
+  json page = json::array();
+  for (auto& [one, shard] : views) {
+    show_running_now(shard, one);
+    page.push_back(std::move(one));
+  }
+  json next = more ? json(page.back()["scheduleId"]) : json(nullptr);
   return json{{"schedules", std::move(page)}, {"nextCursor", std::move(next)}};
 }
 

@@ -188,6 +188,9 @@ class schedule_service {
               const std::string& key,
               const std::function<void(entry&)>& change);
   void prune_running(std::uint32_t shard, schedule_state& state) const;
+  // A view's info.running as the store says now (the state is pruned only
+  // at the next firing). Reads the store: called without mutex_.
+  void show_running_now(std::uint32_t shard, json& view) const;
   // With occurrences buffered: asks the run-event hub to say when each
   // running run ends, so the next one starts then. REQUIRES: mutex_.
   // Whether it subscribed to a run it did not watch yet.

@@ -401,6 +401,39 @@ TEST_F(ScheduleServiceTest,
   EXPECT_EQ((*view)["info"]["fired"], 6);
 }
 
+// A schedule's info.running names the runs it started that have not
+// ended, in a view and in a list, also before its next firing (which is
+// when it forgets the ended ones).
+TEST_F(ScheduleServiceTest, InfoRunningNamesOnlyRunsThatHaveNotEnded) {
+  auto rt = open();
+  auto& schedules = schedules_of(*rt);
+  ASSERT_TRUE(
+      schedules.create("default", body("brief", {{"interval", "1m"}})).ok());
+  ASSERT_TRUE(
+      schedules.create("default", body("lasting", {{"interval", "1m"}}, "long"))
+          .ok());
+  clock_->advance_ms(minute_ms);
+  const auto brief = wait_runs(*rt, "brief", 1);
+  const auto lasting = wait_runs(*rt, "lasting", 1);
+  ASSERT_EQ(brief.size(), 1u);
+  ASSERT_EQ(lasting.size(), 1u);
+  ASSERT_TRUE(eventually(
+      [&] { return status_is(*rt, brief[0].id, run_status::completed); }));
+  auto view = schedules.get("default", "brief");
+  ASSERT_TRUE(view.ok());
+  EXPECT_EQ((*view)["info"]["running"], json::array()) << view->dump();
+  EXPECT_EQ((*view)["info"]["fired"], 1);
+  view = schedules.get("default", "lasting");
+  ASSERT_TRUE(view.ok());
+  EXPECT_EQ((*view)["info"]["running"], json::array({lasting[0].id}));
+  auto listed = schedules.list("default", "", 10);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ((*listed)["schedules"].size(), 2u) << listed->dump();
+  EXPECT_EQ((*listed)["schedules"][0]["info"]["running"], json::array());
+  EXPECT_EQ((*listed)["schedules"][1]["info"]["running"],
+            json::array({lasting[0].id}));
+}
+
 TEST_F(ScheduleServiceTest, OverlapSkipCountsTheOccurrencesItSkips) {
   auto rt = open();
   ASSERT_TRUE(schedules_of(*rt)
