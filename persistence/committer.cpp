@@ -119,6 +119,28 @@ status append(const store& owner, write_batch& merged, write_batch& batch) {
   return {};
 }
 
+// Counts one group write on the store's fence (none on a single node) for
+// as long as it lives: from before the write checks the fence until the
+// write is shipped or failed, which is what a hand-over waits out.
+class counted_write {
+ public:
+  explicit counted_write(fence* counted) : fence_(counted) {
+    if (fence_ != nullptr) {
+      fence_->begin_write();
+    }
+  }
+  ~counted_write() {
+    if (fence_ != nullptr) {
+      fence_->end_write();
+    }
+  }
+  counted_write(const counted_write&) = delete;
+  counted_write& operator=(const counted_write&) = delete;
+
+ private:
+  fence* fence_;
+};
+
 }  // namespace
 
 // Batches are answered in submission order, except that two replicated
@@ -336,23 +358,20 @@ void committer::commit_group(std::vector<pending>& group, fault injected) {
     std::uint64_t position = 0;
     const auto& fence = store_.guard();
     const bool replicated = fence && fence->replication() != nullptr;
-    if (fence) {
-      fence->begin_write();
-    }
-    bool landed = false;
-    const status written =
-        write_group(*target, members.size(), operations, injected, !replicated,
-                    epoch, position, landed);
-    if (landed && position != 0 && replicated) {
-      // Shipped even when the fence closed during the write (answered
-      // failed then): a copy must never lack a write its primary holds.
-      replicate(*fence, group, members, outcomes, epoch, position, *target,
-                written);
-      members.clear();  // answered once durable here and replicated
-      answered_later = true;
-    }
-    if (fence) {
-      fence->end_write();
+    status written;
+    {
+      const counted_write counted(fence.get());
+      bool landed = false;
+      written = write_group(*target, members.size(), operations, injected,
+                            !replicated, epoch, position, landed);
+      if (landed && position != 0 && replicated) {
+        // Shipped even when the fence closed during the write (answered
+        // failed then): a copy must never lack a write its primary holds.
+        replicate(*fence, group, members, outcomes, epoch, position, *target,
+                  written);
+        members.clear();  // answered once durable here and replicated
+        answered_later = true;
+      }
     }
     for (const std::size_t index : members) {
       outcomes[index] = written;
