@@ -59,6 +59,7 @@ std::string metrics_text(services::node& services, runtime& node) {
     stats.group_writes += one.group_writes;
     stats.batches += one.batches;
     stats.operations += one.operations;
+    stats.landed_as_fence_closed += one.landed_as_fence_closed;
   }
   std::string text = task_metrics(node) + storage_metrics(node);
   if (auto counts = services.runs_by_status()) {
@@ -88,6 +89,12 @@ std::string metrics_text(services::node& services, runtime& node) {
                              : static_cast<double>(stats.batches) /
                                    static_cast<double>(stats.group_writes)) +
           "\n";
+  text +=
+      "# HELP durin_commit_landed_as_fence_closed_total group writes that "
+      "landed while their shard's lease ended or a hand-over began "
+      "(answered failed, still shipped to the backups).\n"
+      "durin_commit_landed_as_fence_closed_total " +
+      std::to_string(stats.landed_as_fence_closed) + "\n";
   return text;
 }
 

@@ -501,9 +501,11 @@ status committer::write_group(write_batch& target, std::size_t batches,
   status written = store_.write(target, sync);  // durable when ok and sync
   DURIN_TEST_KILL_POINT("committer.after_write");
   landed = static_cast<bool>(written);
+  bool fence_closed = false;
   if (fence && written) {
     store_.advanced_to(position, epoch);
-    if (!fence->open() || fence->epoch() != epoch) {
+    fence_closed = !fence->open() || fence->epoch() != epoch;
+    if (fence_closed) {
       // The deadline passed during the write: it landed, but an answer now
       // would come from a node that no longer holds the shard.
       written = make_error(errc::storage_error,
@@ -511,11 +513,12 @@ status committer::write_group(write_batch& target, std::size_t batches,
                            "may or may not count, retry with the same key");
     }
   }
-  if (written) {
+  if (landed) {
     std::lock_guard lock(mutex_);
     stats_.group_writes += 1;
     stats_.batches += batches;
     stats_.operations += operations;
+    stats_.landed_as_fence_closed += fence_closed ? 1 : 0;
   }
   if (written && injected == fault::fail_after_write) {
     written = make_error(errc::storage_error,

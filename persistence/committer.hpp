@@ -57,11 +57,16 @@ class committer {
   };
 
   // Counts what reached the disk: a fail_after_write group counts (it was
-  // written), a fail_before_write or failed write does not.
+  // written), and so does one that landed as its fence closed; a
+  // fail_before_write or failed write does not.
   struct stats {
     std::uint64_t group_writes = 0;  // fsync'd RocksDB writes
     std::uint64_t batches = 0;       // batches committed
     std::uint64_t operations = 0;    // puts and deletes committed
+    // Group writes that landed while their shard's fence closed (a lease
+    // ended or a hand-over began): answered failed, shipped to the backups
+    // all the same. Counted so that tests of that race can see it was met.
+    std::uint64_t landed_as_fence_closed = 0;
   };
 
   // Starts the committer thread. REQUIRES: `target` outlives the committer.

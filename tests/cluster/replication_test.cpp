@@ -694,8 +694,13 @@ TEST(ReplicationTest, AnAcceptedLossLetsABackupNotInStepServeWhatItsCopyHolds) {
 // serves at epoch + 1, the old owner is its backup and follows its log
 // with no re-copy, nothing acknowledged is lost, and the copies are
 // equal. Answers the longest time without an acknowledged write from the
-// move on.
-std::chrono::milliseconds move_to_the_backup_under_load(
+// move on, and how many of the old owner's writes landed as its fence
+// closed.
+struct moved_under_load {
+  std::chrono::milliseconds silence{};
+  std::uint64_t landed_as_fence_closed = 0;
+};
+moved_under_load move_to_the_backup_under_load(
     const cluster_setup& setup, std::chrono::milliseconds around) {
   cluster_harness cluster(setup);
   if (!cluster.wait_for_routing() || !wait_for_copies_in_step(cluster, 0)) {
@@ -729,8 +734,10 @@ std::chrono::milliseconds move_to_the_backup_under_load(
   expect_every_acknowledged_start_present(cluster, log);
   EXPECT_TRUE(wait_for_copies_in_step(cluster, 0));
   EXPECT_EQ(metric(cluster, from, "durin_replication_recopies_total"), 0u);
-  expect_copies_equal(cluster);
-  return silence;
+  const auto landed_as_fence_closed =
+      metric(cluster, from, "durin_commit_landed_as_fence_closed_total");
+  expect_copies_equal(cluster);  // stops the nodes
+  return {silence, landed_as_fence_closed};
 }
 
 // With replication a move is online: the target, a copy in step, takes
@@ -738,7 +745,8 @@ std::chrono::milliseconds move_to_the_backup_under_load(
 // nothing acknowledged is lost, and the shard stops answering only for
 // the hand-over (no copy of its files).
 TEST(ReplicationTest, AnOnlineMoveToABackupHandsTheShardOverUnderLoad) {
-  EXPECT_LT(move_to_the_backup_under_load(replicated(2, 1), 700ms), 1500ms);
+  EXPECT_LT(move_to_the_backup_under_load(replicated(2, 1), 700ms).silence,
+            1500ms);
 }
 
 // A hand-over that closes the fence while the primary's committer is
@@ -746,12 +754,14 @@ TEST(ReplicationTest, AnOnlineMoveToABackupHandsTheShardOverUnderLoad) {
 // here (answered failed, the fence closed during it), and a copy that
 // held it while the target lacked it would have to re-copy. Every write is
 // slowed between the store's fence check and RocksDB, so the move meets
-// one there.
+// one there; the old owner's count of such writes shows that this run met
+// the race, so that the checks above were about it.
 TEST(ReplicationTest,
      AHandOverDuringAWriteShipsThatWriteBeforeTheTargetTakesOver) {
   auto setup = replicated(2, 1);
   setup.env = {"DURIN_SLOW_AT=store.write:40"};
-  move_to_the_backup_under_load(setup, 1500ms);
+  EXPECT_GT(move_to_the_backup_under_load(setup, 1500ms).landed_as_fence_closed,
+            0u);
 }
 
 // A move to a node that keeps no copy: it becomes a backup, catches up,

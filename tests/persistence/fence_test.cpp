@@ -19,6 +19,7 @@
 #include "persistence/keys.hpp"
 #include "persistence/store.hpp"
 #include "test_support.hpp"
+#include "tests/support/faulty_file_system.hpp"
 
 namespace durin::persistence {
 namespace {
@@ -66,9 +67,13 @@ std::uint64_t meta_u64(const store& target, std::string_view name) {
 class FenceTest : public ::testing::Test {
  protected:
   // `backoff_ms`: the store's reopen backoff, at least and at most.
-  std::shared_ptr<store> open_fenced(std::int64_t backoff_ms = 100) {
+  // `file_system`: null for the operating system's.
+  std::shared_ptr<store> open_fenced(
+      std::int64_t backoff_ms = 100,
+      std::shared_ptr<rocksdb::FileSystem> file_system = nullptr) {
     store_options options;
     options.fence = fence_;
+    options.file_system = std::move(file_system);
     options.reopen_backoff_ms_min = backoff_ms;
     options.reopen_backoff_ms_max = std::max<std::int64_t>(backoff_ms, 1000);
     auto opened = store::open(dir_.path(), options);
@@ -156,6 +161,40 @@ TEST_F(FenceTest, ACloseMakesTheStoreNotReadyAtOnceSoTheNextGrantRecoversIt) {
   ASSERT_TRUE(eventually_ready(*target));
   EXPECT_TRUE(
       durin::testing::eventually([&] { return became_ready.load() == 2; }));
+}
+
+// A hand-over closes the fence while a write is past its check: the write
+// lands (its primary must ship it, a copy must never lack it), but it is
+// answered failed, since the answer would come from a node that no longer
+// holds the shard, and the committer counts it.
+TEST_F(FenceTest, AWriteLandingAsTheFenceClosesIsAnsweredFailedAndCounted) {
+  auto file_system = std::make_shared<durin::testing::faulty_file_system>();
+  auto target = open_fenced(100, file_system);
+  fence_->grant(1, std::chrono::steady_clock::now() + 10s);
+  ASSERT_TRUE(eventually_ready(*target));
+  committer writer(*target);
+  ASSERT_TRUE(commit(writer, *target, "run_before").ok());
+  EXPECT_EQ(writer.statistics().landed_as_fence_closed, 0u);
+  const auto writes_before = writer.statistics().group_writes;
+  file_system->before_next_append(".log", [this] { fence_->close(); });
+  const auto answered = commit(writer, *target, "run_during");
+  ASSERT_FALSE(answered.ok());
+  EXPECT_EQ(answered.error().code, errc::storage_error);
+  EXPECT_NE(answered.error().message.find("may or may not count"),
+            std::string::npos)
+      << answered.error().message;
+  EXPECT_EQ(writer.statistics().landed_as_fence_closed, 1u);
+  EXPECT_EQ(writer.statistics().group_writes, writes_before + 1);  // on disk
+  fence_->grant(2, std::chrono::steady_clock::now() + 10s);
+  ASSERT_TRUE(eventually_ready(*target));
+  auto during = target->get_run("run_during");
+  ASSERT_TRUE(during.ok());
+  EXPECT_TRUE(during->has_value());  // it landed
+  // A refused write (the fence closed before its check) is not counted.
+  fence_->close();
+  EXPECT_FALSE(commit(writer, *target, "run_after").ok());
+  EXPECT_EQ(writer.statistics().landed_as_fence_closed, 1u);
+  EXPECT_EQ(writer.statistics().group_writes, writes_before + 1);
 }
 
 TEST_F(FenceTest, ExtendKeepsTheCurrentEpochOnlyOpen) {

@@ -27,6 +27,8 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -231,12 +233,20 @@ class cluster_harness {
     return answer.status == 200 ? answer.value : json();
   }
 
-  // The value of metric `name` (no labels) in node `i`'s /metrics; 0 when
-  // it has none.
+  // The value of metric `name` (no labels) in node `i`'s /metrics. A node
+  // that does not answer, or a metric it does not have, fails the test
+  // (and reads 0): an expected 0 must not pass for a node that is gone or
+  // a misspelt name.
   std::uint64_t metric(int i, const std::string& name) {
     auto answer = client(i).get("/metrics");
+    if (answer.status != 200) {
+      ADD_FAILURE() << "node " << i << " answered GET /metrics "
+                    << answer.status << ", reading " << name;
+      return 0;
+    }
     const auto at = answer.body.find("\n" + name + " ");
     if (at == std::string::npos) {
+      ADD_FAILURE() << "node " << i << "'s /metrics has no " << name;
       return 0;
     }
     return std::stoull(answer.body.substr(at + name.size() + 2));

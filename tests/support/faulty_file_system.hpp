@@ -20,6 +20,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -55,6 +56,16 @@ class faulty_file_system : public rocksdb::FileSystemWrapper {
     armed_.store(false, std::memory_order_release);
   }
 
+  // Runs `action` once, on the next append to a file whose name ends with
+  // `suffix` (".log": the write-ahead log), just before that append: a
+  // test's way to act in the middle of a RocksDB write.
+  void before_next_append(std::string suffix, std::function<void()> action) {
+    std::lock_guard lock(mutex_);
+    append_suffix_ = std::move(suffix);
+    append_action_ = std::move(action);
+    action_armed_.store(true, std::memory_order_release);
+  }
+
   std::uint64_t injected() const {
     std::uint64_t total = 0;
     for (const auto& count : injected_) {
@@ -64,6 +75,24 @@ class faulty_file_system : public rocksdb::FileSystemWrapper {
   }
   std::uint64_t injected(operation which) const {
     return injected_[index(which)].load(std::memory_order_relaxed);
+  }
+
+  // Runs the action of before_next_append when `file` is its file.
+  void appending(const std::string& file) {
+    if (!action_armed_.load(std::memory_order_acquire)) {
+      return;
+    }
+    std::function<void()> action;
+    {
+      std::lock_guard lock(mutex_);
+      if (!append_action_ || !file.ends_with(append_suffix_)) {
+        return;
+      }
+      action = std::move(append_action_);
+      append_action_ = nullptr;
+      action_armed_.store(false, std::memory_order_release);
+    }
+    action();
   }
 
   // The status `which` fails with now, or ok. Counts what it injects.
@@ -273,6 +302,7 @@ class faulty_file_system : public rocksdb::FileSystemWrapper {
     rocksdb::IOStatus torn(const rocksdb::Slice& data,
                            const rocksdb::IOOptions& options,
                            rocksdb::IODebugContext* debug) {
+      owner_.appending(name_);
       auto failed = owner_.decide(operation::write, name_);
       if (!failed.ok() && failed.IsNoSpace() && data.size() > 1) {
         (void)target()->Append(rocksdb::Slice(data.data(), data.size() / 2),
@@ -363,6 +393,9 @@ class faulty_file_system : public rocksdb::FileSystemWrapper {
   std::mutex mutex_;
   std::array<rule, operation_count> rules_{};
   std::atomic<bool> armed_{false};
+  std::string append_suffix_;
+  std::function<void()> append_action_;
+  std::atomic<bool> action_armed_{false};
   std::mt19937_64 random_;
   std::array<std::atomic<std::uint64_t>, operation_count> injected_{};
 };
