@@ -506,8 +506,9 @@ status committer::write_group(write_batch& target, std::size_t batches,
     store_.advanced_to(position, epoch);
     fence_closed = !fence->open() || fence->epoch() != epoch;
     if (fence_closed) {
-      // The deadline passed during the write: it landed, but an answer now
-      // would come from a node that no longer holds the shard.
+      // The deadline passed or a hand-over closed the fence during the
+      // write: it landed, but an answer now would come from a node that no
+      // longer holds the shard.
       written = make_error(errc::storage_error,
                            "the shard's lease ended during the write; it "
                            "may or may not count, retry with the same key");
