@@ -416,11 +416,15 @@ void start_agreed(node& node, start_request start, done_fn done) {
   if (!record->search.empty()) {
     // The types this start claimed last only if its run is (or may be)
     // admitted: a refused start (a held token, a duplicate) fixes none.
+    // A repeated command is answered its first run: this start admitted
+    // nothing, so its types stay unfixed.
     done = [at = &node, tenant = record->tenant, search = record->search,
+            run_id = record->id,
             done = std::move(done)](result<run_info> outcome) {
       at->search.settle_start(
           tenant, search,
-          outcome.ok() || start_outcome_indefinite(outcome.error().code));
+          outcome ? outcome->id == run_id
+                  : start_outcome_indefinite(outcome.error().code));
       done(std::move(outcome));
     };
   }

@@ -357,6 +357,23 @@ TEST_F(SearchTest, ARefusedStartFixesNoAttributesType) {
   EXPECT_EQ(other.error().code, errc::invalid_argument);
 }
 
+// A repeated command is answered its first run and admits nothing: the
+// types it names stay unfixed, as for a refused start.
+TEST_F(SearchTest, ARepeatedCommandsStartFixesNoAttributesType) {
+  auto rt = open();
+  start_options first;
+  first.command_id = "cmd-1";
+  auto admitted = rt->start("noop", json::object(), first);
+  ASSERT_TRUE(admitted.ok());
+  start_options repeat = first;
+  repeat.search = {{"level", search_value::of_int(7)}};
+  auto answered = rt->start("noop", json::object(), repeat);
+  ASSERT_TRUE(answered.ok());
+  EXPECT_EQ(answered->id, admitted->id);
+  EXPECT_TRUE(answered->search_attributes.empty());
+  EXPECT_FALSE(start(*rt, {{"level", search_value::keyword("high")}}).empty());
+}
+
 TEST_F(SearchTest, TypesFixedBeforeARestartStayFixedAfterIt) {
   {
     auto rt = open();
