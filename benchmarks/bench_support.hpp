@@ -465,6 +465,11 @@ inline std::string format(const char* pattern, double value) {
   return text;
 }
 
+// A rate as the summary prints it: "12345 runs/s".
+inline std::string rate_text(double value, const char* unit) {
+  return format("%.0f", value) + " " + unit;
+}
+
 inline void print_summary() {
   std::lock_guard<std::mutex> lock(summary_mutex());
   for (const auto& line : summary_lines()) {

@@ -222,10 +222,6 @@ drive_result drive_token_runs(durin::runtime& runtime, const std::string& flow,
   return out;
 }
 
-std::string rate_text(double value, const char* unit) {
-  return bench::format("%.0f", value) + " " + unit;
-}
-
 std::string baseline_text() {
   const auto& base = bench::process_baselines();
   return "(a) " + bench::format("%.0f", base.single.per_second()) +
@@ -270,8 +266,8 @@ void BM_unique_token_starts(benchmark::State& state) {
   bench::add_baseline_counters(state, per_s, 2);
   bench::report({"starts with a unique start token (start to completed)",
                  ">= 20,000 runs/s",
-                 rate_text(per_s, "runs/s") + " (admissions " +
-                     rate_text(admit_per_s, "/s") + "; " +
+                 bench::rate_text(per_s, "runs/s") + " (admissions " +
+                     bench::rate_text(admit_per_s, "/s") + "; " +
                      bench::format("%.0f us CPU/run, ", cpu_us) +
                      bench::format("2 cores allow %.0f/s",
                                    1e6 / cpu_us * bench::cores()) +
@@ -336,8 +332,8 @@ void report_duplicates(benchmark::State& state, double per_s, double cpu_us,
   bench::report(
       {"duplicate starts refused (hook-conflict naming the owner)",
        ">= 200,000/s, writing nothing",
-       rate_text(per_s, "refusals/s") + " (" + std::to_string(threads_n) +
-           " threads, blocking start; " +
+       bench::rate_text(per_s, "refusals/s") + " (" +
+           std::to_string(threads_n) + " threads, blocking start; " +
            bench::format("%.1f us CPU each; ", cpu_us) +
            bench::format("data files grew %.0f bytes",
                          static_cast<double>(dir_growth)) +
@@ -493,8 +489,8 @@ void report_resumes(benchmark::State& state, std::uint64_t payloads,
   bench::report(
       {"resumes delivered to a waiting run (first resume to run completed)",
        ">= 20,000 payloads/s",
-       rate_text(per_s, "payloads/s") + " (" + how + "; all acknowledged at " +
-           rate_text(acked_per_s, "/s") +
+       bench::rate_text(per_s, "payloads/s") + " (" + how +
+           "; all acknowledged at " + bench::rate_text(acked_per_s, "/s") +
            bench::format("; %.0f us CPU each, ", cpu_us) +
            bench::format("2 cores allow %.0f/s",
                          1e6 / cpu_us * bench::cores()) +
@@ -746,7 +742,7 @@ void report_retained(benchmark::State& state, const retained_measure& m,
       {std::to_string(tokens) + " tokens, retention " + retention +
            ": start to completed",
        "-",
-       rate_text(per_s, "runs/s") +
+       bench::rate_text(per_s, "runs/s") +
            bench::format(" (%.0f us CPU/run", m.driven.cpu_seconds * 1e6 / n) +
            bench::format("; load %.1f)", bench::load_average()),
        baseline_text(), ratio_text(per_s, 3), "info"});

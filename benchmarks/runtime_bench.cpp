@@ -181,10 +181,6 @@ drive_result drive_runs(durin::runtime& runtime, const std::string& flow,
   return out;
 }
 
-std::string per_second_text(double value, const char* unit) {
-  return bench::format("%.0f", value) + " " + unit;
-}
-
 // ---------------------------------------------------------------------------
 // Baselines on their own.
 
@@ -197,7 +193,7 @@ void BM_baseline_single_sync_write(benchmark::State& state) {
   state.counters["records_per_s"] = base.single.per_second();
   state.counters["write_us"] = base.single.write_latency_us();
   bench::report({"raw RocksDB, 1 record per sync write (a)", "-",
-                 per_second_text(base.single.per_second(), "records/s"), "-",
+                 bench::rate_text(base.single.per_second(), "records/s"), "-",
                  "-", "info"});
 }
 BENCHMARK(BM_baseline_single_sync_write)
@@ -218,7 +214,7 @@ void BM_baseline_committer(benchmark::State& state) {
   bench::report({"raw RocksDB via committer, " +
                      std::to_string(base.committer_threads) + " threads (b)",
                  "-",
-                 per_second_text(base.committer.per_second(), "records/s") +
+                 bench::rate_text(base.committer.per_second(), "records/s") +
                      bench::format(" (%.1f records/write)",
                                    base.committer.records_per_write()),
                  "-", "-", "info"});
@@ -238,7 +234,7 @@ void BM_baseline_group_loop(benchmark::State& state) {
   state.counters["records_per_write"] = base.group.records_per_write();
   bench::report({bench::format("raw RocksDB, %.0f records per sync write (c)",
                                base.group.records_per_write()),
-                 "-", per_second_text(base.group.per_second(), "records/s"),
+                 "-", bench::rate_text(base.group.per_second(), "records/s"),
                  "-", "-", "info"});
 }
 BENCHMARK(BM_baseline_group_loop)
@@ -263,7 +259,7 @@ void report_throughput(benchmark::State& state, const std::string& figure,
   state.counters["cpu_bound_per_s"] = bench::cores() * 1e6 / cpu_us_each;
   bench::report(
       {figure, goal_text,
-       per_second_text(per_second, unit) +
+       bench::rate_text(per_second, unit) +
            bench::format(" (%.0f us CPU each, ", cpu_us_each) +
            bench::format("%.0f/s if all cores were ours; ",
                          bench::cores() * 1e6 / cpu_us_each) +
@@ -777,7 +773,7 @@ void report_waiting(benchmark::State& state, std::uint64_t runs,
        "-", "-", "info"});
   bench::report(
       {runs_text + " sleepers admitted until all passivated", "-",
-       per_second_text(admit_per_s, "runs/s") +
+       bench::rate_text(admit_per_s, "runs/s") +
            bench::format(" (%.0f us CPU each)", admit_cpu_us),
        bench::format("(b) %.0f records/s", base.committer.per_second()),
        bench::format("%.2f of the (b) ceiling",
