@@ -150,19 +150,9 @@ void settle_releases(self_pointer self, bool ok) {
   st.releasing.clear();
 }
 
-// Submits the engine's commit `plan`, with the run's admission when that is
-// not written yet (then `plan` may be empty).
-void submit_commit(self_pointer self, commit_plan plan) {
-  auto& st = self->state;
-  auto batch = st.home->store->batch();
-  if (st.admitting) {
-    auto& admitting = *st.admitting;
-    add_admission(batch, {.run = admitting.record,
-                          .info = admitting.info,
-                          .answer = &admitting.answer,
-                          .now_ms = st.services->clock->now_ms(),
-                          .run_in_batch = plan.run.has_value()});
-  }
+// The engine's records of `plan`: events, the run, timers, message keys.
+void add_plan_records(persistence::write_batch& batch,
+                      const run_actor_state& st, commit_plan& plan) {
   for (auto& [sequence, event] : plan.events) {
     batch.put_event(st.run_id, sequence, event);
   }
@@ -178,6 +168,56 @@ void submit_commit(self_pointer self, commit_plan plan) {
   for (auto& key : plan.message_keys) {
     batch.put_resume(st.tenant, key.scope, key.key, key.record);
   }
+}
+
+// continue-as-new: the successor is admitted in the write that ends this
+// run, with the start token naming it (held still by its actor).
+void add_successor(self_pointer self, persistence::write_batch& batch,
+                   commit_plan::successor_admission& successor) {
+  auto& st = self->state;
+  auto info = describe_run(successor.run);
+  add_admission(batch, {.run = successor.run,
+                        .info = info,
+                        .token = successor.token ? &*successor.token : nullptr,
+                        .now_ms = st.services->clock->now_ms()});
+  st.successor =
+      std::make_unique<persistence::run_record>(std::move(successor.run));
+  DURIN_TEST_KILL_POINT("run.before_continue_write");
+}
+
+// The write that records the end also frees the tokens whose actors offered
+// that. Only tokens of the run's own shard: another shard's token is freed
+// by its actor on the owner-end message (a write of that shard).
+void add_end(self_pointer self, persistence::write_batch& batch) {
+  auto& st = self->state;
+  if (st.hand_over_held) {
+    st.hand_over_in_write = true;
+  }
+  batch.delete_active(st.run_id);
+  for (auto& token : st.ending_tokens) {
+    auto address = persistence::keys::token(st.tenant, token);
+    if (&st.services->shard_of_token(address) == st.home &&
+        st.services->held.take_release(address, st.run_id)) {
+      batch.delete_token(st.tenant, token);
+      st.releasing.push_back(token);
+    }
+  }
+}
+
+// Submits the engine's commit `plan`, with the run's admission when that is
+// not written yet (then `plan` may be empty).
+void submit_commit(self_pointer self, commit_plan plan) {
+  auto& st = self->state;
+  auto batch = st.home->store->batch();
+  if (st.admitting) {
+    auto& admitting = *st.admitting;
+    add_admission(batch, {.run = admitting.record,
+                          .info = admitting.info,
+                          .answer = &admitting.answer,
+                          .now_ms = st.services->clock->now_ms(),
+                          .run_in_batch = plan.run.has_value()});
+  }
+  add_plan_records(batch, st, plan);
   if (plan.run && (plan.run->status == run_status::waiting ||
                    is_terminal(plan.run->status))) {
     st.settling_kept_answer =
@@ -188,36 +228,10 @@ void submit_commit(self_pointer self, commit_plan plan) {
     st.settling = std::move(plan.run);
   }
   if (plan.successor) {
-    // continue-as-new: the successor is admitted in the write that ends
-    // this run, with the start token naming it (held still by its actor).
-    auto& successor = *plan.successor;
-    auto info = describe_run(successor.run);
-    add_admission(batch,
-                  {.run = successor.run,
-                   .info = info,
-                   .token = successor.token ? &*successor.token : nullptr,
-                   .now_ms = st.services->clock->now_ms()});
-    st.successor =
-        std::make_unique<persistence::run_record>(std::move(successor.run));
-    DURIN_TEST_KILL_POINT("run.before_continue_write");
-  }
-  if (plan.delete_active && st.hand_over_held) {
-    st.hand_over_in_write = true;
+    add_successor(self, batch, *plan.successor);
   }
   if (plan.delete_active) {
-    batch.delete_active(st.run_id);
-    // The write that records the end: it also frees the tokens whose actors
-    // offered that.
-    // Only tokens of the run's own shard: another shard's token is freed by
-    // its actor on the owner-end message (a write of that shard).
-    for (auto& token : st.ending_tokens) {
-      auto address = persistence::keys::token(st.tenant, token);
-      if (&st.services->shard_of_token(address) == st.home &&
-          st.services->held.take_release(address, st.run_id)) {
-        batch.delete_token(st.tenant, token);
-        st.releasing.push_back(token);
-      }
-    }
+    add_end(self, batch);
   }
   auto handle = caf::actor_cast<run_actor>(self);
   st.home->committer->submit(std::move(batch), [handle](const status& outcome) {

@@ -139,10 +139,7 @@ bool run_engine::begin_sleep(std::int64_t duration_ms, std::int64_t absolute_ms,
   if (stopped() || !check_replay(number, call_kind::sleep, "")) {
     return false;
   }
-  pending_ = pending_call{};
-  pending_.kind = call_kind::sleep;
-  pending_.call = number;
-  pending_.out = out;
+  pending_ = pending_call::of(call_kind::sleep, number, out);
   if (const auto* rec = recorded(number)) {
     for (const auto* event : rec->events) {
       if (event->kind == event_kind::timer_fired) {

@@ -404,6 +404,15 @@ class run_engine final : public detail::driver {
   };
 
   struct pending_call {
+    // The flow parked on call `number` of `kind`, its value due in `out`.
+    static pending_call of(call_kind kind, std::uint64_t number,
+                           detail::call_outcome* out) {
+      pending_call parked;
+      parked.kind = kind;
+      parked.call = number;
+      parked.out = out;
+      return parked;
+    }
     call_kind kind = call_kind::none;
     std::uint64_t call = 0;
     detail::call_outcome* out = nullptr;

@@ -85,10 +85,7 @@ bool run_engine::begin_child(detail::child_request request,
                                        {"parentClose", start.parent_close}})});
     ++staged_values_;
   }
-  pending_ = pending_call{};
-  pending_.kind = call_kind::child;
-  pending_.call = number;
-  pending_.out = out;
+  pending_ = pending_call::of(call_kind::child, number, out);
   pending_.child = start;
   // The run stays `running` meanwhile (a start is quick), so a restart
   // activates it at once and it sends the start again.

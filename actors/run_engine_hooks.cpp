@@ -230,10 +230,8 @@ bool run_engine::hook_conflict(std::size_t hook, detail::call_outcome* out) {
     case hook_entry::claim::pending:
       break;
   }
-  pending_ = pending_call{};
-  pending_.kind = call_kind::hook_conflict;
+  pending_ = pending_call::of(call_kind::hook_conflict, 0, out);
   pending_.hook = hook;
-  pending_.out = out;
   return false;
 }
 
@@ -260,11 +258,8 @@ bool run_engine::hook_next(std::size_t hook, detail::call_outcome* out) {
     out->value = json{{"payload", data["payload"]}};
     return true;
   }
-  pending_ = pending_call{};
-  pending_.kind = call_kind::hook_next;
-  pending_.call = number;
+  pending_ = pending_call::of(call_kind::hook_next, number, out);
   pending_.hook = hook;
-  pending_.out = out;
   if (entry.state != hook_entry::claim::pending &&
       try_next_payload(entry, out)) {
     pending_ = pending_call{};
@@ -456,10 +451,7 @@ bool run_engine::begin_watch(const std::string& run_id, bool until_end,
     }
   }
   // Reported when it ends, or, read on another node, as it is now.
-  pending_ = pending_call{};
-  pending_.kind = call_kind::watch;
-  pending_.call = number;
-  pending_.out = out;
+  pending_ = pending_call::of(call_kind::watch, number, out);
   pending_.watched = run_id;
   pending_.watched_until_end = until_end;
   output_.watches.push_back({run_id, until_end});

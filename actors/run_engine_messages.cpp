@@ -116,10 +116,7 @@ bool run_engine::message_read(const std::vector<std::string>& names,
                                sequence, data.value("update", std::string()));
     return true;
   }
-  pending_ = pending_call{};
-  pending_.kind = call_kind::message_read;
-  pending_.call = number;
-  pending_.out = out;
+  pending_ = pending_call::of(call_kind::message_read, number, out);
   pending_.names = names;
   if (try_next_message(out)) {
     pending_ = pending_call{};

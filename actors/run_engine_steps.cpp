@@ -53,10 +53,7 @@ bool run_engine::begin_step(detail::step_call call, detail::call_outcome* out) {
   if (stopped() || !check_replay(number, call_kind::step, call.options.name)) {
     return false;
   }
-  pending_ = pending_call{};
-  pending_.kind = call_kind::step;
-  pending_.call = number;
-  pending_.out = out;
+  pending_ = pending_call::of(call_kind::step, number, out);
   pending_.name = call.options.name;
   pending_.retry = call.options.retry;
   pending_.body = std::move(call.body);

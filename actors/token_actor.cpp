@@ -525,6 +525,36 @@ void handle_start(self_pointer self, start_claim& claim,
         });
 }
 
+// A longer retention extends the one held, never shortens it; `done` once
+// that is durable.
+void extend_retention(self_pointer self, std::int64_t retain_until_ms,
+                      std::function<void(bool)> done) {
+  auto& st = self->state;
+  if (retain_until_ms <= st.record->retain_until_ms) {
+    done(true);
+    return;
+  }
+  st.record->retain_until_ms = retain_until_ms;
+  auto batch = st.home->store->batch();
+  batch.put_token(*st.record);
+  write(self, std::move(batch), std::move(done));
+}
+
+// The token's record once `claim` holds it (before what a take-over keeps).
+token_record claimed_record(self_pointer self, const hook_claim& claim) {
+  token_record next;
+  next.tenant = self->state.tenant;
+  next.token = self->state.token;
+  next.owner_run = claim.run_id;
+  next.owner_call = claim.call;
+  next.webhook = claim.webhook;
+  next.created_at_ms = now_ms(self);
+  next.retain_until_ms = claim.retain_until_ms;
+  next.metadata = claim.metadata;
+  next.owner_spec_version = claim.spec_version;
+  return next;
+}
+
 void handle_claim(self_pointer self, const hook_claim& claim) {
   auto& st = self->state;
   auto answer = [self, claim](bool owned, std::string owner) {
@@ -535,17 +565,9 @@ void handle_claim(self_pointer self, const hook_claim& claim) {
   auto& record = st.record;
   if (record && record->state == token_state::active &&
       record->owner_run == claim.run_id) {
-    // Claimed again (a replay, or the run's own start token): idempotent,
-    // and a longer retention extends the one held, never shortens it.
-    if (claim.retain_until_ms > record->retain_until_ms) {
-      record->retain_until_ms = claim.retain_until_ms;
-      auto batch = st.home->store->batch();
-      batch.put_token(*record);
-      write(self, std::move(batch),
-            [answer](bool ok) { answer(ok, ok ? "" : "unknown"); });
-      return;
-    }
-    answer(true, "");
+    // Claimed again (a replay, or the run's own start token): idempotent.
+    extend_retention(self, claim.retain_until_ms,
+                     [answer](bool ok) { answer(ok, ok ? "" : "unknown"); });
     return;
   }
   if (!is_free(self) && settle_ended_owner(self)) {
@@ -561,16 +583,7 @@ void handle_claim(self_pointer self, const hook_claim& claim) {
     answer(false, record->owner_run);
     return;
   }
-  token_record next;
-  next.tenant = st.tenant;
-  next.token = st.token;
-  next.owner_run = claim.run_id;
-  next.owner_call = claim.call;
-  next.webhook = claim.webhook;
-  next.created_at_ms = now_ms(self);
-  next.retain_until_ms = claim.retain_until_ms;
-  next.metadata = claim.metadata;
-  next.owner_spec_version = claim.spec_version;
+  auto next = claimed_record(self, claim);
   auto batch = st.home->store->batch();
   std::optional<hook_loss> loss;
   if (take_over) {

@@ -3,7 +3,11 @@
 // admission batch is byte for byte the answer the gateway sends.
 #pragma once
 
+#include <algorithm>
+#include <initializer_list>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "durin/json.hpp"
 
@@ -24,6 +28,30 @@ inline std::string json_problem(const json::exception& e) {
     }
   }
   return text;
+}
+
+// The complaint about the first field of `object` that `allowed` does not
+// name, or nothing: one wording for every request body and nested object.
+// `where` is the object's path with its dot ("action."), or empty.
+inline std::optional<std::string> unknown_field(
+    const json& object, std::initializer_list<std::string_view> allowed,
+    std::string_view where = {}) {
+  for (const auto& [key, value] : object.items()) {
+    (void)value;
+    if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) {
+      continue;
+    }
+    std::string problem = "unknown field '" + std::string(where) + key + "'";
+    if (allowed.size() == 0) {
+      return problem + "; this request takes no fields";
+    }
+    problem += "; allowed: ";
+    for (auto name = allowed.begin(); name != allowed.end(); ++name) {
+      problem += (name == allowed.begin() ? "" : ", ") + std::string(*name);
+    }
+    return problem;
+  }
+  return std::nullopt;
 }
 
 }  // namespace durin

@@ -830,8 +830,8 @@ std::function<std::string(const cli&)> fixed(std::string target) {
   return [target](const cli&) { return target; };
 }
 
-// run, serve, admin reset-key: commands on a local data dir.
-void add_local_commands(CLI::App& app, cli& c) {
+// durin run: one flow on a local node, no server.
+void add_run_local_command(CLI::App& app, cli& c) {
   auto* run = app.add_subcommand(
       "run", "run one flow on a local node and print the run and its history");
   run->add_option("flow", c.flow, "flow name, e.g. acme.review-order")
@@ -843,7 +843,10 @@ void add_local_commands(CLI::App& app, cli& c) {
   on_chosen(run, c, [](cli& c) {
     return run_command(c.data_dir, c.flow, c.input, c.timeout_ms);
   });
+}
 
+// durin serve: a node with the HTTP API (alone, or in a cluster).
+void add_serve_command(CLI::App& app, cli& c) {
   auto* serve = app.add_subcommand(
       "serve", "run a node with the HTTP API until SIGTERM or SIGINT");
   serve->add_option("--data-dir", c.data_dir, "where the node keeps its store");
@@ -915,7 +918,10 @@ void add_local_commands(CLI::App& app, cli& c) {
     return serve_command(c.data_dir, c.listen, c.limits, c.bench_flows,
                          c.cluster);
   });
+}
 
+// durin cluster: a cluster's config in etcd, and its operator commands.
+void add_cluster_commands(CLI::App& app, cli& c) {
   auto* cluster = app.add_subcommand("cluster", "a cluster's config in etcd");
   cluster->require_subcommand(1);
   auto* init = cluster->add_subcommand(
@@ -982,7 +988,10 @@ void add_local_commands(CLI::App& app, cli& c) {
   on_chosen(init, c, [](cli& c) { return cluster_init_command(c.cluster); });
   on_chosen(status, c,
             [](cli& c) { return cluster_status_command(c.cluster); });
+}
 
+// durin admin: offline maintenance of a stopped node.
+void add_admin_commands(CLI::App& app, cli& c) {
   auto* admin = app.add_subcommand("admin", "offline maintenance of a node");
   admin->require_subcommand(1);
   auto* reset_key = admin->add_subcommand(
@@ -990,6 +999,14 @@ void add_local_commands(CLI::App& app, cli& c) {
       "with the node stopped: a new admin key in DATA_DIR/admin.key");
   reset_key->add_option("--data-dir", c.data_dir, "the node's data dir");
   on_chosen(reset_key, c, [](cli& c) { return reset_key_command(c.data_dir); });
+}
+
+// run, serve, admin reset-key: commands on a local data dir; cluster: etcd.
+void add_local_commands(CLI::App& app, cli& c) {
+  add_run_local_command(app, c);
+  add_serve_command(app, c);
+  add_cluster_commands(app, c);
+  add_admin_commands(app, c);
 }
 
 std::optional<durin::json> start_body(cli& c) {
@@ -1339,15 +1356,8 @@ std::optional<durin::json> schedule_body(cli& c) {
 }
 
 // schedules create|get|list|pause|unpause|trigger|backfill|delete.
-void add_schedule_commands(CLI::App& app, cli& c) {
-  auto* schedules =
-      app.add_subcommand("schedules", "start runs on a cron or an interval");
-  schedules->require_subcommand(1);
-  auto target = [](std::string suffix) {
-    return [suffix](const cli& c) {
-      return "/v1/schedules/" + percent_encode(c.id) + suffix;
-    };
-  };
+// durin schedules create: every field of a schedule as a flag.
+void add_schedule_create(CLI::App* schedules, cli& c) {
   auto& f = c.schedule;
   auto* create = schedules->add_subcommand("create", "a new schedule");
   create->add_option("id", c.id, "schedule id, unique in the tenant")
@@ -1370,6 +1380,19 @@ void add_schedule_commands(CLI::App& app, cli& c) {
   create->add_flag("--paused", f.paused, "create it paused");
   add_client_options(create, c.client, true);
   request_command(create, c, "POST", fixed("/v1/schedules"), schedule_body);
+}
+
+void add_schedule_commands(CLI::App& app, cli& c) {
+  auto* schedules =
+      app.add_subcommand("schedules", "start runs on a cron or an interval");
+  schedules->require_subcommand(1);
+  auto target = [](std::string suffix) {
+    return [suffix](const cli& c) {
+      return "/v1/schedules/" + percent_encode(c.id) + suffix;
+    };
+  };
+  auto& f = c.schedule;
+  add_schedule_create(schedules, c);
 
   auto* get = schedules->add_subcommand("get", "the schedule and its firings");
   get->add_option("id", c.id, "schedule id")->required();

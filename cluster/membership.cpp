@@ -893,50 +893,62 @@ json in_sync_nodes(const shard_config& config) {
   return out;
 }
 
-}  // namespace
-
-result<json> read_status(etcd_client& etcd, const std::string& cluster) {
-  const layout keys(cluster);
-  auto all = etcd.range(keys.prefix(), true);
-  if (!all) {
-    return all.error();
-  }
+// Everything etcd holds of one cluster, decoded (undecodable entries left
+// out: the status shows what can be read).
+struct cluster_keys {
   std::optional<cluster_config> config;
   std::map<std::string, node_entry> nodes;
   std::map<std::uint32_t, shard_config> configs;
   std::map<std::uint32_t, shard_lease> leases;
+};
+
+result<cluster_keys> read_cluster_keys(etcd_client& etcd, const layout& keys) {
+  auto all = etcd.range(keys.prefix(), true);
+  if (!all) {
+    return all.error();
+  }
+  cluster_keys read;
   for (const auto& item : all->kvs) {
     if (item.key == keys.config()) {
       if (auto decoded = decode_config(item.value)) {
-        config = std::move(*decoded);
+        read.config = std::move(*decoded);
       }
     } else if (item.key.compare(0, keys.nodes().size(), keys.nodes()) == 0) {
       if (auto node = decode_node(item.value)) {
         node->lease = item.lease;
-        nodes[item.key.substr(keys.nodes().size())] = std::move(*node);
+        read.nodes[item.key.substr(keys.nodes().size())] = std::move(*node);
       }
     } else if (auto shard = keys.shard_of_key(item.key)) {
       if (shard->second) {
         if (auto lease = decode_lease(item.value)) {
           lease->lease = item.lease;
-          leases[shard->first] = std::move(*lease);
+          read.leases[shard->first] = std::move(*lease);
         }
       } else if (auto decoded = decode_shard(item.value)) {
-        configs[shard->first] = std::move(*decoded);
+        read.configs[shard->first] = std::move(*decoded);
       }
     }
   }
+  return read;
+}
+
+}  // namespace
+
+result<json> read_status(etcd_client& etcd, const std::string& cluster) {
+  auto read = read_cluster_keys(etcd, layout(cluster));
+  if (!read) {
+    return read.error();
+  }
+  auto& [config, nodes, configs, leases] = *read;
   if (!config) {
     return make_error(errc::invalid_argument,
                       "cluster '" + cluster + "' is not initialised in etcd");
   }
   std::map<std::int64_t, std::int64_t> left_ms;  // by lease id
+  json node_list = json::array();
   for (const auto& [id, node] : nodes) {
     auto ttl = etcd.time_to_live(node.lease);
     left_ms[node.lease] = ttl ? *ttl * 1000 : 0;
-  }
-  json node_list = json::array();
-  for (const auto& [id, node] : nodes) {
     node_list.push_back({{"id", id},
                          {"http", node.http},
                          {"peer", node.peer},

@@ -1106,6 +1106,66 @@ void recopy(replicator::impl& owner, std::uint32_t shard,
 }
 
 // One shard, on every tick of the control thread.
+// The primary's side of a tick: a change of the shard's config (the in-sync
+// set, a backup's lease) reaches the primary actor once.
+void tend_served(replicator::impl& owner, std::uint32_t shard,
+                 std::int64_t mod_revision) {
+  auto& state = owner.follows[shard];
+  if (mod_revision == state.seen_revision) {
+    return;
+  }
+  state.seen_revision = mod_revision;
+  caf::actor primary;
+  {
+    std::lock_guard lock(owner.actors_mutex);
+    primary = owner.primary_actor;
+  }
+  if (primary) {
+    caf::anon_send(primary, config_atom::value, shard);
+  }
+}
+
+// Asks the primary at `at` to take this copy as a backup: it joins (and
+// catches up from the primary's log), or is copied afresh when the log cannot
+// bring it in step.
+void join_primary(replicator::impl& owner, std::uint32_t shard,
+                  persistence::store& store, const route& at,
+                  std::uint64_t epoch) {
+  auto& state = owner.follows[shard];
+  const auto& me = owner.members.options().node_id;
+  std::uint64_t code = 0;
+  std::uint64_t position = 0;
+  auto asked = ask_peer(
+      owner.system, at.peer, std::chrono::milliseconds(2000),
+      [&](std::uint64_t c, std::uint64_t p) {
+        code = c;
+        position = p;
+      },
+      join_atom::value, shard, me, owner.members.lease_id(), store.last_epoch(),
+      store.log_position());
+  if (!asked) {
+    return;
+  }
+  if (code == static_cast<std::uint64_t>(replica_code::ok)) {
+    state.joined_epoch = epoch;
+    state.joined_at = clock_type::now();
+    return;
+  }
+  if (code == static_cast<std::uint64_t>(replica_code::recopy)) {
+    std::fprintf(stderr,
+                 "durin: shard %u: this copy (write %llu) cannot follow the "
+                 "primary's log; it is copied afresh\n",
+                 shard, static_cast<unsigned long long>(store.log_position()));
+    {
+      std::lock_guard lock(owner.copying_mutex);
+      state.copying = true;
+    }
+    auto* impl = &owner;
+    const auto peer = at.peer;
+    owner.copies.post([impl, shard, peer] { recopy(*impl, shard, peer); });
+  }
+}
+
 void tend(replicator::impl& owner, std::uint32_t shard) {
   auto* store = owner.stores(shard);
   if (store == nullptr) {
@@ -1116,17 +1176,7 @@ void tend(replicator::impl& owner, std::uint32_t shard) {
   const auto config = owner.members.config_of(shard);
   const auto at = owner.members.locate(shard);
   if (at.at == route::where::here) {
-    if (config.mod_revision != state.seen_revision) {
-      state.seen_revision = config.mod_revision;
-      caf::actor primary;
-      {
-        std::lock_guard lock(owner.actors_mutex);
-        primary = owner.primary_actor;
-      }
-      if (primary) {
-        caf::anon_send(primary, config_atom::value, shard);
-      }
-    }
+    tend_served(owner, shard, config.mod_revision);
     return;
   }
   state.seen_revision = -1;
@@ -1152,49 +1202,18 @@ void tend(replicator::impl& owner, std::uint32_t shard) {
       return;  // tried again at the next tick
     }
   }
-  const auto lease = owner.members.lease_id();
-  if (config.in_step(me, lease) && state.joined_epoch == config.epoch) {
+  if (config.in_step(me, owner.members.lease_id()) &&
+      state.joined_epoch == config.epoch) {
     return;
   }
   if (at.at != route::where::there || at.epoch != config.epoch) {
     return;  // no primary serves the shard now
   }
-  const auto now = clock_type::now();
   if (state.joined_epoch == config.epoch &&
-      now - state.joined_at < rejoin_after) {
+      clock_type::now() - state.joined_at < rejoin_after) {
     return;  // catching up
   }
-  std::uint64_t code = 0;
-  std::uint64_t position = 0;
-  auto asked = ask_peer(
-      owner.system, at.peer, std::chrono::milliseconds(2000),
-      [&](std::uint64_t c, std::uint64_t p) {
-        code = c;
-        position = p;
-      },
-      join_atom::value, shard, me, lease, store->last_epoch(),
-      store->log_position());
-  if (!asked) {
-    return;
-  }
-  if (code == static_cast<std::uint64_t>(replica_code::ok)) {
-    state.joined_epoch = config.epoch;
-    state.joined_at = now;
-    return;
-  }
-  if (code == static_cast<std::uint64_t>(replica_code::recopy)) {
-    std::fprintf(stderr,
-                 "durin: shard %u: this copy (write %llu) cannot follow the "
-                 "primary's log; it is copied afresh\n",
-                 shard, static_cast<unsigned long long>(store->log_position()));
-    {
-      std::lock_guard lock(owner.copying_mutex);
-      state.copying = true;
-    }
-    auto* impl = &owner;
-    const auto peer = at.peer;
-    owner.copies.post([impl, shard, peer] { recopy(*impl, shard, peer); });
-  }
+  join_primary(owner, shard, *store, at, config.epoch);
 }
 
 }  // namespace

@@ -44,6 +44,52 @@ std::optional<std::string> start_token(const json& body) {
   return std::nullopt;
 }
 
+// /v1/runs and what is below it.
+std::optional<std::uint32_t> runs_shard(const services::shard_map& map,
+                                        const std::vector<std::string>& path,
+                                        const http_request& http,
+                                        const principal& caller,
+                                        const json& body) {
+  const auto& tenant = caller.tenant;
+  if (path.size() >= 3) {
+    return map.of_run(path[2]);
+  }
+  if (http.method != "POST") {
+    return std::nullopt;  // a list: every shard's
+  }
+  // A keyed start is decided where its key lives: the same key reaches
+  // the same shard whatever its body says (a second body is a conflict).
+  if (auto key = single_key(http)) {
+    return map.of_key({tenant, caller.key_id, *key});
+  }
+  if (auto token = start_token(body)) {
+    return map.of_token(persistence::keys::token(tenant, *token));
+  }
+  return std::nullopt;
+}
+
+// A report or heartbeat of one attempt is answered where its run is
+// served, which holds the attempt's lease: the attempt id names the run
+// (actors/attempt_id.hpp); an id of before names none and is answered
+// here. Batches, polls and the tasks view span nodes
+// (gateway/worker_routing.hpp).
+std::optional<std::uint32_t> tasks_shard(
+    const services::shard_map& map, const std::vector<std::string>& path,
+    const std::multimap<std::string, std::string>& query) {
+  if (path.size() == 4) {
+    if (auto run = actors::run_of_attempt(path[2])) {
+      return map.of_run(*run);
+    }
+    return std::nullopt;
+  }
+  // A run's attempts and refusals live with the run.
+  auto run = query.find("runId");
+  if (path.size() == 2 && run != query.end()) {
+    return map.of_run(run->second);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<std::uint32_t> api::home_shard(const request& r) const {
@@ -54,21 +100,7 @@ std::optional<std::uint32_t> api::home_shard(const request& r) const {
     return std::nullopt;
   }
   if (path[1] == "runs") {
-    if (path.size() >= 3) {
-      return map.of_run(path[2]);
-    }
-    if (r.http.method != "POST") {
-      return std::nullopt;  // a list: every shard's
-    }
-    // A keyed start is decided where its key lives: the same key reaches
-    // the same shard whatever its body says (a second body is a conflict).
-    if (auto key = single_key(r.http)) {
-      return map.of_key({tenant, r.caller.key_id, *key});
-    }
-    if (auto token = start_token(r.body)) {
-      return map.of_token(persistence::keys::token(tenant, *token));
-    }
-    return std::nullopt;
+    return runs_shard(map, path, r.http, r.caller, r.body);
   }
   // A keyed change of keys or tenants is made where its key's record
   // lives, so that its retry meets it; the change itself reaches every
@@ -106,22 +138,7 @@ std::optional<std::uint32_t> api::home_shard(const request& r) const {
     return mail ? std::optional(services::shard_of(map, *mail)) : std::nullopt;
   }
   if (path[1] == "tasks") {
-    // A report or heartbeat of one attempt is answered where its run is
-    // served, which holds the attempt's lease: the attempt id names the
-    // run (actors/attempt_id.hpp); an id of before names none and is
-    // answered here. Batches, polls and the tasks view span nodes
-    // (gateway/worker_routing.hpp).
-    if (path.size() == 4) {
-      if (auto run = actors::run_of_attempt(path[2])) {
-        return map.of_run(*run);
-      }
-      return std::nullopt;
-    }
-    // A run's attempts and refusals live with the run.
-    auto run = r.query.find("runId");
-    if (path.size() == 2 && run != r.query.end()) {
-      return map.of_run(run->second);
-    }
+    return tasks_shard(map, path, r.query);
   }
   return std::nullopt;
 }

@@ -379,6 +379,50 @@ http_response api::resume_hook(request& ctx) {
   return json_response(200, {{"runId", *owner}});
 }
 
+namespace {
+
+// What a webhook's run reads: the request's method, its headers but the
+// dropped ones, and its body as JSON when it parses, else as text (UTF-8).
+json webhook_payload(const http_request& http,
+                     const std::set<std::string>& dropped_headers) {
+  json headers = json::object();
+  for (const auto& [name, value] : http.headers) {
+    if (dropped_headers.count(name) == 0 && valid_utf8(value)) {
+      headers[name] = value;
+    }
+  }
+  json body;
+  if (!http.body.empty()) {
+    body = json::parse(http.body, nullptr, false);
+    if (body.is_discarded()) {
+      body = http.body;
+    }
+  }
+  return {{"method", http.method},
+          {"headers", std::move(headers)},
+          {"body", std::move(body)}};
+}
+
+// The webhook index names the token's tenant (written with the webhook's
+// claim, removed with its release). Its tenant is not known yet, so
+// neither is its shard: each shard this node serves is asked.
+result<std::optional<std::string>> webhook_tenant(services::node& node,
+                                                  const std::string& token) {
+  result<std::optional<std::string>> tenant = std::optional<std::string>();
+  for (auto& shard : node.shards) {
+    if (services::node::serves_no_more(*shard)) {
+      continue;
+    }
+    tenant = shard->store->get_webhook_tenant(token);
+    if (!tenant || *tenant) {
+      break;
+    }
+  }
+  return tenant;
+}
+
+}  // namespace
+
 http_response api::webhook(request& ctx) {
   const std::string& token = ctx.params[0];
   // No API key: the random token is the secret. Unknown tokens answer 404
@@ -389,42 +433,14 @@ http_response api::webhook(request& ctx) {
   if (token.rfind("wh_", 0) != 0) {
     return unknown;
   }
-  json headers = json::object();
-  for (const auto& [name, value] : ctx.http.headers) {
-    if (options_.webhook_dropped_headers.count(name) == 0 &&
-        valid_utf8(value)) {
-      headers[name] = value;
-    }
+  if (!valid_utf8(ctx.http.body)) {
+    return error_response(400, "invalid-argument",
+                          "a webhook body must be UTF-8 text");
   }
-  json body;
-  if (!ctx.http.body.empty()) {
-    if (!valid_utf8(ctx.http.body)) {
-      return error_response(400, "invalid-argument",
-                            "a webhook body must be UTF-8 text");
-    }
-    body = json::parse(ctx.http.body, nullptr, false);
-    if (body.is_discarded()) {
-      body = ctx.http.body;
-    }
-  }
-  json payload = {{"method", ctx.http.method},
-                  {"headers", std::move(headers)},
-                  {"body", std::move(body)}};
-  // The webhook index names the token's tenant (written with the
-  // webhook's claim, removed with its release).
-  // Its tenant is not known yet, so neither is its shard: each is asked.
+  auto payload = webhook_payload(ctx.http, options_.webhook_dropped_headers);
   // In a cluster, of the shards this node serves; then every other node
   // asks its own (only the one whose shard holds the token acts).
-  result<std::optional<std::string>> tenant = std::optional<std::string>();
-  for (auto& shard : runtime_access::services(node_).shards) {
-    if (services::node::serves_no_more(*shard)) {
-      continue;
-    }
-    tenant = shard->store->get_webhook_tenant(token);
-    if (!tenant || *tenant) {
-      break;
-    }
-  }
+  auto tenant = webhook_tenant(runtime_access::services(node_), token);
   if (!tenant) {
     return error_response(tenant.error());
   }

@@ -132,21 +132,8 @@ parsed_body parse_body(const std::string& body, std::size_t depth_max) {
 std::optional<http_response> only_fields(
     const json& body, std::initializer_list<std::string_view> allowed,
     const std::string& where) {
-  for (const auto& [key, value] : body.items()) {
-    (void)value;
-    if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) {
-      continue;
-    }
-    if (allowed.size() == 0) {
-      return bad_request("unknown field '" + where + key +
-                         "'; this request takes no fields");
-    }
-    std::string names;
-    for (auto name : allowed) {
-      names += (names.empty() ? "" : ", ") + std::string(name);
-    }
-    return bad_request("unknown field '" + where + key +
-                       "'; allowed: " + names);
+  if (auto problem = unknown_field(body, allowed, where)) {
+    return bad_request(std::move(*problem));
   }
   return std::nullopt;
 }

@@ -245,7 +245,9 @@ result<run_info> runtime::wait_settled(std::string_view run_id,
                    services::run_events::until::settled, timeout);
 }
 
-result<run_page> runtime::list(const run_filter& filter) const {
+namespace {
+
+status check_run_filter(const run_filter& filter) {
   if (filter.limit == 0 || filter.limit > 1000) {
     return make_error(errc::invalid_argument, "limit must be 1 to 1000; got " +
                                                   std::to_string(filter.limit));
@@ -263,56 +265,80 @@ result<run_page> runtime::list(const run_filter& filter) const {
                       "page_bytes_max must be 1 KiB to 1 GiB; got " +
                           std::to_string(filter.page_bytes_max));
   }
-  // Parsed once, typed by this node's view of the tenant's attributes, and
-  // evaluated inside every shard's scan.
-  auto query = persistence::parse_run_query(
-      filter.query,
-      [&node = impl_->services, &tenant = filter.tenant](
-          std::string_view name) { return node.search.type_of(tenant, name); });
-  if (!query) {
-    return query.error();
-  }
-  std::optional<run_status> stored_status = filter.status;
-  if (stored_status == run_status::blocked) {
-    stored_status.reset();  // not stored: filtered below
-  }
-  // Each shard is scanned from the same cursor (ids sort by creation time
-  // across shards), then the pages are merged newest first. A shard that
-  // stopped early (its page full, or its scan or byte budget spent) has
-  // unseen runs only below its own cursor: nothing at or below the highest
-  // such cursor is given, so the next page starts there without a gap.
-  auto& node = impl_->services;
+  return {};
+}
+
+// Every served shard's page, merged newest first. Each shard is scanned from
+// the same cursor (ids sort by creation time across shards). A shard that
+// stopped early (its page full, or its scan or byte budget spent) has unseen
+// runs only below its own cursor: nothing at or below the highest such
+// cursor (`floor`) may be given, so the next page starts there without a gap.
+struct merged_scan {
   struct listed {
     persistence::run_record record;
     std::size_t bytes = 0;  // stored size, as the store's budget counts it
   };
-  std::vector<listed> merged;
-  std::string floor;  // the highest cursor of a shard that stopped early
+  std::vector<listed> runs;
+  std::string floor;
+};
+
+result<merged_scan> scan_served_shards(services::node& node,
+                                       const run_filter& filter,
+                                       const persistence::run_query& query) {
+  std::optional<run_status> stored_status = filter.status;
+  if (stored_status == run_status::blocked) {
+    stored_status.reset();  // not stored: filtered by the caller
+  }
+  merged_scan merged;
   for (auto& shard : node.shards) {
     if (services::node::serves_no_more(*shard)) {
       continue;  // a cluster: listed by the node that serves it
     }
     auto scan = shard->store->scan_runs(
         filter.cursor, stored_status, filter.flow, filter.limit, list_scan_max,
-        filter.tenant, filter.page_bytes_max, filter.schedule_id, &*query);
+        filter.tenant, filter.page_bytes_max, filter.schedule_id, &query);
     if (!scan) {
       return scan.error();
     }
-    if (!scan->next_before_id.empty() && scan->next_before_id > floor) {
-      floor = scan->next_before_id;
+    if (!scan->next_before_id.empty() && scan->next_before_id > merged.floor) {
+      merged.floor = scan->next_before_id;
     }
     for (std::size_t i = 0; i < scan->runs.size(); ++i) {
-      merged.push_back({std::move(scan->runs[i]), scan->run_bytes[i]});
+      merged.runs.push_back({std::move(scan->runs[i]), scan->run_bytes[i]});
     }
   }
-  std::sort(merged.begin(), merged.end(), [](const auto& a, const auto& b) {
-    return a.record.id > b.record.id;
-  });
+  std::sort(
+      merged.runs.begin(), merged.runs.end(),
+      [](const auto& a, const auto& b) { return a.record.id > b.record.id; });
+  return merged;
+}
+
+}  // namespace
+
+result<run_page> runtime::list(const run_filter& filter) const {
+  if (auto checked = check_run_filter(filter); !checked) {
+    return checked.error();
+  }
+  // Parsed once, typed by this node's view of the tenant's attributes, and
+  // evaluated inside every shard's scan.
+  auto& node = impl_->services;
+  auto query = persistence::parse_run_query(
+      filter.query, [&node, &tenant = filter.tenant](std::string_view name) {
+        return node.search.type_of(tenant, name);
+      });
+  if (!query) {
+    return query.error();
+  }
+  auto merged = scan_served_shards(node, filter, *query);
+  if (!merged) {
+    return merged.error();
+  }
+  const auto& floor = merged->floor;
   run_page page;
   std::size_t taken = 0;
   std::size_t bytes = 0;  // as a store counts a page: the run that crosses
                           // the cap is the page's last
-  for (auto& [record, stored_bytes] : merged) {
+  for (auto& [record, stored_bytes] : merged->runs) {
     if (!floor.empty() && record.id < floor) {
       break;  // that shard's own runs below its cursor are unseen
     }
@@ -335,7 +361,7 @@ result<run_page> runtime::list(const run_filter& filter) const {
     }
     page.runs.push_back(std::move(info));
   }
-  if (taken < merged.size() || !floor.empty()) {
+  if (taken < merged->runs.size() || !floor.empty()) {
     // More below the last run given; with none given, go on below the
     // floor (it is below the cursor of this page: each page moves on).
     if (taken == 0) {

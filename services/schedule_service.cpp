@@ -14,6 +14,7 @@
 
 #include "actors/messages.hpp"
 #include "actors/run_engine.hpp"
+#include "base/json_text.hpp"
 #include "base/time_text.hpp"
 #include "durin/ids.hpp"
 #include "durin/limits.hpp"
@@ -94,53 +95,27 @@ std::optional<overlap_policy> parse_overlap(std::string_view text) {
 // ---- definition and state
 // ----------------------------------------------------
 
-result<schedule_definition> schedule_definition::from_json(const json& body) {
-  auto bad = [](const std::string& message) {
-    return make_error(errc::invalid_argument, message);
-  };
-  for (const auto& [name, value] : body.items()) {
-    (void)value;
-    if (name != "scheduleId" && name != "spec" && name != "action" &&
-        name != "overlap" && name != "catchupWindow" && name != "paused" &&
-        name != "note") {
-      return bad("unknown field '" + name +
-                 "'; allowed: scheduleId, spec, action, overlap, "
-                 "catchupWindow, paused, note");
-    }
-  }
-  schedule_definition out;
-  if (!body.contains("scheduleId") || !body["scheduleId"].is_string()) {
-    return bad("missing field 'scheduleId' (a string)");
-  }
-  out.id = body["scheduleId"].get<std::string>();
-  if (auto problem = id_problem("scheduleId", out.id, schedule_id_bytes_max);
-      !problem.empty()) {
-    return bad(std::move(problem));
-  }
-  if (!body.contains("spec")) {
-    return bad("missing field 'spec'");
-  }
-  auto spec = schedule_spec::from_json(body["spec"]);
-  if (!spec) {
-    return spec.error();
-  }
-  out.spec = std::move(*spec);
+namespace {
+
+error bad_definition(const std::string& message) {
+  return make_error(errc::invalid_argument, message);
+}
+
+// The schedule's "action": the flow each firing starts, with what it gets.
+status parse_action(const json& body, schedule_definition& out) {
   const auto* action = body.contains("action") ? &body["action"] : nullptr;
   if (action == nullptr || !action->is_object() || !action->contains("flow") ||
       !(*action)["flow"].is_string()) {
-    return bad("missing field 'action.flow' (the flow each firing starts)");
+    return bad_definition(
+        "missing field 'action.flow' (the flow each firing starts)");
   }
-  for (const auto& [name, value] : action->items()) {
-    (void)value;
-    if (name != "flow" && name != "input" && name != "memo" &&
-        name != "searchAttributes") {
-      return bad("unknown field 'action." + name +
-                 "'; allowed: flow, input, memo, searchAttributes");
-    }
+  if (auto problem = unknown_field(
+          *action, {"flow", "input", "memo", "searchAttributes"}, "action.")) {
+    return bad_definition(*problem);
   }
   out.flow = (*action)["flow"].get<std::string>();
   if (out.flow.empty() || out.flow.size() > limits::flow_name_bytes_max) {
-    return bad("action.flow is 1 to 128 bytes");
+    return bad_definition("action.flow is 1 to 128 bytes");
   }
   if (action->contains("input")) {
     out.input = (*action)["input"];
@@ -152,7 +127,7 @@ result<schedule_definition> schedule_definition::from_json(const json& body) {
     std::string encoded;
     if (auto problem = actors::encode_memo(out.memo, "action.memo", encoded);
         !problem.empty()) {
-      return bad(problem);
+      return bad_definition(problem);
     }
   }
   if (action->contains("searchAttributes") &&
@@ -160,16 +135,22 @@ result<schedule_definition> schedule_definition::from_json(const json& body) {
     auto attributes =
         search_attributes_from_json((*action)["searchAttributes"]);
     if (!attributes) {
-      return bad("action.searchAttributes: " + attributes.error().message);
+      return bad_definition("action.searchAttributes: " +
+                            attributes.error().message);
     }
     out.search = std::move(*attributes);
   }
+  return {};
+}
+
+// "overlap", "catchupWindow", "paused" and "note", each optional.
+status parse_policies(const json& body, schedule_definition& out) {
   if (body.contains("overlap")) {
     auto policy = body["overlap"].is_string()
                       ? parse_overlap(body["overlap"].get<std::string>())
                       : std::nullopt;
     if (!policy) {
-      return bad(
+      return bad_definition(
           "overlap must be one of skip, buffer_one, buffer_all, "
           "allow_all, cancel_other, terminate_other");
     }
@@ -184,19 +165,53 @@ result<schedule_definition> schedule_definition::from_json(const json& body) {
       ms = time_text::parse_duration_ms(window.get<std::string>());
     }
     if (!ms || *ms < 0 || *ms > static_cast<double>(catchup_window_ms_max)) {
-      return bad(
+      return bad_definition(
           "catchupWindow must be a duration (\"1m\", \"1h\", or "
           "milliseconds) from 0 to 366 days");
     }
     out.catchup_window_ms = static_cast<std::int64_t>(*ms);
   }
   if (body.contains("paused") && !body["paused"].is_boolean()) {
-    return bad("paused must be true or false");
+    return bad_definition("paused must be true or false");
   }
   if (body.contains("note") &&
       (!body["note"].is_string() ||
        body["note"].get<std::string>().size() > 1024)) {
-    return bad("note must be a string of at most 1024 bytes");
+    return bad_definition("note must be a string of at most 1024 bytes");
+  }
+  return {};
+}
+
+}  // namespace
+
+result<schedule_definition> schedule_definition::from_json(const json& body) {
+  if (auto problem =
+          unknown_field(body, {"scheduleId", "spec", "action", "overlap",
+                               "catchupWindow", "paused", "note"})) {
+    return bad_definition(*problem);
+  }
+  schedule_definition out;
+  if (!body.contains("scheduleId") || !body["scheduleId"].is_string()) {
+    return bad_definition("missing field 'scheduleId' (a string)");
+  }
+  out.id = body["scheduleId"].get<std::string>();
+  if (auto problem = id_problem("scheduleId", out.id, schedule_id_bytes_max);
+      !problem.empty()) {
+    return bad_definition(problem);
+  }
+  if (!body.contains("spec")) {
+    return bad_definition("missing field 'spec'");
+  }
+  auto spec = schedule_spec::from_json(body["spec"]);
+  if (!spec) {
+    return spec.error();
+  }
+  out.spec = std::move(*spec);
+  if (auto action = parse_action(body, out); !action) {
+    return action.error();
+  }
+  if (auto policies = parse_policies(body, out); !policies) {
+    return policies.error();
   }
   return out;
 }

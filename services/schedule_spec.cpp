@@ -11,6 +11,7 @@
 #include <sstream>
 #include <vector>
 
+#include "base/json_text.hpp"
 #include "base/time_text.hpp"
 
 namespace durin::services {
@@ -276,50 +277,35 @@ result<cron_fields> cron_fields::parse(const std::string& text) {
   return out;
 }
 
-result<schedule_spec> schedule_spec::from_json(const json& spec) {
-  if (!spec.is_object()) {
-    return bad("spec must be an object");
-  }
-  for (const auto& [name, value] : spec.items()) {
-    static const std::array<const char*, 6> known = {
-        "cron", "timezone", "interval", "jitter", "startAt", "endAt"};
-    if (std::find_if(known.begin(), known.end(), [&](const char* field) {
-          return name == field;
-        }) == known.end()) {
-      return bad("unknown field 'spec." + name +
-                 "'; allowed: cron, timezone, interval, jitter, startAt, "
-                 "endAt");
-    }
-    (void)value;
-  }
-  schedule_spec out;
-  const bool cron = spec.contains("cron") && !spec["cron"].is_null();
-  const bool interval =
+// Exactly one of "cron" (with its "timezone") and "interval".
+status schedule_spec::parse_cadence(const json& spec) {
+  const bool has_cron = spec.contains("cron") && !spec["cron"].is_null();
+  const bool has_interval =
       spec.contains("interval") && !spec["interval"].is_null();
-  if (cron == interval) {
+  if (has_cron == has_interval) {
     return bad("spec needs exactly one of 'cron' and 'interval'");
   }
-  if (cron) {
+  if (has_cron) {
     if (!spec["cron"].is_string() ||
         spec["cron"].get<std::string>().size() > 256) {
       return bad("spec.cron must be a string of at most 256 bytes");
     }
-    out.cron = spec["cron"].get<std::string>();
-    auto fields = cron_fields::parse(out.cron);
+    cron = spec["cron"].get<std::string>();
+    auto fields = cron_fields::parse(cron);
     if (!fields) {
       return fields.error();
     }
-    out.fields_ = *fields;
+    fields_ = *fields;
     if (spec.contains("timezone") && !spec["timezone"].is_null()) {
       if (!spec["timezone"].is_string()) {
         return bad("spec.timezone must be an IANA time zone name");
       }
-      out.timezone = spec["timezone"].get<std::string>();
+      timezone = spec["timezone"].get<std::string>();
     }
     try {
-      out.zone_ = date::locate_zone(out.timezone);
+      zone_ = date::locate_zone(timezone);
     } catch (const std::exception&) {
-      return bad("spec.timezone: unknown time zone '" + out.timezone +
+      return bad("spec.timezone: unknown time zone '" + timezone +
                  "' (an IANA name such as \"America/New_York\" or \"UTC\")");
     }
   } else {
@@ -330,7 +316,23 @@ result<schedule_spec> schedule_spec::from_json(const json& spec) {
     if (!every) {
       return every.error();
     }
-    out.interval_ms = *every;
+    interval_ms = *every;
+  }
+  return {};
+}
+
+result<schedule_spec> schedule_spec::from_json(const json& spec) {
+  if (!spec.is_object()) {
+    return bad("spec must be an object");
+  }
+  if (auto problem = unknown_field(
+          spec, {"cron", "timezone", "interval", "jitter", "startAt", "endAt"},
+          "spec.")) {
+    return bad(*problem);
+  }
+  schedule_spec out;
+  if (auto cadence = out.parse_cadence(spec); !cadence) {
+    return cadence.error();
   }
   if (spec.contains("jitter") && !spec["jitter"].is_null()) {
     auto jitter = duration_of(spec, "jitter", 0);

@@ -79,6 +79,7 @@ struct schedule_spec {
                          std::int64_t occurrence_ms) const;
 
  private:
+  status parse_cadence(const json& spec);  // from_json's cron or interval
   std::optional<std::int64_t> next_cron_after(std::int64_t after_ms) const;
   cron_fields fields_;
   const date::time_zone* zone_ = nullptr;
