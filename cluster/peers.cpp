@@ -146,27 +146,60 @@ void answer_here(router_actor* self, peers::impl* owner, reply_to reply,
       owner->offload());
 }
 
+// A request another node forwarded: answered here when this node serves
+// its shard at the epoch the sender saw or later, else not-owner.
+void route_forward(router_actor* self, peers::impl* owner, std::uint64_t ticket,
+                   forwarded_request& request) {
+  reply_to reply{
+      {}, caf::actor_cast<caf::actor>(self->current_sender()), ticket};
+  if (!reply.forwarder) {
+    return;  // nobody to answer
+  }
+  owner->served.fetch_add(1);
+  const auto at = owner->members.locate(request.shard);
+  if (at.at != route::where::here || at.epoch < request.epoch_seen) {
+    reply.deliver(self, to_message(gateway::error_response(
+                            gateway::not_owner_status, "not-owner",
+                            "this node does not serve shard " +
+                                std::to_string(request.shard))));
+    return;
+  }
+  answer_here(self, owner, std::move(reply), request);
+}
+
+// Where a replicated write is in its shard's log.
+struct write_place {
+  std::uint32_t shard;
+  std::uint64_t epoch;
+  std::uint64_t written_at;
+  std::uint64_t position;
+};
+
+// A primary's write goes to the shard's applier (its own thread, as each
+// waits for an fsync); without one, the primary is told to send it again.
+void route_write(router_actor* self, peers::impl* owner, write_place at,
+                 std::string data, std::string node) {
+  auto to =
+      owner->replication ? owner->replication->applier(at.shard) : caf::actor{};
+  if (!to) {
+    if (auto primary = caf::actor_cast<caf::actor>(self->current_sender())) {
+      self->send(primary, replicated_atom::value, at.shard, node, at.position,
+                 static_cast<std::uint64_t>(replica_code::retry),
+                 std::uint64_t{0});
+    }
+    return;
+  }
+  self->delegate(to, replicate_atom::value, at.shard, at.epoch, at.written_at,
+                 at.position, std::move(data), std::move(node));
+}
+
 // The published actor: answers forwarded requests and calls through the
 // api.
 caf::behavior router(router_actor* self, peers::impl* owner) {
   return {
       [self, owner](forward_atom, std::uint64_t ticket,
                     forwarded_request& request) {
-        reply_to reply{
-            {}, caf::actor_cast<caf::actor>(self->current_sender()), ticket};
-        if (!reply.forwarder) {
-          return;  // nobody to answer
-        }
-        owner->served.fetch_add(1);
-        const auto at = owner->members.locate(request.shard);
-        if (at.at != route::where::here || at.epoch < request.epoch_seen) {
-          reply.deliver(self, to_message(gateway::error_response(
-                                  gateway::not_owner_status, "not-owner",
-                                  "this node does not serve shard " +
-                                      std::to_string(request.shard))));
-          return;
-        }
-        answer_here(self, owner, std::move(reply), request);
+        route_forward(self, owner, ticket, request);
       },
       // A call is for this node, whatever shards it serves.
       [self, owner](call_atom, forwarded_request& request) {
@@ -196,23 +229,11 @@ caf::behavior router(router_actor* self, peers::impl* owner) {
       // each waits for an fsync), joins to the primary's actor. A write is
       // a message, not a request: the applier answers the primary with
       // replicated_atom.
-      [self, owner](replicate_atom atom, std::uint32_t shard,
-                    std::uint64_t epoch, std::uint64_t written_at,
-                    std::uint64_t position, std::string& data,
-                    std::string& node) {
-        auto to = owner->replication ? owner->replication->applier(shard)
-                                     : caf::actor{};
-        if (!to) {
-          if (auto primary =
-                  caf::actor_cast<caf::actor>(self->current_sender())) {
-            self->send(primary, replicated_atom::value, shard, node, position,
-                       static_cast<std::uint64_t>(replica_code::retry),
-                       std::uint64_t{0});
-          }
-          return;
-        }
-        self->delegate(to, atom, shard, epoch, written_at, position,
-                       std::move(data), std::move(node));
+      [self, owner](replicate_atom, std::uint32_t shard, std::uint64_t epoch,
+                    std::uint64_t written_at, std::uint64_t position,
+                    std::string& data, std::string& node) {
+        route_write(self, owner, {shard, epoch, written_at, position},
+                    std::move(data), std::move(node));
       },
       [self, owner](join_atom atom, std::uint32_t shard, std::string& node,
                     std::int64_t lease, std::uint64_t epoch,
@@ -445,29 +466,76 @@ bool fail_overdue(forwarder_actor* self, peers::impl* owner) {
   return waiting;
 }
 
+// Forwards sent to a node whose connection is gone may or may not have
+// been carried out, and no answer will come: each is answered so.
+void on_peer_gone(forwarder_actor* self, peers::impl* owner,
+                  const caf::actor_addr& source) {
+  for (auto it = self->state.handles.begin();
+       it != self->state.handles.end();) {
+    if (it->second.address() != source) {
+      ++it;
+      continue;
+    }
+    auto lost = std::move(self->state.in_flight[it->first]);
+    self->state.in_flight.erase(it->first);
+    for (const auto& [ticket, due] : lost) {
+      owner->answer(
+          ticket,
+          gateway::error_response(
+              503, "forward-outcome-unknown",
+              "the node serving this shard went away before it answered; "
+              "the request may or may not have taken effect: retry it "
+              "with the same Idempotency-Key"));
+    }
+    it = self->state.handles.erase(it);
+  }
+}
+
+// Sends the pending forward `ticket` to the node serving its shard now:
+// answered unavailable when none does, handed to this node's api when the
+// shard came here meanwhile, queued while its node's connection is made.
+void go_forward(forwarder_actor* self, peers::impl* owner,
+                std::uint64_t ticket) {
+  std::uint32_t shard = 0;
+  {
+    std::lock_guard lock(owner->mutex);
+    auto found = owner->pending.find(ticket);
+    if (found == owner->pending.end()) {
+      return;
+    }
+    shard = found->second.shard;
+  }
+  const auto at = owner->members.locate(shard);
+  if (at.at == route::where::nowhere) {
+    owner->unavailable.fetch_add(1);
+    owner->answer(ticket,
+                  gateway::shard_unavailable(shard, owner->members.ttl_s()));
+    return;
+  }
+  if (at.at == route::where::here) {
+    // The shard came here meanwhile: answered as a forward would be.
+    if (auto forward = owner->take(ticket)) {
+      owner->routes.dispatch_forwarded(
+          std::move(forward->request), std::move(forward->caller),
+          std::move(forward->reply), owner->offload());
+    }
+    return;
+  }
+  auto known = self->state.handles.find(at.peer);
+  if (known != self->state.handles.end()) {
+    send_forward(self, owner, known->second, at.peer, ticket);
+    return;
+  }
+  auto& queue = self->state.waiting[at.peer];
+  queue.push_back(ticket);
+  if (queue.size() == 1) {
+    connect(self, owner, at.peer);
+  }
+}
+
 caf::behavior forwarder(forwarder_actor* self, peers::impl* owner) {
   self->set_down_handler([self, owner](caf::down_msg& down) {
-    for (auto it = self->state.handles.begin();
-         it != self->state.handles.end();) {
-      if (it->second.address() != down.source) {
-        ++it;
-        continue;
-      }
-      // Sent to a node whose connection is gone: they may or may not have
-      // been carried out, and no answer will come.
-      auto lost = std::move(self->state.in_flight[it->first]);
-      self->state.in_flight.erase(it->first);
-      for (const auto& [ticket, due] : lost) {
-        owner->answer(
-            ticket,
-            gateway::error_response(
-                503, "forward-outcome-unknown",
-                "the node serving this shard went away before it answered; "
-                "the request may or may not have taken effect: retry it "
-                "with the same Idempotency-Key"));
-      }
-      it = self->state.handles.erase(it);
-    }
+    on_peer_gone(self, owner, down.source);
   });
   return {
       [self, owner](forwarded_atom, std::uint64_t ticket,
@@ -486,41 +554,7 @@ caf::behavior forwarder(forwarder_actor* self, peers::impl* owner) {
                                   [&] { return fail_overdue(self, owner); });
       },
       [self, owner](go_atom, std::uint64_t ticket) {
-        std::uint32_t shard = 0;
-        {
-          std::lock_guard lock(owner->mutex);
-          auto found = owner->pending.find(ticket);
-          if (found == owner->pending.end()) {
-            return;
-          }
-          shard = found->second.shard;
-        }
-        const auto at = owner->members.locate(shard);
-        if (at.at == route::where::nowhere) {
-          owner->unavailable.fetch_add(1);
-          owner->answer(ticket, gateway::shard_unavailable(
-                                    shard, owner->members.ttl_s()));
-          return;
-        }
-        if (at.at == route::where::here) {
-          // The shard came here meanwhile: answered as a forward would be.
-          if (auto forward = owner->take(ticket)) {
-            owner->routes.dispatch_forwarded(
-                std::move(forward->request), std::move(forward->caller),
-                std::move(forward->reply), owner->offload());
-          }
-          return;
-        }
-        auto known = self->state.handles.find(at.peer);
-        if (known != self->state.handles.end()) {
-          send_forward(self, owner, known->second, at.peer, ticket);
-          return;
-        }
-        auto& queue = self->state.waiting[at.peer];
-        queue.push_back(ticket);
-        if (queue.size() == 1) {
-          connect(self, owner, at.peer);
-        }
+        go_forward(self, owner, ticket);
       },
   };
 }
