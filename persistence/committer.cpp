@@ -10,83 +10,24 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "base/status_join.hpp"
+#include "persistence/batch_check.hpp"
 #include "persistence/test_points.hpp"
 
 namespace durin::persistence {
 
 namespace {
 
-// Replays one batch's operations into the group's batch. RocksDB has no
-// public WriteBatch::Append, so each operation is copied; the bytes are
-// small next to the fsync they share.
-class appender final : public rocksdb::WriteBatch::Handler {
- public:
-  appender(const store& owner, rocksdb::WriteBatch& target)
-      : owner_(owner), target_(target) {}
-
-  rocksdb::Status PutCF(std::uint32_t family_id, const rocksdb::Slice& key,
-                        const rocksdb::Slice& value) override {
-    if (family_id == 0) {
-      return target_.Put(key, value);
-    }
-    auto* handle = find(family_id);
-    return handle ? target_.Put(handle, key, value) : unknown(family_id);
-  }
-
-  rocksdb::Status DeleteCF(std::uint32_t family_id,
-                           const rocksdb::Slice& key) override {
-    if (family_id == 0) {
-      return target_.Delete(key);
-    }
-    auto* handle = find(family_id);
-    return handle ? target_.Delete(handle, key) : unknown(family_id);
-  }
-
-  rocksdb::Status SingleDeleteCF(std::uint32_t family_id,
-                                 const rocksdb::Slice& key) override {
-    if (family_id == 0) {
-      return target_.SingleDelete(key);
-    }
-    auto* handle = find(family_id);
-    return handle ? target_.SingleDelete(handle, key) : unknown(family_id);
-  }
-
-  rocksdb::Status DeleteRangeCF(std::uint32_t family_id,
-                                const rocksdb::Slice& begin,
-                                const rocksdb::Slice& end) override {
-    if (family_id == 0) {
-      return unknown(family_id);
-    }
-    auto* handle = find(family_id);
-    return handle ? target_.DeleteRange(handle, begin, end)
-                  : unknown(family_id);
-  }
-
-  // Anything else (merge, blob index, 2PC markers) durin never writes; the
-  // Handler defaults refuse them, which fails only the batch holding them.
-
- private:
-  rocksdb::ColumnFamilyHandle* find(std::uint32_t family_id) const {
-    for (std::size_t index = 0; index < family_count; ++index) {
-      auto* handle = owner_.handle(static_cast<family>(index));
-      if (handle->GetID() == family_id) {
-        return handle;
-      }
-    }
-    return nullptr;
-  }
-
-  static rocksdb::Status unknown(std::uint32_t family_id) {
-    return rocksdb::Status::InvalidArgument("operation on column family " +
-                                            std::to_string(family_id) +
-                                            " cannot be merged");
-  }
-
-  const store& owner_;
-  rocksdb::WriteBatch& target_;
-};
+// A batch's bytes (rocksdb::WriteBatch's representation): an 8-byte sequence
+// and a 4-byte little-endian count, then the records. RocksDB has no public
+// WriteBatch::Append; concatenating the records behind one header is what it
+// does inside, and copies each batch's bytes once instead of re-encoding
+// every operation.
+constexpr std::size_t batch_header_bytes = 12;
+constexpr std::size_t batch_count_at = 8;
 
 // Calls `done`; an exception from it must not end the committer thread,
 // which would leave every later caller unanswered.
@@ -102,21 +43,6 @@ void answer(const committer::callback& done, const status& outcome) {
   } catch (...) {
     std::fprintf(stderr, "durin: committer callback threw\n");
   }
-}
-
-// Appends `batch` to `merged`, all of it or (on failure) none of it, so a
-// batch that cannot be merged fails alone.
-status append(const store& owner, write_batch& merged, write_batch& batch) {
-  merged.raw().SetSavePoint();
-  appender copy(owner, merged.raw());
-  const rocksdb::Status copied = batch.raw().Iterate(&copy);
-  if (!copied.ok()) {
-    (void)merged.raw().RollbackToSavePoint();
-    return make_error(errc::invalid_argument,
-                      "batch refused: " + copied.ToString());
-  }
-  (void)merged.raw().PopSavePoint();
-  return {};
 }
 
 // Counts one group write on the store's fence (none on a single node) for
@@ -456,7 +382,7 @@ write_batch* committer::merge_group(std::vector<pending>& group,
   if (valid.empty()) {
     return nullptr;
   }
-  // The merge looks up handles: the database must not reopen meanwhile.
+  // The check looks up handles: the database must not reopen meanwhile.
   auto pinned = store_.hold();
   if (!pinned) {
     for (const std::size_t index : valid) {
@@ -464,14 +390,40 @@ write_batch* committer::merge_group(std::vector<pending>& group,
     }
     return nullptr;
   }
+  std::vector<std::uint32_t> known;
+  known.reserve(family_count);
+  for (std::size_t index = 0; index < family_count; ++index) {
+    known.push_back(store_.handle(static_cast<family>(index))->GetID());
+  }
+  std::size_t bytes = batch_header_bytes;
   for (const std::size_t index : valid) {
-    if (auto appended = append(store_, merged, group[index].batch); !appended) {
-      outcomes[index] = appended;
+    if (auto checked = check_families(group[index].batch.raw(), known);
+        !checked) {
+      outcomes[index] = make_error(errc::invalid_argument,
+                                   "batch refused: " + checked.error().message);
     } else {
       members.push_back(index);
+      bytes += group[index].batch.raw().GetDataSize() - batch_header_bytes;
     }
   }
-  return members.empty() ? nullptr : &merged;
+  if (members.empty()) {
+    return nullptr;
+  }
+  std::string rep;
+  rep.reserve(bytes);
+  rep.assign(batch_header_bytes, '\0');
+  std::uint32_t count = 0;
+  for (const std::size_t index : members) {
+    const auto& raw = group[index].batch.raw();
+    rep.append(raw.Data(), batch_header_bytes);
+    count += raw.Count();
+  }
+  for (std::size_t byte = 0; byte < 4; ++byte) {
+    rep[batch_count_at + byte] =
+        static_cast<char>((count >> (8 * byte)) & 0xff);
+  }
+  merged.raw() = rocksdb::WriteBatch(std::move(rep));
+  return &merged;
 }
 
 status committer::write_group(write_batch& target, std::size_t batches,

@@ -114,8 +114,9 @@ class committer {
   // Writes one group and answers every batch in it, in order.
   void commit_group(std::vector<pending>& group, fault injected);
   // The write of a group's `valid` batches: the one batch itself, or
-  // `merged` holding those that append to it (their indexes in `members`);
-  // null when none is left to write (their outcomes set instead).
+  // `merged`, their records concatenated in order (of those whose every
+  // operation check_families accepts; their indexes in `members`); null
+  // when none is left to write (their outcomes set instead).
   write_batch* merge_group(std::vector<pending>& group,
                            const std::vector<std::size_t>& valid,
                            std::vector<status>& outcomes,

@@ -5,11 +5,13 @@
 #include <rocksdb/utilities/checkpoint.h>
 #include <rocksdb/write_batch.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <mutex>
 
 #include "base/fnv1a.hpp"
+#include "persistence/batch_check.hpp"
 #include "persistence/keys.hpp"
 #include "persistence/storage_error.hpp"
 #include "persistence/store.hpp"
@@ -20,42 +22,6 @@ namespace durin::persistence {
 using namespace store_detail;
 
 namespace {
-
-// Refuses a batch that names a column family this database does not have:
-// the primary's ids are the backup's (same schema, same order of creation),
-// and anything else must not be half applied.
-class family_check final : public rocksdb::WriteBatch::Handler {
- public:
-  explicit family_check(const std::vector<std::uint32_t>& known)
-      : known_(known) {}
-
-  rocksdb::Status PutCF(std::uint32_t id, const rocksdb::Slice&,
-                        const rocksdb::Slice&) override {
-    return check(id);
-  }
-  rocksdb::Status DeleteCF(std::uint32_t id, const rocksdb::Slice&) override {
-    return check(id);
-  }
-  rocksdb::Status SingleDeleteCF(std::uint32_t id,
-                                 const rocksdb::Slice&) override {
-    return check(id);
-  }
-  rocksdb::Status DeleteRangeCF(std::uint32_t id, const rocksdb::Slice&,
-                                const rocksdb::Slice&) override {
-    return check(id);
-  }
-
- private:
-  rocksdb::Status check(std::uint32_t id) const {
-    for (const auto known : known_) {
-      if (known == id) {
-        return rocksdb::Status::OK();
-      }
-    }
-    return rocksdb::Status::InvalidArgument("unknown column family");
-  }
-  const std::vector<std::uint32_t>& known_;
-};
 
 using base::fnv1a;
 
@@ -112,10 +78,9 @@ status store::apply_replicated(std::uint64_t epoch, std::uint64_t position,
                             std::to_string(log_position()));
     }
     rocksdb::WriteBatch batch{std::string(data)};
-    family_check check(family_ids_);
-    if (const auto checked = batch.Iterate(&check); !checked.ok()) {
-      return make_error(errc::invalid_argument,
-                        "a replicated write refused: " + checked.ToString());
+    if (auto checked = check_families(batch, family_ids_); !checked) {
+      return make_error(errc::invalid_argument, "a replicated write refused: " +
+                                                    checked.error().message);
     }
     auto options = sync_write();
     options.sync = sync;

@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <rocksdb/write_batch.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@
 #include <future>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -133,6 +135,22 @@ class CommitterTest : public ::testing::Test {
     batch.put_run(make_run(id));
     batch.put_active(id);
     return batch;
+  }
+
+  // Writes run_0 alone (answered in slot 0), holding the committer there
+  // while `batches` queue, so that they form the next group together;
+  // batch i is answered in slot i + 1. Returns once every one is answered.
+  void write_as_one_group(committer& writer, std::vector<write_batch> batches,
+                          answers& answered) {
+    gate held;
+    writer.set_fault_injector(held.injector());
+    writer.submit(run_batch("run_0"), answered.slot(0));
+    held.wait_until_holding();
+    for (std::size_t i = 0; i < batches.size(); ++i) {
+      writer.submit(std::move(batches[i]), answered.slot(i + 1));
+    }
+    held.release();
+    ASSERT_TRUE(answered.wait_for(batches.size() + 1));
   }
 
   // `threads` threads each submit `per_thread` batches at once, run
@@ -318,20 +336,15 @@ TEST_F(CommitterTest, FaultsApplyPerGroupAndClearWhenTheInjectorSaysNone) {
 
 TEST_F(CommitterTest, RefusedBatchFailsAloneInItsGroup) {
   committer writer(*store_);
-  gate held;
-  writer.set_fault_injector(held.injector());
   answers answered(4);
-  writer.submit(run_batch("run_0"), answered.slot(0));
-  held.wait_until_holding();
-  writer.submit(run_batch("run_1"), answered.slot(1));
-  auto bad = store_->batch();
+  std::vector<write_batch> group;
+  group.push_back(run_batch("run_1"));
+  group.push_back(store_->batch());
   run_record blocked = make_run("run_bad");
   blocked.status = run_status::blocked;  // never stored
-  bad.put_run(blocked);
-  writer.submit(std::move(bad), answered.slot(2));
-  writer.submit(run_batch("run_3"), answered.slot(3));
-  held.release();
-  ASSERT_TRUE(answered.wait_for(4));
+  group.back().put_run(blocked);
+  group.push_back(run_batch("run_3"));
+  write_as_one_group(writer, std::move(group), answered);
   EXPECT_TRUE(answered.at(0).ok());
   EXPECT_TRUE(answered.at(1).ok());
   EXPECT_EQ(answered.at(2).error().code, errc::invalid_argument);
@@ -340,6 +353,55 @@ TEST_F(CommitterTest, RefusedBatchFailsAloneInItsGroup) {
   EXPECT_FALSE(has_run("run_bad"));
   EXPECT_EQ(writer.statistics().group_writes, 2u);
   EXPECT_EQ(writer.statistics().batches, 3u);
+}
+
+// A merged group is the batches' records in submission order: a later
+// batch's delete of a key an earlier one put leaves it deleted, and puts in
+// several families of the group all land.
+TEST_F(CommitterTest, MergedBatchesApplyInSubmissionOrder) {
+  committer writer(*store_);
+  answers answered(4);
+  std::vector<write_batch> group;
+  group.push_back(store_->batch());
+  group.back().put_active("run_gone");
+  group.back().put_active("run_kept");
+  group.push_back(store_->batch());
+  group.back().delete_active("run_gone");
+  group.push_back(run_batch("run_3"));
+  write_as_one_group(writer, std::move(group), answered);
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(answered.at(i).ok());
+  }
+  EXPECT_EQ(writer.statistics().group_writes, 2u);
+  EXPECT_EQ(writer.statistics().operations, 2u + 2u + 1u + 2u);
+  auto active = store_->active_runs();
+  ASSERT_TRUE(active.ok());
+  std::set<std::string> ids(active->begin(), active->end());
+  EXPECT_EQ(ids.count("run_gone"), 0u);
+  EXPECT_EQ(ids.count("run_kept"), 1u);
+  EXPECT_EQ(ids.count("run_3"), 1u);
+  EXPECT_TRUE(has_run("run_3"));
+}
+
+// A batch holding an operation durin never writes (here a merge) cannot join
+// a group's write: it is refused alone, and the rest of its group lands.
+TEST_F(CommitterTest, ABatchThatCannotBeMergedFailsAloneInItsGroup) {
+  committer writer(*store_);
+  answers answered(4);
+  std::vector<write_batch> group;
+  group.push_back(run_batch("run_1"));
+  group.push_back(run_batch("run_odd"));
+  group.back().raw().Merge("key", "value");
+  group.push_back(run_batch("run_3"));
+  write_as_one_group(writer, std::move(group), answered);
+  EXPECT_TRUE(answered.at(1).ok());
+  ASSERT_FALSE(answered.at(2).ok());
+  EXPECT_EQ(answered.at(2).error().code, errc::invalid_argument);
+  EXPECT_TRUE(answered.at(3).ok());
+  EXPECT_TRUE(has_run("run_1"));
+  EXPECT_TRUE(has_run("run_3"));
+  EXPECT_FALSE(has_run("run_odd"));
+  EXPECT_EQ(writer.statistics().group_writes, 2u);
 }
 
 TEST_F(CommitterTest, EmptyBatchIsAnsweredOk) {
